@@ -1,0 +1,81 @@
+"""Thin command line: every command is one call into the library."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from . import config, patches, status
+from .errors import PatchwheelError
+
+
+def _root(args) -> Path:
+    return Path(args.root).resolve()
+
+
+def cmd_build(args) -> int:
+    from .build import build
+    overlay = config.load(_root(args))
+    dist = Path(args.dist) if args.dist else _root(args) / "dist"
+    built = build(overlay, dist, select=args.lines, clean=args.clean)
+    print(f"wrote {len(built)} wheel(s), simple index and pins to {dist}/")
+    for name in sorted(overlay.sets):
+        print(f"  consumers ({name}): pip install --extra-index-url file://{dist.resolve()}/simple "
+              f"-c {dist.resolve()}/constraints-{name}.txt transformers accelerate")
+    return 0
+
+
+def cmd_lint(args) -> int:
+    overlay = config.load(_root(args))
+    bad = 0
+    for line in overlay.select(args.lines):
+        problems = patches.lint_line(line, _root(args))
+        n = len(patches.series_names(line)) if not problems else "?"
+        print(f"{line.key}: {'ok' if not problems else 'FAILED'} ({n} patch(es))")
+        for p in problems:
+            print(f"  - {p}")
+        bad += len(problems)
+    return 1 if bad else 0
+
+
+def cmd_status(args) -> int:
+    if args.python:  # run the stdlib-only probe inside that environment (a venv python is a symlink: no shortcut)
+        cmd = [args.python, "-I", status.__file__] + (["--json"] if args.json else [])
+        return subprocess.run(cmd).returncode
+    rep = status.report()
+    import json
+    print(json.dumps(rep, indent=2) if args.json else status.render(rep))
+    return 1 if any(p.get("problems") for p in rep["packages"]) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
+    ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build +fixed wheels, a PEP 503 index and consumer pins into dist/")
+    b.add_argument("lines", nargs="*", help="pkg or pkg==version (default: every release line)")
+    b.add_argument("--dist", help="output folder (default: <root>/dist)")
+    b.add_argument("--clean", action="store_true", help="replace dist/ even if it holds another patch set")
+    b.set_defaults(func=cmd_build)
+    l = sub.add_parser("lint", help="check series and patch files (trailers, names, files)")
+    l.add_argument("lines", nargs="*")
+    l.set_defaults(func=cmd_lint)
+    s = sub.add_parser("status", help="which transformers/accelerate are installed, and which fixes they carry")
+    s.add_argument("--python", help="interpreter of the environment to inspect (default: this one)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+    args = ap.parse_args(argv)
+    try:
+        return args.func(args)
+    except PatchwheelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; dist/ is unchanged", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

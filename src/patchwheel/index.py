@@ -1,0 +1,28 @@
+"""Write a PEP 503 "simple" tree that pip reads straight from disk (``--extra-index-url file:///…/simple``)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+
+def write_simple(root: Path, wheels: dict[str, str]) -> None:
+    """``wheels`` maps wheel file names (in ``root``) to sha256. Pages link ``../../<file>#sha256=…``."""
+    by_project: dict[str, list[str]] = {}
+    for name in sorted(wheels):
+        by_project.setdefault(canonicalize_name(name.split("-", 1)[0]), []).append(name)
+    simple = root / "simple"
+    simple.mkdir()
+    top = [f'<a href="{p}/">{p}</a><br/>' for p in sorted(by_project)]
+    (simple / "index.html").write_text(_page("Simple index", top))
+    for project, files in by_project.items():
+        (simple / project).mkdir()
+        links = [f'<a href="../../{html.escape(f)}#sha256={wheels[f]}">{html.escape(f)}</a><br/>' for f in files]
+        (simple / project / "index.html").write_text(_page(f"Links for {project}", links))
+
+
+def _page(title: str, body: list[str]) -> str:
+    return ("<!DOCTYPE html>\n<html>\n<head><meta name=\"pypi:repository-version\" content=\"1.0\">"
+            f"<title>{title}</title></head>\n<body>\n<h1>{title}</h1>\n" + "\n".join(body) + "\n</body>\n</html>\n")

@@ -1,0 +1,249 @@
+"""Patch files and series: parse ``git format-patch`` mboxes, read their trailers, lint a release line.
+
+A patch is one commit exported with the pinned flags in :data:`FORMAT_PATCH_FLAGS`, paths as in upstream's git
+tree. Its metadata lives in git trailers at the end of the commit message (they survive ``git am`` and
+``git format-patch`` round trips):
+
+    Upstream-Issue:  https://github.com/huggingface/transformers/issues/37663
+    Upstream-Status: Pending | Submitted <url> | Backport <pr> | Fixed-In <version>
+    Proof-Test:      tests/proof/test_x.py[::test_y]   (the module, or one test in it)
+    Drop-When:       transformers>=4.54.0
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from .config import ReleaseLine
+from .errors import PatchwheelError
+
+#: Flags that make ``git format-patch`` output byte-stable (Electron's choice).
+FORMAT_PATCH_FLAGS = ("--keep-subject", "--no-stat", "--zero-commit", "--full-index", "--no-signature")
+
+REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Proof-Test", "Drop-When")
+_NAME = re.compile(r"^(\d{4})-([a-z0-9][a-z0-9.-]*)\.patch$")
+_TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.+)$")
+_STATUS = re.compile(r"^(Pending|Submitted \S+|Backport \S+|Fixed-In \S+)$")
+_ISSUE = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|[\w.-]+/[\w.-]+#\d+)$")
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    old_start: int
+    header: str
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    old_path: str | None  # None for a created file
+    new_path: str | None  # None for a deleted file
+    hunks: tuple[Hunk, ...]
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+
+@dataclass(frozen=True)
+class Patch:
+    path: Path
+    subject: str
+    message: str
+    trailers: dict[str, str]
+    files: tuple[FileDiff, ...]
+    raw: bytes = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def slug(self) -> str:
+        m = _NAME.match(self.name)
+        return m.group(2) if m else self.path.stem
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.raw).hexdigest()
+
+    @property
+    def touched(self) -> list[str]:
+        """Upstream-tree paths this patch reads or writes."""
+        return sorted({p for f in self.files for p in (f.old_path, f.new_path) if p})
+
+    def hunk_at(self, path: str, old_line: int) -> str:
+        for f in self.files:
+            if path in (f.old_path, f.new_path):
+                for i, h in enumerate(f.hunks, 1):
+                    if h.old_start == old_line:
+                        return f"hunk #{i} ({h.header})"
+        return f"the hunk at line {old_line}"
+
+
+def _strip_prefix(p: str, prefix: str) -> str | None:
+    if p == "/dev/null":
+        return None
+    if not p.startswith(prefix):
+        raise ValueError(f"path {p!r} lacks the {prefix!r} prefix")
+    return p[len(prefix):]
+
+
+def parse_patch(path: Path) -> Patch:
+    """Parse one format-patch mbox. Raises PatchwheelError naming the file when it is malformed."""
+    raw = path.read_bytes()
+    hint = "regenerate it with `git format-patch " + " ".join(FORMAT_PATCH_FLAGS) + " -1 <commit>`"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchwheelError(f"{path}: not UTF-8 text ({exc})", hint) from exc
+    if not text.startswith("From "):
+        raise PatchwheelError(f"{path}: not a git format-patch mbox (no leading 'From ' line)", hint)
+    head, sep, rest = text.partition("\n\n")
+    if not sep:
+        raise PatchwheelError(f"{path}: no blank line after the mail headers", hint)
+    headers = HeaderParser().parsestr(head.split("\n", 1)[1] if "\n" in head else "")
+    subject = " ".join((headers.get("Subject") or "").split())
+    if not subject:
+        raise PatchwheelError(f"{path}: no Subject header", hint)
+    # The message ends where git mailinfo ends it: an optional '---' line, then the first 'diff --git'.
+    m = re.search(r"^(?:---\n)?(?=diff --git )", rest, re.M)
+    if not m:
+        raise PatchwheelError(f"{path}: no 'diff --git' section", hint)
+    message, diff = rest[: m.start()].rstrip("\n"), rest[m.end():]
+    paragraphs = [p for p in re.split(r"\n\s*\n", message.strip()) if p.strip()]
+    trailers: dict[str, str] = {}
+    if paragraphs:
+        last = paragraphs[-1].splitlines()
+        if all(_TRAILER.match(line) for line in last):
+            for line in last:
+                k, v = _TRAILER.match(line).groups()  # type: ignore[union-attr]
+                trailers[k] = v.strip()
+    files: list[FileDiff] = []
+    try:
+        for block in re.split(r"^(?=diff --git )", diff, flags=re.M):
+            if not block.startswith("diff --git "):
+                continue
+            old = new = None
+            hunks: list[Hunk] = []
+            for line in block.splitlines():
+                if line.startswith("--- ") and old is None and not hunks:
+                    old = _strip_prefix(line[4:].rstrip("\t"), "a/") or "/dev/null"
+                elif line.startswith("+++ ") and new is None and not hunks:
+                    new = _strip_prefix(line[4:].rstrip("\t"), "b/") or "/dev/null"
+                elif (h := _HUNK.match(line)) is not None:
+                    hunks.append(Hunk(int(h.group(1)), line.split(" @@")[0] + " @@"))
+            if old is None or new is None or not hunks:
+                raise ValueError(f"file section {block.splitlines()[0]!r} has no ---/+++ header or no hunk")
+            files.append(FileDiff(None if old == "/dev/null" else old, None if new == "/dev/null" else new,
+                                  tuple(hunks)))
+    except ValueError as exc:
+        raise PatchwheelError(f"{path}: malformed diff: {exc}", hint) from exc
+    if not files:
+        raise PatchwheelError(f"{path}: the diff is empty", "a patch must change at least one file")
+    return Patch(path, subject, message, trailers, tuple(files), raw)
+
+
+def series_names(line: ReleaseLine) -> list[str]:
+    """Entries of ``series``: one file name a line, ``#`` comments and blank lines ignored."""
+    names = []
+    for n, raw in enumerate((line.patch_dir / "series").read_text().splitlines(), 1):
+        entry = raw.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        if "/" in entry or " " in entry:
+            raise PatchwheelError(f"{line.patch_dir / 'series'}:{n}: {entry!r} is not a plain patch file name",
+                                  "list one NNNN-slug.patch name per line")
+        names.append(entry)
+    return names
+
+
+def load_series(line: ReleaseLine) -> list[Patch]:
+    """The release line's patches in series order, after a strict lint (raises on the first report)."""
+    problems = lint_line(line)
+    if problems:
+        raise PatchwheelError(f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
+                              "fix each point above; `python -m patchwheel lint` re-checks")
+    return [parse_patch(line.patch_dir / n) for n in series_names(line)]
+
+
+def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> list[str]:
+    out = []
+    t = patch.trailers
+    for key in REQUIRED_TRAILERS:
+        if key not in t:
+            out.append(f"{patch.name}: missing trailer '{key}:' (add it to the last paragraph of the message)")
+    if "Upstream-Status" in t and not _STATUS.match(t["Upstream-Status"]):
+        out.append(f"{patch.name}: Upstream-Status {t['Upstream-Status']!r} must be one of "
+                   "'Pending', 'Submitted <url>', 'Backport <pr>', 'Fixed-In <version>'")
+    if "Upstream-Issue" in t:
+        for ref in t["Upstream-Issue"].split(","):
+            if not _ISSUE.match(ref.strip()):
+                out.append(f"{patch.name}: Upstream-Issue {ref.strip()!r} is not an issue URL or owner/repo#N")
+    if "Drop-When" in t:
+        try:
+            req = Requirement(t["Drop-When"])
+            if canonicalize_name(req.name) != line.package or not req.specifier:
+                raise InvalidRequirement("wrong package or no version")
+            for spec in req.specifier:
+                Version(spec.version)
+        except (InvalidRequirement, InvalidVersion):
+            out.append(f"{patch.name}: Drop-When {t['Drop-When']!r} must be a version condition on "
+                       f"{line.package}, e.g. '{line.package}>=4.54.0'")
+    if "Proof-Test" in t:
+        file, _, func = t["Proof-Test"].partition("::")
+        if not file.startswith("tests/proof/") or not file.endswith(".py"):
+            out.append(f"{patch.name}: Proof-Test {t['Proof-Test']!r} must be tests/proof/<file>.py[::<test>]")
+        elif root is not None:
+            src = root / file
+            if not src.is_file():
+                out.append(f"{patch.name}: Proof-Test file {file} does not exist")
+            elif func and not re.search(rf"^\s*def {re.escape(func.split('[')[0])}\(", src.read_text(), re.M):
+                out.append(f"{patch.name}: Proof-Test {func} is not defined in {file}")
+    return out
+
+
+def lint_line(line: ReleaseLine, root: Path | None = None) -> list[str]:
+    """Every problem of one release line's series, as readable strings (empty when clean)."""
+    problems: list[str] = []
+    try:
+        names = series_names(line)
+    except PatchwheelError as exc:
+        return [exc.message]
+    seen: set[str] = set()
+    for i, name in enumerate(names, 1):
+        if name in seen:
+            problems.append(f"series lists {name} twice")
+        seen.add(name)
+        m = _NAME.match(name)
+        if not m:
+            problems.append(f"series entry {name!r} is not named NNNN-slug.patch (lower-case slug)")
+        elif int(m.group(1)) != i:
+            problems.append(f"series entry {name} is number {i} in the series; renumber it {i:04d}-{m.group(2)}.patch")
+        path = line.patch_dir / name
+        if not path.is_file():
+            problems.append(f"series entry {name} has no file {path}")
+            continue
+        try:
+            patch = parse_patch(path)
+        except PatchwheelError as exc:
+            problems.append(exc.message)
+            continue
+        problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
+        for p in patch.touched:
+            if line.wheel_path(p) is None:
+                problems.append(f"{name}: touches {p}, which is not under {line.upstream_path(line.import_name)}/ "
+                                "and so is not in the wheel")
+    for stray in sorted(line.patch_dir.iterdir()):
+        if stray.name != "series" and stray.name not in seen:
+            problems.append(f"{stray.name} is in {line.patch_dir} but not in its series "
+                            "(add it to series or delete it)")
+    return problems

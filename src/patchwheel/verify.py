@@ -1,0 +1,103 @@
+"""Check a built +fixed wheel against its upstream wheel and its patch series.
+
+1. RECORD lists every entry once, with the right sha256 and size (pip and uv do not check this at install).
+2. The file list equals upstream's (dist-info renamed) plus our manifest and files the patches create.
+3. Only the expected entries differ from upstream: patched files, ``__init__.py``, METADATA, RECORD.
+4. Every patch is present: undoing the series, last patch first, restores upstream's bytes exactly.
+5. The version agrees in the file name, the dist-info name, METADATA and ``__version__``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+from .config import ReleaseLine
+from .errors import PatchwheelError
+from .apply import reverse_series
+from .patches import Patch
+from .rewrite import MANIFEST_NAME, read, record_hash, wheel_names
+
+
+def check_record(entries: list[tuple[object, bytes]], record_name: str) -> list[str]:
+    data = dict((zi.filename, d) for zi, d in entries)  # type: ignore[attr-defined]
+    problems = []
+    if record_name not in data:
+        return [f"no {record_name}"]
+    rows = list(csv.reader(io.StringIO(data[record_name].decode())))
+    listed = {}
+    for row in rows:
+        if len(row) != 3:
+            problems.append(f"RECORD row {row!r} does not have 3 fields")
+            continue
+        if row[0] in listed:
+            problems.append(f"RECORD lists {row[0]} twice")
+        listed[row[0]] = row
+    for name, d in data.items():
+        if name == record_name:
+            continue
+        row = listed.get(name)
+        if row is None:
+            problems.append(f"{name} is not in RECORD")
+        elif row[1] != record_hash(d) or row[2] != str(len(d)):
+            problems.append(f"RECORD hash or size of {name} is wrong")
+    problems += [f"RECORD lists {n}, which is not in the wheel" for n in listed if n not in data]
+    return problems
+
+
+def verify(line: ReleaseLine, built: Path, upstream_wheel: Path, patches: list[Patch]) -> dict:
+    """Raise PatchwheelError listing every problem; return the manifest the wheel carries."""
+    names = wheel_names(line)
+    if built.name != names.filename:
+        raise PatchwheelError(f"{built.name} should be named {names.filename}", "rebuild")
+    new = read(built)
+    old = read(upstream_wheel)
+    new_data = {zi.filename: d for zi, d in new}
+    problems = check_record(new, f"{names.new_distinfo}/RECORD")
+
+    def renamed(n: str) -> str:
+        return names.new_distinfo + n[len(names.old_distinfo):] if n.startswith(names.old_distinfo + "/") else n
+
+    old_data = {renamed(zi.filename): d for zi, d in old}
+    manifest_path = f"{names.new_distinfo}/{MANIFEST_NAME}"
+    manifest = json.loads(new_data.get(manifest_path, b"{}") or b"{}")
+    patched_paths = {line.wheel_path(p) for patch in patches for p in patch.touched}
+    expected_changed = {f"{line.import_name}/__init__.py", f"{names.new_distinfo}/METADATA",
+                        f"{names.new_distinfo}/RECORD"} | patched_paths
+    added = set(new_data) - set(old_data)
+    removed = set(old_data) - set(new_data)
+    problems += [f"unexpected new entry {n}" for n in sorted(added - patched_paths - {manifest_path})]
+    problems += [f"entry {n} is missing" for n in sorted(removed - patched_paths)]
+    if manifest_path not in new_data:
+        problems.append(f"no {manifest_path}")
+    for n in sorted(set(new_data) & set(old_data)):
+        if new_data[n] != old_data[n] and n not in expected_changed:
+            problems.append(f"{n} differs from upstream but no patch touches it")
+    for n in sorted(patched_paths & set(old_data) & set(new_data)):
+        if new_data[n] == old_data[n]:
+            problems.append(f"{n} is touched by the series but identical to upstream")
+    # Every patch present: reversing the whole series must give back upstream's bytes.
+    touched = sorted({p for patch in patches for p in patch.touched})
+    if patches:
+        now = {p: new_data.get(line.wheel_path(p)) for p in touched}  # type: ignore[arg-type]
+        back = reverse_series(patches, now)
+        for p in touched:
+            if back[p] != old_data.get(line.wheel_path(p)):  # type: ignore[arg-type]
+                problems.append(f"undoing the series does not restore upstream's {p}")
+    meta = new_data.get(f"{names.new_distinfo}/METADATA", b"").decode()
+    if not re.search(rf"^Version: {re.escape(line.fixed_version)}$", meta, re.M):
+        problems.append(f"METADATA does not say Version: {line.fixed_version}")
+    init = new_data.get(f"{line.import_name}/__init__.py", b"").decode()
+    if f'__version__ = "{line.fixed_version}"' not in init:
+        problems.append(f"{line.import_name}/__init__.py does not set __version__ = {line.fixed_version!r}")
+    want = [p.name for p in patches]
+    if [p.get("name") for p in manifest.get("patches", [])] != want:
+        problems.append(f"the manifest lists patches {[p.get('name') for p in manifest.get('patches', [])]}, "
+                        f"the series {want}")
+    if problems:
+        raise PatchwheelError(f"verification of {built.name} failed:\n  - " + "\n  - ".join(problems),
+                              "do not publish this wheel; rebuild from a clean cache and report the problem")
+    return manifest

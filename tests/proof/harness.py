@@ -1,0 +1,73 @@
+"""Run a function on N real processes joined in a gloo process group on 127.0.0.1.
+
+Each rank is a fresh ``spawn``-ed interpreter (nothing inherited from pytest), joins
+``init_process_group("gloo", tcp://127.0.0.1:<free port>)``, runs ``fn(rank, world_size, *args)`` and sends back
+its result or its exception (type, message, traceback). Every run is bounded in time; ranks still alive at the end
+are killed, so no process is left behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import socket
+import traceback
+
+
+class RankFailed(AssertionError):
+    """A rank raised: the message carries the rank's exception type, message and traceback."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(fn, rank, world_size, port, args, env, results):
+    os.environ.update(env)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+        try:
+            # Plain pickle copies tensors by value; the queue's own pickler would pass shared-memory file
+            # descriptors, which die with this process.
+            results.put((rank, "ok", pickle.dumps(fn(rank, world_size, *args))))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+        results.put((rank, "error", (type(exc).__name__, str(exc), traceback.format_exc())))
+
+
+def run_ranks(fn, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 240.0) -> list:
+    """Results of ``fn`` on each rank, in rank order; raises RankFailed with the first rank's error."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, args, env or {}, results), daemon=True)
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    got: dict[int, tuple] = {}
+    try:
+        while len(got) < world_size:
+            try:
+                rank, kind, payload = results.get(timeout=timeout)
+            except queue.Empty:
+                raise RankFailed(f"ranks {sorted(set(range(world_size)) - set(got))} gave no result in {timeout} s")
+            got[rank] = (kind, payload)
+            if kind == "error":
+                name, msg, tb = payload
+                raise RankFailed(f"rank {rank} raised {name}: {msg}\n--- rank {rank} traceback ---\n{tb}")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return [pickle.loads(got[r][1]) for r in range(world_size)]

@@ -1,0 +1,97 @@
+"""Proof for T1: ``caching_allocator_warmup`` iterates a ``None`` tensor-parallel plan.
+
+Bug (transformers 4.50.0 - 4.53.3, huggingface/transformers#37663): ``PreTrainedModel._tp_plan`` is ``None`` until
+``post_init()`` replaces it. A model class whose ``__init__`` skips ``post_init()`` (the Qwen2.5-Omni preview, many
+``trust_remote_code`` models) keeps ``None``, and when ``torch.distributed`` is initialised,
+``from_pretrained(..., device_map=...)`` dies in the warm-up with ``TypeError: 'NoneType' object is not iterable``.
+
+Reproduction on CPU, no mocks: real gloo process groups on 127.0.0.1 (spawned ranks), a tiny random Llama
+checkpoint saved here, a ``LlamaPreTrainedModel`` subclass that skips ``post_init()``, ``device_map="cpu"``. On
+4.50.x ``"cpu"`` becomes ``torch.device("cpu")``, which the warm-up's ``in ["cpu", "disk"]`` filter misses, so the
+warm-up runs natively on CPU.
+
+A correct fix treats ``None`` as an empty plan *and* skips the plan regex when the plan is empty. Upstream's 4.54
+fix (``or []``) compiles the empty regex, which matches every name, so on 2 ranks every tensor's warm-up size is
+halved. ``test_warmup_reserves_whole_model_on_two_ranks`` catches that by recording the warm-up's one allocation.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from harness import run_ranks
+
+pytestmark = pytest.mark.proof(package="transformers", pristine_error=r"TypeError: 'NoneType' object is not iterable")
+
+
+def _tiny_checkpoint(path):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(path)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _load_without_post_init(rank, world_size, ckpt):
+    """On each rank: load with a class that skips post_init(); return the warm-up's bytes and the weights."""
+    import torch
+    from torch import nn
+    from transformers import LlamaModel, LlamaPreTrainedModel
+
+    class NoPostInitLlama(LlamaPreTrainedModel):
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = LlamaModel(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            # deliberately no self.post_init(): _tp_plan stays the class default None
+
+        def forward(self, input_ids):
+            return self.lm_head(self.model(input_ids).last_hidden_state)
+
+    assert torch.distributed.is_initialized()
+    warmup_bytes = []
+    real_empty = torch.empty
+
+    def spy_empty(*args, **kwargs):  # records the warm-up's one big allocation; allocates for real
+        if sys._getframe(1).f_code.co_name == "caching_allocator_warmup":
+            numel = args[0] if args else kwargs["size"]
+            warmup_bytes.append(int(numel) * 2)  # the warm-up allocates float16
+        return real_empty(*args, **kwargs)
+
+    torch.empty = spy_empty
+    try:
+        model = NoPostInitLlama.from_pretrained(ckpt, device_map="cpu")
+    finally:
+        torch.empty = real_empty
+    assert getattr(type(model), "_tp_plan", None) is None, "the test class must keep the None plan"
+    return {"warmup_bytes": warmup_bytes, "state": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
+def _check_loaded(result, reference):
+    assert set(result["state"]) == set(reference)
+    for name, tensor in reference.items():
+        assert result["state"][name].equal(tensor), f"{name} was not loaded from the checkpoint"
+
+
+def test_load_with_none_tp_plan_under_initialised_process_group(tmp_path):
+    reference = _tiny_checkpoint(tmp_path)
+    (result,) = run_ranks(_load_without_post_init, 1, str(tmp_path))
+    _check_loaded(result, reference)
+
+
+def test_warmup_reserves_whole_model_on_two_ranks(tmp_path):
+    """An empty plan means no tensor is sharded: each rank reserves the whole model, not 1/world_size of it."""
+    reference = _tiny_checkpoint(tmp_path)
+    whole = sum(t.numel() * t.element_size() for t in reference.values())
+    for rank, result in enumerate(run_ranks(_load_without_post_init, 2, str(tmp_path))):
+        _check_loaded(result, reference)
+        assert result["warmup_bytes"] == [whole // 2 * 2], (
+            f"rank {rank}: warm-up reserved {result['warmup_bytes']} bytes for a {whole}-byte model "
+            "(an empty tensor-parallel plan must not divide sizes by the world size)")
