@@ -50,6 +50,27 @@ def cmd_status(args) -> int:
     return 1 if any(p.get("problems") for p in rep["packages"]) else 0
 
 
+def cmd_requirements(args) -> int:
+    """Requirement lines for one consumer set: the verified pristine wheels, or the +fixed pins."""
+    from . import fetch
+    overlay = config.load(_root(args))
+    if args.set not in overlay.sets:
+        raise PatchwheelError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
+    out = []
+    for pkg, version in overlay.sets[args.set].items():
+        line = overlay.line(pkg, version)
+        if args.flavor == "pristine":  # the exact pinned upstream file, sha256-verified, from the cache
+            out.append(str(fetch.fetch(line.package, line.wheel, log=lambda m: print(m, file=sys.stderr))))
+        else:
+            out.append(f"{line.package}=={line.fixed_version}")
+    text = "\n".join(out) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        print(text, end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
     ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
@@ -66,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--python", help="interpreter of the environment to inspect (default: this one)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)
+    r = sub.add_parser("requirements", help="pip requirement lines for a consumer set (used by noxfile.py)")
+    r.add_argument("flavor", choices=("pristine", "fixed"))
+    r.add_argument("--set", default="default")
+    r.add_argument("-o", "--output", help="write the lines to this file")
+    r.set_defaults(func=cmd_requirements)
     args = ap.parse_args(argv)
     try:
         return args.func(args)

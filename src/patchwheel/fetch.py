@@ -66,7 +66,9 @@ def _open(url: str, what: str, timeout: float = 60):
 def project_links(package: str, index: str | None = None) -> dict[str, tuple[str, str | None]]:
     """filename -> (absolute url without fragment, sha256 from the fragment or None)."""
     page = f"{index or index_url()}/{package}/"
-    with _open(page, f"the index page of {package}") as resp:
+    # A PEP 503 tree on disk (file://…/simple) serves its pages as <project>/index.html.
+    target = page + "index.html" if page.startswith("file:") else page
+    with _open(target, f"the index page of {package}") as resp:
         html = resp.read().decode("utf-8", "replace")
     parser = _Links()
     parser.feed(html)

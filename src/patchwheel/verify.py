@@ -83,10 +83,14 @@ def verify(line: ReleaseLine, built: Path, upstream_wheel: Path, patches: list[P
     touched = sorted({p for patch in patches for p in patch.touched})
     if patches:
         now = {p: new_data.get(line.wheel_path(p)) for p in touched}  # type: ignore[arg-type]
-        back = reverse_series(patches, now)
-        for p in touched:
-            if back[p] != old_data.get(line.wheel_path(p)):  # type: ignore[arg-type]
-                problems.append(f"undoing the series does not restore upstream's {p}")
+        try:
+            back = reverse_series(patches, now)
+        except PatchwheelError as exc:
+            problems.append(exc.message)
+        else:
+            for p in touched:
+                if back[p] != old_data.get(line.wheel_path(p)):  # type: ignore[arg-type]
+                    problems.append(f"undoing the series does not restore upstream's {p}")
     meta = new_data.get(f"{names.new_distinfo}/METADATA", b"").decode()
     if not re.search(rf"^Version: {re.escape(line.fixed_version)}$", meta, re.M):
         problems.append(f"METADATA does not say Version: {line.fixed_version}")

@@ -1,0 +1,149 @@
+"""End to end: publish the +fixed wheels to a real pypiserver on 127.0.0.1, install them into a fresh virtual
+environment with pip (public dependencies from the normal index), then ask that environment which fixes it
+carries and run the T1 proof test inside it.
+
+The server binds to 127.0.0.1 on a free port, needs htpasswd credentials to upload and never overwrites.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import venv
+from pathlib import Path
+
+import pytest
+from passlib.apache import HtpasswdFile
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = Path(os.environ.get("PATCHWHEEL_DIST", ROOT / "dist"))
+TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
+USER, PASSWORD = "publisher", "s3cret-for-tests"
+sys.path.insert(0, str(ROOT / "src"))
+
+from patchwheel import config  # noqa: E402
+from patchwheel.fetch import sha256_file  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("pypiserver")
+    packages = base / "packages"
+    packages.mkdir()
+    ht = HtpasswdFile(str(base / "htpasswd"), new=True)
+    ht.set_password(USER, PASSWORD)
+    ht.save()
+    port = _free_port()
+    log = (base / "server.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "--host", "127.0.0.1", "--port", str(port),
+                             "--passwords", str(base / "htpasswd"), "--authenticate", "update",
+                             "--hash-algo", "sha256", str(packages)], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/simple/", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"pypiserver did not start:\n{(base / 'server.log').read_text()}")
+                time.sleep(0.3)
+        yield {"url": url, "packages": packages, "log": base / "server.log"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _twine(url, files, user=USER, password=PASSWORD):
+    return subprocess.run([sys.executable, "-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
+                           "--repository-url", f"{url}/", "-u", user, "-p", password, *map(str, files)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _wheels():
+    overlay = config.load(ROOT)
+    names = [f"{pkg}-{ver}+{overlay.line(pkg, ver).local_label}-py3-none-any.whl"
+             for pkg, ver in overlay.sets["default"].items()]
+    wheels = [DIST / n for n in names]
+    missing = [w for w in wheels if not w.is_file()]
+    if missing:
+        pytest.fail(f"{missing} not built: run `nox -s build` first (the e2e session does)")
+    return overlay, wheels
+
+
+def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(server, tmp_path):
+    overlay, wheels = _wheels()
+    url, packages = server["url"], server["packages"]
+
+    res = _twine(url, wheels)
+    assert res.returncode == 0, res.stdout + res.stderr
+    served = {p.name: sha256_file(p) for p in packages.iterdir()}
+    assert served == {w.name: sha256_file(w) for w in wheels}
+
+    def refusals() -> int:
+        return server["log"].read_text().count("since it already exists")
+
+    # Re-upload of the same files: refused (no overwrite). pypiserver answers twine with 400 (pypi.org's code)
+    # and logs why.
+    res = _twine(url, wheels)
+    assert res.returncode != 0 and refusals() == 1, res.stdout + res.stderr
+    # A different file under a published name: refused, and the published file is untouched.
+    impostor = tmp_path / wheels[0].name
+    shutil.copy(wheels[0], impostor)
+    with impostor.open("ab") as fh:
+        fh.write(b"\0")
+    res = _twine(url, [impostor])
+    assert res.returncode != 0 and refusals() == 2, res.stdout
+    # Bad credentials: refused.
+    other = tmp_path / "other" / wheels[1].name.replace("+fixed", "+fixed.1")
+    other.parent.mkdir()
+    shutil.copy(wheels[1], other)
+    res = _twine(url, [other], password="wrong")
+    assert res.returncode != 0 and ("403" in res.stdout + res.stderr or "401" in res.stdout + res.stderr), \
+        res.stdout + res.stderr
+    assert {p.name: sha256_file(p) for p in packages.iterdir()} == served, "nothing replaced, nothing added"
+
+    # A consumer environment that already has pristine 4.50.3 (it satisfies ==4.50.3 and would be kept).
+    env_dir = tmp_path / "consumer"
+    venv.create(env_dir, with_pip=True)
+    py = str(env_dir / "bin" / "python")
+    tline = overlay.line("transformers", overlay.sets["default"]["transformers"])
+    pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    subprocess.run(pip + ["--no-deps", f"transformers=={tline.version}"], check=True, capture_output=True)
+
+    pins = [f"{pkg}=={overlay.line(pkg, ver).fixed_version}" for pkg, ver in overlay.sets["default"].items()]
+    res = subprocess.run(pip + ["--extra-index-url", f"{url}/simple/", *pins, TORCH, "pytest"],
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+    status = subprocess.run([sys.executable, "-m", "patchwheel", "status", "--python", py], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    print(status.stdout)
+    assert status.returncode == 0, status.stdout + status.stderr
+    for pkg, ver in overlay.sets["default"].items():
+        assert f"+fixed build of {ver}" in status.stdout
+    assert "0001-warmup-none-tp-plan.patch" in status.stdout and "INTACT" in status.stdout
+
+    proof = subprocess.run([py, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                            str(ROOT / "tests" / "proof" / "test_t1_warmup_tp_plan.py")],
+                           capture_output=True, text=True, cwd=ROOT, timeout=600)
+    print(proof.stdout[-2000:])
+    assert proof.returncode == 0 and "2 passed" in proof.stdout, proof.stdout[-3000:] + proof.stderr[-2000:]
+    assert "carrying 0001-warmup-none-tp-plan.patch: passed" in proof.stdout

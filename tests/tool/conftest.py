@@ -1,0 +1,134 @@
+"""Fixtures for the tool tests: a synthetic upstream package "demo", offline.
+
+``demo_project`` builds, under tmp_path: an upstream wheel demo-1.0.0 (its own RECORD), a PEP 503 index on disk
+serving it (PATCHWHEEL_INDEX_URL=file://...), an empty download cache, and a project root with
+overlay/demo/pins.toml, patches/demo/1.0.0/ (one real format-patch made with git) and the proof file it names.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+
+from patchwheel import gitops  # noqa: E402
+from patchwheel.rewrite import record_hash  # noqa: E402
+
+CORE = b'''"""demo core."""
+
+
+def greet(name):
+    return "hello " + name
+
+
+def add(a, b):
+    return a + b
+'''
+INIT = b'"""demo."""\n\n__version__ = "1.0.0"\n\nfrom .core import add, greet\n'
+
+
+def make_wheel(path: Path, files: dict[str, bytes], name="demo", version="1.0.0") -> Path:
+    distinfo = f"{name}-{version}.dist-info"
+    entries = dict(files)
+    entries[f"{distinfo}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    entries[f"{distinfo}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    rows = io.StringIO()
+    w = csv.writer(rows, lineterminator="\n")
+    for n, d in entries.items():
+        w.writerow([n, record_hash(d), len(d)])
+    w.writerow([f"{distinfo}/RECORD", "", ""])
+    entries[f"{distinfo}/RECORD"] = rows.getvalue().encode()
+    whl = path / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w", zipfile.ZIP_DEFLATED) as zf:
+        for n, d in entries.items():
+            zi = zipfile.ZipInfo(n, (2024, 5, 6, 7, 8, 10))
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zi.external_attr = 0o644 << 16
+            zf.writestr(zi, d)
+    return whl
+
+
+def make_patch(files: dict[str, bytes], edit, subject: str, trailers: dict[str, str]) -> bytes:
+    """A real format-patch: commit ``files`` (upstream-tree paths), apply ``edit``, commit, export."""
+    repo = gitops.scratch_repo(files)
+    gitops.write_files(repo, edit(dict(files)))
+    gitops.git(repo, "add", "-A")
+    body = "\n".join(f"{k}: {v}" for k, v in trailers.items())
+    gitops.commit(repo, f"{subject}\n\nWhy the change is needed.\n\n{body}\n")
+    return gitops.format_patch(repo)
+
+
+TRAILERS = {
+    "Upstream-Issue": "https://github.com/example/demo/issues/1",
+    "Upstream-Status": "Pending",
+    "Proof-Test": "tests/proof/test_demo.py::test_greet",
+    "Drop-When": "demo>=1.1.0",
+}
+
+
+def edit_greet(files):
+    files["src/demo/core.py"] = files["src/demo/core.py"].replace(b'"hello " + name', b'"hello, " + name')
+    return files
+
+
+@dataclass
+class Demo:
+    root: Path
+    index: Path
+    cache: Path
+    upstream: Path
+    sha256: str
+
+    @property
+    def patch_dir(self) -> Path:
+        return self.root / "patches" / "demo" / "1.0.0"
+
+    def write_pins(self, sha256: str | None = None) -> None:
+        (self.root / "overlay" / "demo").mkdir(parents=True, exist_ok=True)
+        (self.root / "overlay" / "demo" / "pins.toml").write_text(
+            'package = "demo"\nimport-name = "demo"\nsource-root = "src"\nlocal-label = "fixed"\n\n'
+            f'[release."1.0.0"]\nwheel = {{ filename = "{self.upstream.name}", sha256 = "{sha256 or self.sha256}" }}\n')
+
+    def set_series(self, *patches: tuple[str, bytes]) -> None:
+        for old in self.patch_dir.glob("*.patch"):
+            old.unlink()
+        for name, data in patches:
+            (self.patch_dir / name).write_bytes(data)
+        (self.patch_dir / "series").write_text("".join(f"{n}\n" for n, _ in patches))
+
+    def load(self):
+        from patchwheel import config
+        return config.load(self.root)
+
+
+@pytest.fixture
+def demo_project(tmp_path, monkeypatch) -> Demo:
+    up = tmp_path / "upstream"
+    up.mkdir()
+    whl = make_wheel(up, {"demo/__init__.py": INIT, "demo/core.py": CORE})
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    index = tmp_path / "index"
+    (index / "demo").mkdir(parents=True)
+    (index / "demo" / "index.html").write_text(f'<a href="../../upstream/{whl.name}#sha256={sha}">{whl.name}</a>\n')
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PATCHWHEEL_INDEX_URL", index.as_uri())
+    monkeypatch.setenv("PATCHWHEEL_CACHE", str(cache))
+    root = tmp_path / "project"
+    (root / "tests" / "proof").mkdir(parents=True)
+    (root / "tests" / "proof" / "test_demo.py").write_text("def test_greet():\n    pass\n")
+    demo = Demo(root, index, cache, whl, sha)
+    demo.write_pins()
+    (root / "overlay" / "sets.toml").write_text('[set.default]\ndemo = "1.0.0"\n')
+    demo.patch_dir.mkdir(parents=True)
+    upstream_files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    demo.set_series(("0001-greet-comma.patch", make_patch(upstream_files, edit_greet, "Greet with a comma", TRAILERS)))
+    return demo

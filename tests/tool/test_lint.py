@@ -1,0 +1,108 @@
+"""Lint of patch series: every rule, on the demo package, and the real series of this repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
+
+from patchwheel import config, patches
+from patchwheel.errors import PatchwheelError
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+
+
+def _problems(demo):
+    return patches.lint_line(demo.load().line("demo"), demo.root)
+
+
+def test_the_repository_series_are_clean():
+    overlay = config.load(ROOT)
+    assert {l.key for l in overlay.all_lines()} >= {"transformers/4.50.3", "accelerate/1.6.0"}
+    for line in overlay.all_lines():
+        assert patches.lint_line(line, ROOT) == [], line.key
+
+
+def test_demo_is_clean(demo_project):
+    assert _problems(demo_project) == []
+
+
+@pytest.mark.parametrize("missing", patches.REQUIRED_TRAILERS)
+def test_missing_trailer(demo_project, missing):
+    trailers = {k: v for k, v in TRAILERS.items() if k != missing}
+    demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", trailers)))
+    assert _problems(demo_project) == [f"0001-x.patch: missing trailer '{missing}:' "
+                                       "(add it to the last paragraph of the message)"]
+
+
+@pytest.mark.parametrize("key,value,expect", [
+    ("Upstream-Status", "Maybe later", "must be one of"),
+    ("Upstream-Issue", "see the forum", "is not an issue URL"),
+    ("Drop-When", "transformers>=4.54", "must be a version condition on demo"),
+    ("Drop-When", "demo", "must be a version condition on demo"),
+    ("Proof-Test", "tests/test_x.py", "must be tests/proof/<file>.py"),
+    ("Proof-Test", "tests/proof/test_nope.py", "does not exist"),
+    ("Proof-Test", "tests/proof/test_demo.py::test_other", "is not defined in"),
+])
+def test_bad_trailer_values(demo_project, key, value, expect):
+    demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, key: value})))
+    (problem,) = _problems(demo_project)
+    assert expect in problem and "0001-x.patch" in problem
+
+
+def test_series_entry_without_file_and_file_not_in_series(demo_project):
+    (demo_project.patch_dir / "series").write_text("0001-greet-comma.patch\n0002-gone.patch\n")
+    (demo_project.patch_dir / "0003-stray.patch").write_text("x")
+    problems = _problems(demo_project)
+    assert any("series entry 0002-gone.patch has no file" in p for p in problems), problems
+    assert any("0003-stray.patch is in" in p and "not in its series" in p for p in problems), problems
+
+
+def test_numbering_duplicates_and_names(demo_project):
+    data = (demo_project.patch_dir / "0001-greet-comma.patch").read_bytes()
+    (demo_project.patch_dir / "0002-Bad_Name.patch").write_bytes(data)
+    (demo_project.patch_dir / "series").write_text("0002-Bad_Name.patch\n0001-greet-comma.patch\n"
+                                                   "0001-greet-comma.patch\n")
+    problems = _problems(demo_project)
+    assert any("not named NNNN-slug.patch" in p for p in problems)
+    assert any("is number 2 in the series; renumber it 0002-greet-comma.patch" in p for p in problems)
+    assert any("series lists 0001-greet-comma.patch twice" in p for p in problems)
+
+
+def test_malformed_patch_and_series(demo_project):
+    (demo_project.patch_dir / "0001-greet-comma.patch").write_text("From x\nSubject: y\n\nno diff here\n")
+    assert any("not a git format-patch mbox" in p or "no 'diff --git' section" in p for p in _problems(demo_project))
+    (demo_project.patch_dir / "series").write_text("some/dir/0001.patch\n")
+    assert "is not a plain patch file name" in _problems(demo_project)[0]
+    with pytest.raises(PatchwheelError, match="patch series demo/1.0.0 is not valid"):
+        patches.load_series(demo_project.load().line("demo"))
+
+
+def test_patch_outside_the_package_is_rejected(demo_project):
+    files = {**FILES, "setup.py": b"x = 1\n"}
+    demo_project.set_series(("0001-x.patch", make_patch(files, lambda f: {**f, "setup.py": b"x = 2\n"}, "X",
+                                                         TRAILERS)))
+    assert "touches setup.py, which is not under src/demo/" in _problems(demo_project)[0]
+
+
+def test_bad_pins(demo_project):
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    pins.write_text(pins.read_text().replace(demo_project.sha256, "abc"))
+    with pytest.raises(PatchwheelError, match="is not 64 hex digits"):
+        demo_project.load()
+    pins.write_text("package = [")
+    with pytest.raises(PatchwheelError, match="not valid TOML"):
+        demo_project.load()
+    demo_project.write_pins()
+    (demo_project.patch_dir / "series").unlink()
+    with pytest.raises(PatchwheelError, match="has no .*series") as err:
+        demo_project.load()
+    assert "an empty series is allowed" in err.value.hint
+
+
+def test_unknown_set_member(demo_project):
+    (demo_project.root / "overlay" / "sets.toml").write_text('[set.default]\ndemo = "2.0"\n')
+    with pytest.raises(PatchwheelError, match="no release line demo 2.0"):
+        demo_project.load()

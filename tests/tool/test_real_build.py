@@ -1,0 +1,71 @@
+"""Checks of this repository's real series and of the dist/ that `nox -s build` made (the tests session builds
+first; the upstream wheels come from the verified cache)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from patchwheel import build as build_mod
+from patchwheel import config, fetch, gitops, patches
+from patchwheel.rewrite import MANIFEST_NAME, wheel_names
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = ROOT / "dist"
+OVERLAY = config.load(ROOT)
+LINES = OVERLAY.all_lines()
+PATCHES = [(line, p) for line in LINES for p in patches.load_series(line)]
+
+
+@pytest.fixture(scope="module")
+def built_dist():
+    if not (DIST / build_mod.BUILD_MANIFEST).is_file():
+        pytest.fail("dist/ is missing: run `nox -s build` first (the nox tests session does)")
+    return json.loads((DIST / build_mod.BUILD_MANIFEST).read_text())
+
+
+@pytest.mark.parametrize("line,patch", PATCHES, ids=[f"{l.key}/{p.name}" for l, p in PATCHES])
+def test_patch_regenerates_byte_for_byte(line, patch):
+    """git am onto upstream's files, then format-patch with the pinned flags, gives the committed bytes."""
+    with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as zf:
+        files = {p: zf.read(line.wheel_path(p)) for p in patch.touched if line.wheel_path(p) in zf.namelist()}
+    repo = gitops.scratch_repo(files)
+    gitops.am(repo, patch.path)
+    assert gitops.format_patch(repo) == patch.raw
+
+
+@pytest.mark.parametrize("line", LINES, ids=[l.key for l in LINES])
+def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
+    names = wheel_names(line)
+    wheel = DIST / names.filename
+    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path), str(wheel)], check=True,
+                   capture_output=True)  # an independent RECORD check
+    with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as up, zipfile.ZipFile(wheel) as new:
+        old = {n.replace(names.old_distinfo, names.new_distinfo): up.read(n) for n in up.namelist()}
+        ours = {n: new.read(n) for n in new.namelist()}
+        assert [n.replace(names.old_distinfo, names.new_distinfo) for n in up.namelist()] == \
+            [n for n in new.namelist() if not n.endswith(MANIFEST_NAME)], "same entries, same order"
+        for n in up.namelist():
+            a, b = up.getinfo(n), new.getinfo(n.replace(names.old_distinfo, names.new_distinfo))
+            assert (a.date_time, a.external_attr) == (b.date_time, b.external_attr), n
+    changed = {n for n in old if old[n] != ours[n]}
+    series = patches.load_series(line)
+    expected = {f"{line.import_name}/__init__.py", f"{names.new_distinfo}/METADATA",
+                f"{names.new_distinfo}/RECORD"} | {line.wheel_path(p) for s in series for p in s.touched}
+    assert changed == expected
+    manifest = json.loads(ours[f"{names.new_distinfo}/{MANIFEST_NAME}"])
+    assert [p["name"] for p in manifest["patches"]] == [p.name for p in series]
+    assert manifest["upstream"]["sha256"] == line.wheel.sha256
+
+
+def test_rebuild_matches_dist_byte_for_byte(built_dist, tmp_path):
+    build_mod.build(OVERLAY, tmp_path / "dist", log=lambda m: None)
+    for w in built_dist["wheels"]:
+        assert (tmp_path / "dist" / w["filename"]).read_bytes() == (DIST / w["filename"]).read_bytes()
+    for f in ("constraints-default.txt", "pins-default.txt", "simple/transformers/index.html"):
+        assert (tmp_path / "dist" / f).read_bytes() == (DIST / f).read_bytes()
