@@ -74,3 +74,11 @@ def e2e(session: nox.Session) -> None:
     session.install("-e", ".[e2e]")
     session.run("pytest", "tests/e2e", "-p", "no:cacheprovider", *session.posargs,
                 env={"PATCHWHEEL_DIST": str(ROOT / "dist"), "TORCH_VERSION": TORCH.split("==")[1]})
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks (results in the README): wheel rewrite vs patched sdist, nox -s build cold and warm."""
+    session.install("packaging", "setuptools", "wheel")
+    session.run("python", "bench/bench.py", *session.posargs, env={"PATH": f"{Path(sys.executable).parent}:"
+                                                                           f"{os.environ.get('PATH', '')}"})

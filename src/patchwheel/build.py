@@ -60,7 +60,7 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=print) -> Built:
     patches = load_series(line)                                                    # lint
     upstream_wheel = fetch_mod.fetch(line.package, line.wheel, log=log)             # fetch
     entries = rewrite.read(upstream_wheel)
-    by_name = {zi.filename: data for zi, data in entries}
+    by_name = {e.name: e.data for e in entries}
 
     def read_upstream(upstream_path: str) -> bytes | None:
         wheel_path = line.wheel_path(upstream_path)

@@ -19,11 +19,11 @@ from .config import ReleaseLine
 from .errors import PatchwheelError
 from .apply import reverse_series
 from .patches import Patch
-from .rewrite import MANIFEST_NAME, read, record_hash, wheel_names
+from .rewrite import MANIFEST_NAME, Entry, read, record_hash, wheel_names
 
 
-def check_record(entries: list[tuple[object, bytes]], record_name: str) -> list[str]:
-    data = dict((zi.filename, d) for zi, d in entries)  # type: ignore[attr-defined]
+def check_record(entries: list[Entry], record_name: str) -> list[str]:
+    data = {e.name: e.data for e in entries}
     problems = []
     if record_name not in data:
         return [f"no {record_name}"]
@@ -55,13 +55,13 @@ def verify(line: ReleaseLine, built: Path, upstream_wheel: Path, patches: list[P
         raise PatchwheelError(f"{built.name} should be named {names.filename}", "rebuild")
     new = read(built)
     old = read(upstream_wheel)
-    new_data = {zi.filename: d for zi, d in new}
+    new_data = {e.name: e.data for e in new}
     problems = check_record(new, f"{names.new_distinfo}/RECORD")
 
     def renamed(n: str) -> str:
         return names.new_distinfo + n[len(names.old_distinfo):] if n.startswith(names.old_distinfo + "/") else n
 
-    old_data = {renamed(zi.filename): d for zi, d in old}
+    old_data = {renamed(e.name): e.data for e in old}
     manifest_path = f"{names.new_distinfo}/{MANIFEST_NAME}"
     manifest = json.loads(new_data.get(manifest_path, b"{}") or b"{}")
     patched_paths = {line.wheel_path(p) for patch in patches for p in patch.touched}

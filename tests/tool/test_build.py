@@ -31,8 +31,8 @@ def test_build_rewrites_only_what_it_must(demo_project):
     dist = demo_project.root / "dist"
     wheel = dist / "demo-1.0.0+fixed-py3-none-any.whl"
     assert built.filename == wheel.name
-    new = {zi.filename: (zi, d) for zi, d in read(wheel)}
-    old = {zi.filename: (zi, d) for zi, d in read(demo_project.upstream)}
+    new = {e.name: (e.info, e.data) for e in read(wheel)}
+    old = {e.name: (e.info, e.data) for e in read(demo_project.upstream)}
     assert list(new) == ["demo/__init__.py", "demo/core.py", "demo-1.0.0+fixed.dist-info/METADATA",
                          "demo-1.0.0+fixed.dist-info/WHEEL", "demo-1.0.0+fixed.dist-info/overlay-fixes.json",
                          "demo-1.0.0+fixed.dist-info/RECORD"]
@@ -73,8 +73,8 @@ def test_verify_catches_a_tampered_wheel(demo_project, tmp_path):
     entries = read(wheel)
     bad = tmp_path / built.filename
     with zipfile.ZipFile(bad, "w") as zf:
-        for zi, d in entries:
-            zf.writestr(zi, d.replace(b'"hello, "', b'"hullo, "') if zi.filename == "demo/core.py" else d)
+        for e in entries:
+            zf.writestr(e.info, e.data.replace(b'"hello, "', b'"hullo, "') if e.name == "demo/core.py" else e.data)
     line = demo_project.load().line("demo")
     with pytest.raises(PatchwheelError) as err:
         verify(line, bad, demo_project.upstream, build_mod.load_series(line))

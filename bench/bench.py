@@ -1,0 +1,98 @@
+"""Benchmarks, as ratios measured in one run (results go into the README).
+
+    nox -s bench            (or: python bench/bench.py, with setuptools and wheel installed)
+
+1. wheel rewrite from a warm cache (the build's route) against the patched-sdist route: unpack the pinned sdist,
+   apply the same series with git apply, `pip wheel --no-deps --no-build-isolation` it. Same series, same machine,
+   same run; build isolation is off so the sdist route is not charged for installing setuptools.
+2. `nox -s build` wall time, cold (empty download cache, no dist/) and warm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from patchwheel import build as build_mod  # noqa: E402
+from patchwheel import config, fetch, patches  # noqa: E402
+from patchwheel.apply import git_env  # noqa: E402
+
+
+def timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def sdist_route(line, series, work: Path) -> None:
+    sdist = fetch.fetch(line.package, line.sdist)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    with tarfile.open(sdist) as tf:
+        tf.extractall(work, filter="data")
+    (src,) = [p for p in work.iterdir() if p.is_dir()]
+    for p in series:
+        subprocess.run(["git", "apply", str(p.path)], cwd=src, env=git_env(src), check=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(work / "out"), str(src)], check=True, env={**os.environ, "PIP_NO_INDEX": "1"})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5, help="runs of the fast route")
+    ap.add_argument("--sdist-repeat", type=int, default=2, help="runs of the slow sdist route")
+    ap.add_argument("--nox", default=shutil.which("nox"), help="nox executable for the cold/warm build timing")
+    args = ap.parse_args()
+    overlay = config.load(ROOT)
+    line = overlay.line("transformers")
+    series = patches.load_series(line)
+    fetch.fetch(line.package, line.wheel)  # warm the cache: route 1 is timed from a warm cache
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        fast = timed(lambda: build_mod.build_line(line, _fresh(tmp / "w"), log=lambda m: None), args.repeat)
+        slow = timed(lambda: sdist_route(line, series, tmp / "s"), args.sdist_repeat)
+        f, s = statistics.median(fast), statistics.median(slow)
+        rows.append(("transformers wheel, warm cache: rewrite (this build)", f"{f:.2f} s", f"median of {len(fast)}"))
+        rows.append(("transformers wheel, warm cache: patched sdist + pip wheel", f"{s:.2f} s",
+                     f"median of {len(slow)}"))
+        rows.append(("speed-up of the rewrite", f"{s / f:.1f}x", "target: at least 5x, rewrite at most 2 s"))
+        if args.nox:
+            env = {**os.environ, "PATCHWHEEL_CACHE": str(tmp / "cold-cache")}
+            dist = tmp / "dist"
+            cold = timed(lambda: subprocess.run([args.nox, "-s", "build", "--", "--dist", str(dist)], cwd=ROOT,
+                                                env=env, check=True, capture_output=True), 1)[0]
+            warm = timed(lambda: subprocess.run([args.nox, "-s", "build", "--", "--dist", str(dist)], cwd=ROOT,
+                                                env=env, check=True, capture_output=True), 3)
+            rows.append(("`nox -s build`, cold (empty cache: downloads both wheels)", f"{cold:.2f} s", "1 run"))
+            rows.append(("`nox -s build`, warm (both wheels, verified, index, pins)",
+                         f"{statistics.median(warm):.2f} s", "median of 3"))
+    print(f"\nbenchmark on {os.cpu_count()} cores, Python {sys.version.split()[0]}\n")
+    print("| measurement | result | note |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    return 0
+
+
+def _fresh(p: Path) -> Path:
+    shutil.rmtree(p, ignore_errors=True)
+    p.mkdir(parents=True)
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())
