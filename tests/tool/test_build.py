@@ -162,7 +162,7 @@ def test_foreign_dist_is_refused(demo_project):
     assert (dist / "mine.txt").read_text() == "not a build"
 
 
-def test_scratch_tree_inside_a_git_work_tree_is_refused(demo_project, tmp_path, monkeypatch):
+def test_build_with_tmpdir_inside_a_git_work_tree_still_applies_every_patch(demo_project, tmp_path, monkeypatch):
     # `git apply` inside another work tree silently skips every file: the build must refuse to work there.
     repo = tmp_path / "somerepo"
     repo.mkdir()
