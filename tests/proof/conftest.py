@@ -9,6 +9,8 @@ installed, read from the wheel's own manifest (``patchwheel.status``):
   (``pristine_error`` must match the failure). A pass is reported as a failure ("XPASS(strict)"); a failure with
   another error stays a failure. A matching failure is reported as xfailed, with the error shown.
 
+A test also marked ``regression`` must pass on every build: it guards that a fix breaks nothing that worked.
+
 ``--proof-expect=observe`` records outcomes without judging them (the upstream check runs proofs against newer
 pristine releases to learn whether upstream fixed a bug); ``pass``/``fail`` force the expectation.
 """
@@ -37,6 +39,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "proof(package, pristine_error): a proof test of one patch (see conftest)")
+    config.addinivalue_line("markers", "regression: must pass on pristine and +fixed builds alike")
 
 
 def _expectation(item) -> tuple[str, str]:
@@ -50,6 +53,8 @@ def _expectation(item) -> tuple[str, str]:
     carried = [p["name"] for p in info["patches"] if (p.get("proof_test") or "").split("::")[0] == rel]
     where = f"{pkg} {info['version']}" + (f" carrying {carried[0]}" if carried else
                                          (" (+fixed, without this fix)" if info["fixed"] else " (pristine)"))
+    if item.get_closest_marker("regression") is not None:
+        return ("observe" if mode == "observe" else "pass"), where + ", regression guard"
     if mode != "auto":
         return mode, where
     return ("pass" if carried else "fail"), where
