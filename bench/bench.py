@@ -6,6 +6,9 @@
    apply the same series with git apply, `pip wheel --no-deps --no-build-isolation` it. Same series, same machine,
    same run; build isolation is off so the sdist route is not charged for installing setuptools.
 2. `nox -s build` wall time, cold (empty download cache, no dist/) and warm.
+3. runtime overhead of the fixes: `from_pretrained(ckpt, device_map="auto")` of a ~100 MB Llama checkpoint in a
+   pristine and a +fixed environment (made once under bench/.venvs/, from the verified cache and dist/),
+   alternating rounds, as the ratio of medians.
 """
 
 from __future__ import annotations
@@ -51,11 +54,53 @@ def sdist_route(line, series, work: Path) -> None:
                     str(work / "out"), str(src)], check=True, env={**os.environ, "PIP_NO_INDEX": "1"})
 
 
+def _env(name: str, wheels: list[str]) -> str:
+    """A virtual environment under bench/.venvs/ with torch and the given wheels (made once, then reused)."""
+    import venv
+    path = ROOT / "bench" / ".venvs" / name
+    py = path / "bin" / "python"
+    marker = path / "installed.txt"
+    want = "\n".join(wheels)
+    if not (py.exists() and marker.is_file() and marker.read_text() == want):
+        shutil.rmtree(path, ignore_errors=True)
+        venv.create(path, with_pip=True)
+        torch = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *wheels, torch], check=True)
+        marker.write_text(want)
+    return str(py)
+
+
+def load_overhead(tmp: Path, rounds: int) -> tuple[float, float]:
+    overlay = config.load(ROOT)
+    line = overlay.line("transformers")
+    acc = overlay.line("accelerate")
+    pristine = _env("pristine", [str(fetch.fetch(l.package, l.wheel)) for l in (line, acc)])
+    built = build_mod.build(overlay, tmp / "dist", log=lambda m: None)
+    fixed = _env("fixed", [str(tmp / "dist" / b.filename) for b in built if b.line in (line, acc)])
+    ckpt = tmp / "ckpt"
+    subprocess.run([pristine, "-c", f"""
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=8000, hidden_size=512, intermediate_size=1376, num_hidden_layers=6,
+                  num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False)
+LlamaForCausalLM(cfg).save_pretrained({str(ckpt)!r})
+"""], check=True, capture_output=True)
+    p, f = [], []
+    for _ in range(rounds):  # alternate, so drift hits both alike
+        for py, out in ((pristine, p), (fixed, f)):
+            res = subprocess.run([py, str(ROOT / "bench" / "load_time.py"), str(ckpt), "5"], check=True,
+                                 capture_output=True, text=True)
+            out.append(float(res.stdout.strip().splitlines()[-1]))
+    return statistics.median(p), statistics.median(f)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5, help="runs of the fast route")
     ap.add_argument("--sdist-repeat", type=int, default=2, help="runs of the slow sdist route")
     ap.add_argument("--nox", default=shutil.which("nox"), help="nox executable for the cold/warm build timing")
+    ap.add_argument("--load-rounds", type=int, default=5, help="alternating rounds of the load-time comparison")
     args = ap.parse_args()
     overlay = config.load(ROOT)
     line = overlay.line("transformers")
@@ -81,6 +126,12 @@ def main() -> int:
             rows.append(("`nox -s build`, cold (empty cache: downloads both wheels)", f"{cold:.2f} s", "1 run"))
             rows.append(("`nox -s build`, warm (both wheels, verified, index, pins)",
                          f"{statistics.median(warm):.2f} s", "median of 3"))
+        if args.load_rounds:
+            p, f = load_overhead(tmp, args.load_rounds)
+            rows.append(("`from_pretrained(device_map=\"auto\")`, 100 MB Llama: pristine 4.50.3", f"{p * 1000:.0f} ms",
+                         f"median of {args.load_rounds} rounds x 5 loads"))
+            rows.append(("... the same on 4.50.3+fixed", f"{f * 1000:.0f} ms", "same checkpoint, alternating"))
+            rows.append(("load-time ratio fixed / pristine", f"{f / p:.3f}", "within noise: about 1"))
     print(f"\nbenchmark on {os.cpu_count()} cores, Python {sys.version.split()[0]}\n")
     print("| measurement | result | note |\n|---|---|---|")
     for r in rows:
