@@ -1,0 +1,182 @@
+"""Proof for T3: a 0-d ``num_items_in_batch`` through ``nn.DataParallel``.
+
+Bug: with ``TrainingArguments.n_gpu > 1`` (several GPUs visible, no torchrun), Trainer wraps the model in
+``nn.DataParallel`` and passes the batch's token count, a 0-d tensor, as a model kwarg; DataParallel's scatter
+chunks it and fails: ``RuntimeError: chunk expects at least a 1-dimensional tensor`` (transformers 4.50.0 - 4.50.3,
+and 4.46.2 - 4.47.0). Upstream's 4.51 ``unsqueeze(0)`` stopped the crash but a ``[1]`` tensor is chunked into one
+piece and torch's scatter zips kwargs to the shortest, so only one replica ran and the rest of every batch was
+dropped (until 4.57.1).
+
+A correct fix gives every replica a 1-element copy, runs every replica on its share, and fixes the loss: each
+replica divides its token-loss sum by the *global* count, so the replicas' losses add up to the batch loss, and
+``training_step``'s ``mean()`` over replicas would divide by their number again.
+
+Simulation (see dataparallel_sim.py): the real Trainer with ``n_gpu`` forced to 2 (it then wraps DataParallel,
+doubles the batch and takes ``loss.mean()``), and a DataParallel subclass that keeps torch's own
+forward/scatter/scatter_kwargs and replaces only the CUDA scatter with ``chunk``. Rows carry different numbers of
+supervised tokens, so a wrong normalisation shows. ``test_gpu_dataparallel_same_device_twice`` is the GPU form.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from dataparallel_sim import SimulatedDataParallel
+
+pytestmark = pytest.mark.proof(package="transformers",
+                               pristine_error=r"chunk expects at least a 1-dimensional tensor")
+
+SEQ = 8
+SUPERVISED = [7, 2, 5, 1, 4]  # supervised (non -100) label positions per row
+
+
+def _model(cls=None):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=False, use_cache=False)
+    return (cls or LlamaForCausalLM)(config)
+
+
+def _rows(n):
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    for i in range(n):
+        ids = torch.randint(1, 64, (SEQ,), generator=g)
+        labels = ids.clone()
+        labels[: SEQ - SUPERVISED[i % len(SUPERVISED)]] = -100  # the first positions are prompt
+        rows.append({"input_ids": ids, "labels": labels, "attention_mask": torch.ones(SEQ, dtype=torch.long)})
+    return rows
+
+
+def _train(model, rows, tmp_path, steps, monkeypatch, **trainer_kw):
+    from transformers import Trainer, TrainingArguments
+
+    class RecordingTrainer(Trainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            self.batches.append({k: v.clone() for k, v in inputs.items()})
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            self.losses.append(loss.item())
+            return loss
+
+    monkeypatch.setattr(torch.nn, "DataParallel", SimulatedDataParallel)
+    SimulatedDataParallel.log = []
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=steps,
+                             learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
+                             report_to=[], use_cpu=True, save_strategy="no", logging_steps=1, seed=0,
+                             dataloader_drop_last=False)
+    assert args.device.type == "cpu"
+    args._n_gpu = 2  # what two visible GPUs give; the real Trainer now wraps DataParallel and doubles the batch
+    trainer = RecordingTrainer(model=model, args=args, train_dataset=rows, **trainer_kw)
+    trainer.batches, trainer.losses = [], []
+    trainer.train()
+    assert isinstance(trainer.model_wrapped, SimulatedDataParallel)
+    return trainer
+
+
+def _reference(model, batches, lr=0.5):
+    """One device, whole batches: plain mean over all supervised tokens, plain SGD."""
+    losses = []
+    for batch in batches:
+        model.zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        losses.append(loss.item())
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+    return losses
+
+
+def _assert_same_weights(a, b):
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+def test_dataparallel_step_runs_every_replica_and_matches_one_device(tmp_path, monkeypatch):
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(4), tmp_path, 1, monkeypatch)
+    (step,) = SimulatedDataParallel.log
+    assert [r["input_ids"].shape[0] for r in step] == [2, 2], "both replicas must run on half the batch each"
+    total = sum((b["labels"] != -100).sum().item() for b in trainer.batches)
+    for r in step:
+        n = r["num_items_in_batch"]
+        assert n.shape == (1,) and int(n) == total, "each replica gets the global token count as a 1-d tensor"
+    ref_losses = _reference(start, trainer.batches)
+    assert trainer.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    _assert_same_weights(model, start)  # same gradients: SGD without clipping moved both alike
+
+
+def test_last_smaller_batch(tmp_path, monkeypatch):
+    """5 rows, batches of 4 then 1: the last batch has fewer rows than replicas."""
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch)
+    assert [[r["input_ids"].shape[0] for r in step] for step in SimulatedDataParallel.log] == [[2, 2], [1]]
+    ref_losses = _reference(start, trainer.batches)
+    assert trainer.losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
+    _assert_same_weights(model, start)
+
+
+def test_int_and_item_on_num_items_keep_working(tmp_path, monkeypatch):
+    """A model that calls int() on the count, and a custom loss function that calls .item() on it."""
+    from transformers import LlamaForCausalLM
+
+    class IntCountLlama(LlamaForCausalLM):
+        def forward(self, input_ids=None, labels=None, num_items_in_batch=None, **kwargs):
+            count = int(num_items_in_batch) if num_items_in_batch is not None else None
+            return super().forward(input_ids=input_ids, labels=labels, num_items_in_batch=count, **kwargs)
+
+    model = _model(IntCountLlama)
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(4), tmp_path, 1, monkeypatch)
+    ref = _reference(start, trainer.batches)
+    assert trainer.losses == pytest.approx(ref, rel=1e-5, abs=1e-6)
+
+    seen = []
+
+    def token_mean_loss(outputs, labels, num_items_in_batch):
+        n = num_items_in_batch.item()
+        seen.append(n)
+        logits = outputs.logits[:, :-1].reshape(-1, outputs.logits.shape[-1]).float()
+        return torch.nn.functional.cross_entropy(logits, labels[:, 1:].reshape(-1), ignore_index=-100,
+                                                 reduction="sum") / n
+
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(4), tmp_path / "custom", 1, monkeypatch, compute_loss_func=token_mean_loss)
+    assert seen == [sum((b["labels"] != -100).sum().item() for b in trainer.batches)]
+    assert trainer.losses == pytest.approx(_reference(start, trainer.batches), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU form: needs at least one CUDA device")
+def test_gpu_dataparallel_same_device_twice(tmp_path):
+    """GPU form: real nn.DataParallel. With one GPU, list it twice; with two, use both."""
+    from transformers import Trainer, TrainingArguments
+
+    devices = [0, 1] if torch.cuda.device_count() > 1 else [0, 0]
+    probe = torch.nn.DataParallel(torch.nn.Linear(2, 2).cuda(), device_ids=devices)
+    try:
+        probe(torch.ones(4, 2, device="cuda"))
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"torch refuses DataParallel over {devices} ({exc}); this form needs two GPUs")
+    model = _model().cuda()
+    start = copy.deepcopy(model)
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=1,
+                             learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
+                             report_to=[], save_strategy="no", seed=0)
+    assert args.n_gpu >= 1
+    args._n_gpu = len(devices)
+    trainer = Trainer(model=model, args=args, train_dataset=_rows(4))
+    batches = []
+    original = trainer.training_step
+    trainer.training_step = lambda m, inputs, n=None: (batches.append(inputs), original(m, inputs, n))[1]
+    trainer.train()
+    _reference(start, [{k: v.cuda() for k, v in b.items()} for b in batches])
+    _assert_same_weights(model, start)
