@@ -1,7 +1,7 @@
 """Run a function on N real processes joined in a gloo process group on 127.0.0.1.
 
-Each rank is a fresh ``spawn``-ed interpreter (nothing inherited from pytest), joins
-``init_process_group("gloo", tcp://127.0.0.1:<free port>)``, runs ``fn(rank, world_size, *args)`` and sends back
+Each rank is a fresh ``spawn``-ed interpreter (nothing inherited from pytest) with torchrun's environment,
+joins ``init_process_group("gloo", tcp://127.0.0.1:<free port>)`` (unless ``init_group=False``), runs ``fn(rank, world_size, *args)`` and sends back
 its result or its exception (type, message, traceback). Every run is bounded in time; ranks still alive at the end
 are killed, so no process is left behind.
 """
@@ -13,6 +13,7 @@ import os
 import pickle
 import queue
 import socket
+import time
 import traceback
 
 
@@ -26,40 +27,56 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child(fn, rank, world_size, port, args, env, results):
+def _child(fn, rank, world_size, port, args, env, results, init_group):
     os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
     import torch.distributed as dist
 
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+        if init_group:
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
         try:
             # Plain pickle copies tensors by value; the queue's own pickler would pass shared-memory file
             # descriptors, which die with this process.
             results.put((rank, "ok", pickle.dumps(fn(rank, world_size, *args))))
         finally:
-            dist.destroy_process_group()
+            if dist.is_initialized():
+                dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         results.put((rank, "error", (type(exc).__name__, str(exc), traceback.format_exc())))
 
 
-def run_ranks(fn, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 240.0) -> list:
-    """Results of ``fn`` on each rank, in rank order; raises RankFailed with the first rank's error."""
+def run_ranks(fn, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 240.0,
+              init_group: bool = True) -> list:
+    """Results of ``fn`` on each rank, in rank order; raises RankFailed with the first rank's error.
+
+    With ``init_group=False`` the ranks start like torchrun's: the environment (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT, ...) is set but no process group exists until the code under test creates one.
+    """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, args, env or {}, results), daemon=True)
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, args, env or {}, results, init_group),
+                         daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()
     got: dict[int, tuple] = {}
+    deadline = time.monotonic() + timeout
     try:
         while len(got) < world_size:
             try:
-                rank, kind, payload = results.get(timeout=timeout)
+                rank, kind, payload = results.get(timeout=1.0)
             except queue.Empty:
-                raise RankFailed(f"ranks {sorted(set(range(world_size)) - set(got))} gave no result in {timeout} s")
+                dead = [r for r, p in enumerate(procs) if r not in got and not p.is_alive()]
+                if dead:  # a rank that exits without reporting (crash, os._exit, failed import) fails the run now
+                    codes = {r: procs[r].exitcode for r in dead}
+                    raise RankFailed(f"ranks {dead} exited without a result (exit codes {codes})")
+                if time.monotonic() > deadline:
+                    raise RankFailed(f"ranks {sorted(set(range(world_size)) - set(got))} gave no result in "
+                                     f"{timeout} s")
+                continue
             got[rank] = (kind, payload)
             if kind == "error":
                 name, msg, tb = payload
