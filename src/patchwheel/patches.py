@@ -7,7 +7,8 @@ tree. Its metadata lives in git trailers at the end of the commit message (they 
     Upstream-Issue:  https://github.com/huggingface/transformers/issues/37663
     Upstream-Status: Pending | Submitted <url> | Backport <pr> | Fixed-In <version>
     Proof-Test:      tests/proof/test_x.py[::test_y]   (the module, or one test in it)
-    Drop-When:       transformers>=4.54.0
+    Drop-When:       transformers>=4.54.0   (or proof-passes-upstream: no release is known to fix it; the
+                                            upstream check decides by running the proof on pristine releases)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from .errors import PatchwheelError
 #: Flags that make ``git format-patch`` output byte-stable (Electron's choice).
 FORMAT_PATCH_FLAGS = ("--keep-subject", "--no-stat", "--zero-commit", "--full-index", "--no-signature")
 
+#: Drop-When value for a bug no upstream release is known to fix: dropped when its proof passes on a release.
+DROP_BY_BEHAVIOUR = "proof-passes-upstream"
 REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Proof-Test", "Drop-When")
 _NAME = re.compile(r"^(\d{4})-([a-z0-9][a-z0-9.-]*)\.patch$")
 _TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.+)$")
@@ -188,7 +191,9 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
         for ref in t["Upstream-Issue"].split(","):
             if not _ISSUE.match(ref.strip()):
                 out.append(f"{patch.name}: Upstream-Issue {ref.strip()!r} is not an issue URL or owner/repo#N")
-    if "Drop-When" in t:
+    if "Drop-When" in t and t["Drop-When"] == DROP_BY_BEHAVIOUR:
+        pass
+    elif "Drop-When" in t:
         try:
             req = Requirement(t["Drop-When"])
             if canonicalize_name(req.name) != line.package or not req.specifier:
@@ -197,7 +202,7 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
                 Version(spec.version)
         except (InvalidRequirement, InvalidVersion):
             out.append(f"{patch.name}: Drop-When {t['Drop-When']!r} must be a version condition on "
-                       f"{line.package}, e.g. '{line.package}>=4.54.0'")
+                       f"{line.package}, e.g. '{line.package}>=4.54.0', or '{DROP_BY_BEHAVIOUR}'")
     if "Proof-Test" in t:
         file, _, func = t["Proof-Test"].partition("::")
         if not file.startswith("tests/proof/") or not file.endswith(".py"):

@@ -52,6 +52,12 @@ def test_bad_trailer_values(demo_project, key, value, expect):
     assert expect in problem and "0001-x.patch" in problem
 
 
+def test_drop_when_by_behaviour_is_accepted(demo_project):
+    demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X",
+                                                         {**TRAILERS, "Drop-When": patches.DROP_BY_BEHAVIOUR})))
+    assert _problems(demo_project) == []
+
+
 def test_series_entry_without_file_and_file_not_in_series(demo_project):
     (demo_project.patch_dir / "series").write_text("0001-greet-comma.patch\n0002-gone.patch\n")
     (demo_project.patch_dir / "0003-stray.patch").write_text("x")
