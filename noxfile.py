@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import os
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "tests", "proof", "e2e"]
+nox.options.sessions = ["lint", "tests", "proof", "e2e", "upstream_check"]
 nox.options.error_on_missing_interpreters = True
 
 ROOT = Path(__file__).parent
 TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
 TOOL_ENV = {"PYTHONPATH": str(ROOT / "src")}
+SETS = sorted(tomllib.loads((ROOT / "overlay" / "sets.toml").read_text())["set"])
+# The staleness check of patches/STATUS.*: a fixed set of releases (upstream releases never change).
+CHECK_RELEASES = ["transformers==4.51.1", "transformers==4.54.0", "accelerate==1.15.0"]
 
 
 def tool(session: nox.Session, *args: str, **kw) -> str | bool:
@@ -56,15 +60,40 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize("flavor", ["pristine", "fixed"])
-def proof(session: nox.Session, flavor: str) -> None:
-    """Proof tests against the pristine pins (each must fail with its bug) or the +fixed build (each must pass)."""
-    reqs = Path(session.create_tmp()) / f"{flavor}.txt"
+@nox.parametrize("pins", SETS)
+def proof(session: nox.Session, flavor: str, pins: str) -> None:
+    """Proof tests on a consumer set's pristine pins (each must fail with its bug) or +fixed builds (must pass)."""
+    reqs = Path(session.create_tmp()) / f"{flavor}-{pins}.txt"
     if flavor == "fixed":
         tool(session, "build")
-    tool(session, "requirements", flavor, "-o", str(reqs))
+    tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
     session.install("--extra-index-url", (ROOT / "dist" / "simple").as_uri(), "-r", str(reqs), TORCH, "pytest")
     session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV)
     session.run("pytest", "tests/proof", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def upstream(session: nox.Session) -> None:
+    """Patch x release matrix by text and behaviour -> patches/STATUS.{md,json} (args: releases, --text-only, ...)."""
+    tool(session, "upstream", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def upstream_check(session: nox.Session) -> None:
+    """Fails when the committed patches/STATUS.* disagrees with a fresh run on a fixed set of releases."""
+    tool(session, "upstream", "--check", *CHECK_RELEASES)
+
+
+@nox.session(venv_backend="none")
+def rebase(session: nox.Session) -> None:
+    """Write patches/<pkg>/<version>/ from the newest line (args: pkg version [--continue | --refresh])."""
+    tool(session, "rebase", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def export(session: nox.Session) -> None:
+    """A patch as an upstream PR into export/<slug>/ (args: slug)."""
+    tool(session, "export", *session.posargs)
 
 
 @nox.session

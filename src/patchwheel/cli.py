@@ -71,6 +71,30 @@ def cmd_requirements(args) -> int:
     return 0
 
 
+def cmd_upstream(args) -> int:
+    from . import upstream
+    overlay = config.load(_root(args))
+    behaviour = None if args.text_only else upstream.Selection.parse(args.behaviour or args.releases)
+    return upstream.run(overlay, upstream.Selection.parse(args.releases), behaviour, check=args.check,
+                        workers=args.workers)
+
+
+def cmd_rebase(args) -> int:
+    from . import rebase
+    overlay = config.load(_root(args))
+    if args.refresh:
+        return rebase.refresh(overlay, args.package, args.version)
+    if args.cont:
+        return rebase.resume(overlay, args.package, args.version)
+    return rebase.start(overlay, args.package, args.version, behaviour=not args.text_only)
+
+
+def cmd_export(args) -> int:
+    from . import export
+    export.export(config.load(_root(args)), args.patch, Path(args.out) if args.out else None)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
     ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
@@ -92,6 +116,24 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--set", default="default")
     r.add_argument("-o", "--output", help="write the lines to this file")
     r.set_defaults(func=cmd_requirements)
+    u = sub.add_parser("upstream", help="patch x release matrix by text and by behaviour -> patches/STATUS.*")
+    u.add_argument("releases", nargs="*", help="e.g. transformers==4.53.3 'accelerate>=1.10' (default: all newer)")
+    u.add_argument("--behaviour", action="append", help="run proofs only for these releases (default: the same)")
+    u.add_argument("--text-only", action="store_true", help="skip the proof tests")
+    u.add_argument("--check", action="store_true", help="compare with the committed matrix instead of writing")
+    u.add_argument("--workers", type=int, default=2)
+    u.set_defaults(func=cmd_upstream)
+    rb = sub.add_parser("rebase", help="write patches/<pkg>/<version>/ from the newest line of <pkg>")
+    rb.add_argument("package")
+    rb.add_argument("version")
+    rb.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
+    rb.add_argument("--text-only", action="store_true", help="do not drop patches whose proof passes upstream")
+    rb.add_argument("--refresh", action="store_true", help="re-export the existing line's patches (after hand edits)")
+    rb.set_defaults(func=cmd_rebase)
+    ex = sub.add_parser("export", help="a patch as an upstream PR: mbox for git am, reproducer, PR.md")
+    ex.add_argument("patch", help="slug or file name, e.g. prepare-refuses-dtensor-ddp")
+    ex.add_argument("--out", help="folder (default: <root>/export)")
+    ex.set_defaults(func=cmd_export)
     args = ap.parse_args(argv)
     try:
         return args.func(args)

@@ -37,17 +37,17 @@ def index_url() -> str:
 class _Links(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.links: list[tuple[str, str]] = []  # (text, href)
-        self._href: str | None = None
+        self.links: list[tuple[str, str, dict]] = []  # (text, href, attributes)
+        self._attrs: dict | None = None
 
     def handle_starttag(self, tag, attrs):
         if tag == "a":
-            self._href = dict(attrs).get("href")
+            self._attrs = dict(attrs)
 
     def handle_data(self, data):
-        if self._href is not None and data.strip():
-            self.links.append((data.strip(), self._href))
-            self._href = None
+        if self._attrs is not None and data.strip():
+            self.links.append((data.strip(), self._attrs.get("href") or "", self._attrs))
+            self._attrs = None
 
 
 def _open(url: str, what: str, timeout: float = 60):
@@ -63,8 +63,7 @@ def _open(url: str, what: str, timeout: float = 60):
         ) from exc
 
 
-def project_links(package: str, index: str | None = None) -> dict[str, tuple[str, str | None]]:
-    """filename -> (absolute url without fragment, sha256 from the fragment or None)."""
+def _project_page(package: str, index: str | None = None) -> tuple[str, list[tuple[str, str, dict]]]:
     page = f"{index or index_url()}/{package}/"
     # A PEP 503 tree on disk (file://…/simple) serves its pages as <project>/index.html.
     target = page + "index.html" if page.startswith("file:") else page
@@ -72,12 +71,41 @@ def project_links(package: str, index: str | None = None) -> dict[str, tuple[str
         html = resp.read().decode("utf-8", "replace")
     parser = _Links()
     parser.feed(html)
+    return page, parser.links
+
+
+def project_links(package: str, index: str | None = None) -> dict[str, tuple[str, str | None]]:
+    """filename -> (absolute url without fragment, sha256 from the fragment or None)."""
+    page, links = _project_page(package, index)
     out = {}
-    for text, href in parser.links:
+    for text, href, _ in links:
         url, _, frag = urllib.parse.urljoin(page, href).partition("#")
         sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
         out[text] = (url, sha)
     return out
+
+
+def releases(package: str, index: str | None = None) -> list[tuple[str, Artifact, bool]]:
+    """Final releases with a py3-none-any wheel, oldest first: (version, wheel artifact, yanked).
+
+    The sha256 comes from the index listing (the pins of newer releases are what the index says they are)."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import Version
+
+    page, links = _project_page(package, index)
+    out = {}
+    for text, href, attrs in links:
+        if not text.endswith("-py3-none-any.whl"):
+            continue
+        try:
+            _, version, _, _ = parse_wheel_filename(text)
+        except InvalidWheelFilename:
+            continue
+        frag = urllib.parse.urljoin(page, href).partition("#")[2]
+        if version.is_prerelease or version.is_devrelease or not frag.startswith("sha256="):
+            continue
+        out[version] = (str(version), Artifact(text, frag[len("sha256="):]), "data-yanked" in attrs)
+    return [out[v] for v in sorted(out)]
 
 
 def sha256_file(path: Path) -> str:

@@ -1,0 +1,120 @@
+"""Export one patch as an upstream PR: ``patchwheel export <slug>`` -> ``export/<slug>/``.
+
+- ``0001-<slug>.patch``: the patch carried alone onto the newest upstream release (3-way if needed), exported with
+  the pinned format-patch flags, and verified: ``git am`` takes it on a fresh repository of that release's files.
+- ``reproducer/``: the proof test as a standalone pytest module (with the spawn harness it uses and a conftest
+  that only registers the markers): it fails on the pristine release and passes with the fix.
+- ``PR.md``: title, problem, reproducer, root cause and fix (the commit message), and the releases affected
+  according to patches/STATUS.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from . import fetch, gitops
+from .config import Overlay
+from .errors import PatchwheelError
+from .patches import load_series
+from .textcheck import _carry
+from .upstream import _upstream_files
+
+
+def find(overlay: Overlay, slug: str):
+    """The newest line carrying a patch with this slug (or file name), and the patch."""
+    want = re.sub(r"^\d{4}-|\.patch$", "", slug.split("/")[-1])
+    for line in reversed([l for pkg in overlay.packages() for l in overlay.lines[pkg]]):
+        series = load_series(line)
+        for i, p in enumerate(series):
+            if p.slug == want:
+                return line, series[: i + 1]
+    known = sorted({p.slug for l in overlay.all_lines() for p in load_series(l)})
+    raise PatchwheelError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")
+
+
+def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print) -> Path:
+    line, upto = find(overlay, slug)
+    patch = upto[-1]
+    version, newest, _ = fetch.releases(line.package)[-1]
+    touched = sorted({t for p in upto for t in p.touched})
+    old = {k: v for k, v in _upstream_files(line.package, line.wheel, line, touched).items() if v is not None}
+    new = _upstream_files(line.package, newest, line, patch.touched)
+    # Base: the line's pristine files with the patches before this one, so the patch applies as in the series.
+    repo = gitops.scratch_repo(old, f"pristine {line.key}")
+    try:
+        for p in upto[:-1]:
+            gitops.am(repo, p.path)
+        gitops.git(repo, "branch", "-q", "pre")
+        gitops.am(repo, patch.path)
+        commit = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
+        gitops.git(repo, "checkout", "-q", "-b", "upstream", "pre")
+        gitops.write_files(repo, {k: v for k, v in new.items()})
+        gitops.git(repo, "add", "-A")
+        gitops.commit(repo, f"pristine {line.package} {version}")
+        result = _carry(repo, patch, commit)
+        if result.status in ("conflict", "already-upstream"):
+            raise PatchwheelError(
+                f"{patch.name} does not carry onto {line.package} {version} (the newest release): {result.status}"
+                f" ({result.detail})",
+                f"rebase the line first (`nox -s rebase -- {line.package} {version}`), then export from it")
+        mbox = gitops.format_patch(repo)
+    finally:
+        shutil.rmtree(repo.parent, ignore_errors=True)
+    out = (out_root or overlay.root / "export") / patch.slug
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "reproducer").mkdir(parents=True)
+    patch_file = out / f"0001-{patch.slug}.patch"
+    patch_file.write_bytes(mbox)
+    check = gitops.scratch_repo({k: v for k, v in new.items() if v is not None}, f"{line.package} {version}")
+    try:
+        gitops.am(check, patch_file)  # the proof that `git am` takes it on the release's tree
+    finally:
+        shutil.rmtree(check.parent, ignore_errors=True)
+    proof = overlay.root / patch.trailers["Proof-Test"].split("::")[0]
+    shutil.copy(proof, out / "reproducer" / proof.name)
+    text = proof.read_text()
+    for helper in ("harness.py", "dataparallel_sim.py"):
+        if re.search(rf"^from {helper[:-3]} import", text, re.M):
+            shutil.copy(proof.parent / helper, out / "reproducer" / helper)
+    (out / "reproducer" / "conftest.py").write_text(
+        '"""Standalone reproducer: only registers the markers the test module uses."""\n\n\n'
+        "def pytest_configure(config):\n"
+        '    config.addinivalue_line("markers", "proof(package, pristine_error): the bug this test proves")\n'
+        '    config.addinivalue_line("markers", "regression: must pass with and without the fix")\n')
+    (out / "PR.md").write_text(_description(overlay, line, patch, version, result.status, proof.name))
+    log(f"wrote {out}/: {patch_file.name} ({result.status} onto {line.package} {version}, verified with git am), "
+        f"reproducer/, PR.md")
+    return out
+
+
+def _description(overlay, line, patch, version, text_status, proof_name) -> str:
+    body = "\n".join(l for l in patch.message.splitlines() if not re.match(r"^[A-Za-z-]+: ", l)).strip()
+    affected, fixed = [], []
+    status = overlay.root / "patches" / "STATUS.json"
+    if status.is_file():
+        for l in json.loads(status.read_text())["lines"]:
+            if l["line"].split("/")[0] != line.package:
+                continue
+            for p in l["patches"]:
+                if p["name"].split("-", 1)[1] == patch.name.split("-", 1)[1]:
+                    for v, cell in p["cells"].items():
+                        (affected if cell.get("behaviour") == "fails" else
+                         fixed if cell.get("behaviour") == "passes" else []).append(v)
+    affected = sorted(set(affected), key=lambda v: [int(x) for x in v.split(".")])
+    return "\n".join([
+        f"# {patch.subject}", "",
+        f"Fixes {patch.trailers.get('Upstream-Issue', '')}", "",
+        "## Problem, root cause and fix", "", body, "",
+        "## Reproducer", "",
+        f"`reproducer/{proof_name}` is a standalone pytest module (tiny random models built in the test, CPU only,"
+        " real gloo process groups on 127.0.0.1 where it is distributed):", "",
+        "```sh", f"pip install {line.package}=={version} torch pytest", f"pytest reproducer/{proof_name}   "
+        "# fails without this patch, passes with it", "```", "",
+        "## Versions affected", "",
+        f"- this patch applies to {line.package} {version} ({text_status}); it was first written for "
+        f"{line.package} {line.version}",
+        f"- the reproducer fails on: {', '.join(affected) or 'not measured'}",
+        f"- the reproducer passes on: {', '.join(sorted(set(fixed))) or 'none measured'}", ""])

@@ -1,0 +1,195 @@
+"""Rebase a release line onto a newer upstream release: ``patchwheel rebase <pkg> <version>``.
+
+1. Judge by behaviour: run each patch's proof test on the pristine new release. A patch whose proof passes is
+   upstream (possibly fixed differently) and is dropped; the new series records where (a comment line).
+2. Carry the rest by text, in order, in a work repository under ``.rebase/<pkg>-<version>/repo`` (pristine base
+   commit, the series as commits, a branch with the new release's files): clean and offset patches are
+   refreshed, 3-way merges taken. On a conflict the cherry-pick is left in the work tree and the command stops,
+   saying which file and how to continue (``--continue``).
+3. Write ``patches/<pkg>/<version>/`` (renumbered, byte-stable exports) and pin the release in
+   ``overlay/<pkg>/pins.toml``. The old line is left as it was, and stays buildable.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from packaging.version import Version
+
+from . import fetch, gitops, proofenv
+from .config import Artifact, Overlay
+from .errors import PatchwheelError
+from .patches import Patch, load_series, parse_patch
+from .textcheck import _carry
+from .upstream import _upstream_files, companions
+
+_SLUG = re.compile(r"^\d{4}-(.+)\.patch$")
+
+
+def _work(overlay: Overlay, package: str, version: str) -> Path:
+    return overlay.root / ".rebase" / f"{package}-{version}"
+
+
+def _artifacts(package: str, version: str) -> tuple[Artifact, Artifact | None]:
+    links = fetch.project_links(package)
+    wheel = sdist = None
+    for v, art, _ in fetch.releases(package):
+        if v == version:
+            wheel = art
+    if wheel is None:
+        raise PatchwheelError(f"{package} {version} has no py3-none-any wheel on {fetch.index_url()}",
+                              "pick a released version (see `patchwheel upstream --text-only`)")
+    name = f"{package}-{version}.tar.gz"
+    if name in links and links[name][1]:
+        sdist = Artifact(name, links[name][1])
+    return wheel, sdist
+
+
+def start(overlay: Overlay, package: str, version: str, *, behaviour: bool = True, log=print) -> int:
+    old = overlay.line(package)
+    if Version(version) <= Version(old.version):
+        raise PatchwheelError(f"{version} is not newer than the newest line {old.key}", "rebase onto a newer release")
+    target = old.patch_dir.parent / version
+    if target.exists():
+        raise PatchwheelError(f"{target} already exists", f"remove it to rebase again (git rm -r {target})")
+    work = _work(overlay, package, version)
+    if work.exists():
+        raise PatchwheelError(f"a rebase onto {package} {version} is in progress in {work}",
+                              f"finish it with `nox -s rebase -- {package} {version} --continue`, or delete {work}")
+    wheel, sdist = _artifacts(package, version)
+    series = load_series(old)
+    dropped: dict[str, str] = {}
+    if behaviour:
+        env = proofenv.release_env(fetch.cache_dir(), [(package, wheel)] + companions(overlay, old))
+        for p in series:
+            outcome = proofenv.run_proof(env, overlay.root, p.trailers["Proof-Test"].split("::")[0])
+            log(f"{p.name}: proof on pristine {version}: {outcome.verdict} ({outcome.detail})")
+            if outcome.verdict == "passes":
+                dropped[p.name] = f"its proof passes on pristine {package} {version}"
+    keep = [p for p in series if p.name not in dropped]
+    touched = sorted({t for p in series for t in p.touched})
+    old_files = {k: v for k, v in _upstream_files(package, old.wheel, old, touched).items() if v is not None}
+    new_files = _upstream_files(package, wheel, old, touched)
+    work.mkdir(parents=True)
+    repo = gitops.scratch_repo(old_files, f"pristine {package} {old.version}")
+    shutil.move(str(repo), work / "repo")
+    shutil.rmtree(repo.parent, ignore_errors=True)
+    repo = work / "repo"
+    base = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
+    commits = {}
+    for p in keep:
+        gitops.am(repo, p.path)
+        commits[p.name] = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
+    gitops.git(repo, "branch", "-q", "series")
+    gitops.git(repo, "checkout", "-q", "-b", "rebased", base)
+    gitops.write_files(repo, new_files)
+    gitops.git(repo, "add", "-A")
+    gitops.commit(repo, f"pristine {package} {version}")
+    onto = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
+    state = {"package": package, "from": old.version, "to": version, "onto": onto,
+             "wheel": [wheel.filename, wheel.sha256], "sdist": [sdist.filename, sdist.sha256] if sdist else None,
+             "todo": [[p.name, commits[p.name], str(p.path)] for p in keep], "done": {}, "dropped": dropped}
+    return _proceed(overlay, work, state, log)
+
+
+def resume(overlay: Overlay, package: str, version: str, *, log=print) -> int:
+    work = _work(overlay, package, version)
+    state_file = work / "state.json"
+    if not state_file.is_file():
+        raise PatchwheelError(f"no rebase onto {package} {version} is in progress",
+                              f"start one with `nox -s rebase -- {package} {version}`")
+    state = json.loads(state_file.read_text())
+    repo = work / "repo"
+    unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
+    if unmerged:
+        raise PatchwheelError(f"still unresolved in {repo}: {', '.join(unmerged)}",
+                              f"edit them, `git -C {repo} add <file>`, then run --continue again")
+    if (repo / ".git" / "CHERRY_PICK_HEAD").exists():
+        gitops.git(repo, "-c", "core.editor=true", "cherry-pick", "--continue")
+    name = state["todo"].pop(0)[0]
+    state["done"][name] = "resolved by hand"
+    log(f"{name}: resolved by hand")
+    return _proceed(overlay, work, state, log)
+
+
+def _proceed(overlay: Overlay, work: Path, state: dict, log) -> int:
+    repo = work / "repo"
+    while state["todo"]:
+        name, commit, path = state["todo"][0]
+        result = _carry(repo, parse_patch(Path(path)), commit)
+        if result.status == "conflict":
+            # Leave the conflict in the work tree for a human.
+            subprocess.run(["git", "cherry-pick", commit], cwd=repo, env=gitops._env(repo), capture_output=True)
+            (work / "state.json").write_text(json.dumps(state, indent=1))
+            log(f"{name}: CONFLICT in {', '.join(result.conflicts)}")
+            log(f"  resolve it in {repo}/{result.conflicts[0]} (conflict markers), keeping the patch's intent;")
+            log(f"  then: git -C {repo} add {' '.join(result.conflicts)}")
+            log(f"        nox -s rebase -- {state['package']} {state['to']} --continue")
+            log(f"  the original patch: {path}")
+            return 3
+        if result.status == "already-upstream":
+            state["dropped"][name] = f"its text is already in {state['package']} {state['to']} ({result.detail})"
+        else:
+            state["done"][name] = result.status + (f": {result.detail}" if result.detail else "")
+        log(f"{name}: {result.status}{(' (' + result.detail + ')') if result.detail else ''}")
+        state["todo"].pop(0)
+    _write_line(overlay, work, state, log)
+    shutil.rmtree(work, ignore_errors=True)
+    if not any((overlay.root / ".rebase").iterdir()):
+        (overlay.root / ".rebase").rmdir()
+    return 0
+
+
+def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
+    repo = work / "repo"
+    package, version = state["package"], state["to"]
+    revs = gitops.git(repo, "rev-list", "--reverse", f"{state['onto']}..HEAD").decode().split()
+    target = overlay.root / "patches" / package / version
+    tmp = target.with_name(f".{version}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = list(state["done"])
+    if len(revs) != len(names):
+        raise PatchwheelError(f"{len(revs)} commits in {repo} but {len(names)} carried patches",
+                              "the work repository was changed by hand beyond the conflict; start over")
+    lines = [f"# Patch series for {package} {version}, rebased from {state['from']} by `patchwheel rebase`."]
+    for name, why in state["dropped"].items():
+        lines.append(f"# dropped {name}: {why}")
+    for i, (rev, name) in enumerate(zip(revs, names), 1):
+        new_name = f"{i:04d}-{_SLUG.match(name).group(1)}.patch"
+        (tmp / new_name).write_bytes(gitops.format_patch(repo, rev))
+        lines.append(new_name)
+    (tmp / "series").write_text("\n".join(lines) + "\n")
+    tmp.replace(target)
+    pins = overlay.root / "overlay" / package / "pins.toml"
+    text = pins.read_text().rstrip("\n") + f'\n\n[release."{version}"]\n'
+    text += f'wheel = {{ filename = "{state["wheel"][0]}", sha256 = "{state["wheel"][1]}" }}\n'
+    if state["sdist"]:
+        text += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
+    pins.write_text(text)
+    log(f"wrote {target}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pins}")
+    log(f"next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
+
+
+def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:
+    """Re-export a line's patches through `git am` onto the pristine release and `git format-patch`, so that a
+    patch edited by hand gets correct `index` lines (and the ones after it too). Nothing else changes."""
+    line = overlay.line(package, version)
+    series = load_series(line)
+    touched = sorted({t for p in series for t in p.touched})
+    files = {k: v for k, v in _upstream_files(package, line.wheel, line, touched).items() if v is not None}
+    repo = gitops.scratch_repo(files)
+    try:
+        for p in series:
+            gitops.am(repo, p.path)
+            new = gitops.format_patch(repo)
+            if new != p.raw:
+                p.path.write_bytes(new)
+                log(f"refreshed {p.path}")
+    finally:
+        shutil.rmtree(repo.parent, ignore_errors=True)
+    return 0

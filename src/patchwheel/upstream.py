@@ -1,0 +1,262 @@
+"""The upstream check: every patch of every release line against every newer upstream release.
+
+Per (patch, release) cell: the **text** result (clean / offset / 3-way / already-upstream / conflict, see
+textcheck) and the **behaviour** result: the patch's proof test run against the pristine release (``passes``: the
+bug is gone upstream, possibly fixed differently; ``fails``: the patch is still needed, whatever the text says;
+``error``: could not judge). ``Drop-When`` is evaluated for the release, and contradictions are flagged: the
+condition met while the proof still fails, or the proof passing before the condition is met.
+
+Results go to patches/STATUS.json (verdicts and details, no timestamps) and patches/STATUS.md (the matrix).
+A run over some releases updates those cells and keeps the rest; ``--check`` compares instead of writing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from . import fetch, proofenv, textcheck
+from .config import Artifact, Overlay, ReleaseLine
+from .errors import PatchwheelError
+from .patches import DROP_BY_BEHAVIOUR, Patch, load_series
+
+_judged: dict[tuple[str, str], "proofenv.ProofOutcome"] = {}
+TEXT_CODE = {"clean": "C", "offset": "O", "3-way": "3", "already-upstream": "U", "conflict": "X"}
+BEHAVIOUR_CODE = {"passes": "✓", "fails": "✗", "error": "!", None: "·"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which releases to look at, per package: a specifier (``>=4.54,<4.58``) or explicit versions."""
+
+    specs: dict[str, SpecifierSet]
+
+    @classmethod
+    def parse(cls, items: list[str]) -> "Selection":
+        specs: dict[str, SpecifierSet] = {}
+        for item in items:
+            try:
+                req = Requirement(item)
+            except Exception as exc:  # noqa: BLE001 - packaging raises several types
+                raise PatchwheelError(f"cannot read release selection {item!r}",
+                                      "write e.g. transformers==4.53.3 or 'transformers>=4.54,<4.58'") from exc
+            specs[req.name] = specs.get(req.name, SpecifierSet()) & req.specifier
+        return cls(specs)
+
+    def wants(self, package: str, version: str, default: bool = True) -> bool:
+        if package not in self.specs:
+            return default if not self.specs else False
+        return Version(version) in self.specs[package]
+
+
+def companions(overlay: Overlay, line: ReleaseLine) -> list[tuple[str, Artifact]]:
+    """The other packages a proof needs, pinned to their newest release line (deterministic until a rebase)."""
+    return [(pkg, overlay.lines[pkg][-1].wheel) for pkg in overlay.packages() if pkg != line.package]
+
+
+def drop_when_met(patch: Patch, version: str) -> bool | None:
+    cond = patch.trailers.get("Drop-When", "")
+    if cond == DROP_BY_BEHAVIOUR or not cond:
+        return None
+    return Version(version) in Requirement(cond).specifier
+
+
+def _flags(met: bool | None, behaviour: str | None) -> list[str]:
+    if met is True and behaviour == "fails":
+        return ["Drop-When is met but the proof still fails: upstream's fix differs or is partial"]
+    if met is False and behaviour == "passes":
+        return ["the proof passes before Drop-When: upstream fixed it earlier, or the proof is too weak here"]
+    return []
+
+
+def _upstream_files(package: str, artifact: Artifact, line: ReleaseLine, paths: list[str]) -> dict[str, bytes | None]:
+    with zipfile.ZipFile(fetch.fetch(package, artifact)) as zf:
+        names = set(zf.namelist())
+        return {p: (zf.read(line.wheel_path(p)) if line.wheel_path(p) in names else None) for p in paths}
+
+
+class Progress:
+    """One line per finished step, with a count; plain text so it reads the same in CI logs."""
+
+    def __init__(self, total: int, out=sys.stderr) -> None:
+        self.total, self.done, self.out, self.t0 = total, 0, out, time.perf_counter()
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        print(f"[{self.done}/{self.total} {time.perf_counter() - self.t0:6.1f}s] {what}", file=self.out, flush=True)
+
+
+def check_line(overlay: Overlay, line: ReleaseLine, selection: Selection, behaviour: Selection | None,
+               workers: int = 2) -> dict:
+    """The matrix of one release line over the selected newer releases."""
+    series = load_series(line)
+    releases = [(v, a, y) for v, a, y in fetch.releases(line.package)
+                if Version(v) > Version(line.version) and selection.wants(line.package, v)]
+    touched = sorted({p for s in series for p in s.touched})
+    old = {p: d for p, d in _upstream_files(line.package, line.wheel, line, touched).items() if d is not None}
+    run_behaviour = [(v, a) for v, a, _ in releases if behaviour is not None and behaviour.wants(line.package, v)]
+    progress = Progress(len(releases) + len(run_behaviour))
+    cells: dict[str, dict[str, dict]] = {p.name: {} for p in series}
+
+    def text(release):
+        version, artifact, _ = release
+        results = textcheck.classify(series, old, _upstream_files(line.package, artifact, line, touched))
+        progress.step(f"{line.key} vs {version}: text " + " ".join(TEXT_CODE[r.status] for r in results))
+        return version, results
+
+    def judge(release):
+        version, artifact = release
+        env = proofenv.release_env(fetch.cache_dir(), [(line.package, artifact)] + companions(overlay, line))
+        outcomes = {}
+        for p in series:
+            proof = p.trailers["Proof-Test"].split("::")[0]
+            key = (str(env), proof)  # the same proof on the same release is judged once per run, for every line
+            if key not in _judged:
+                _judged[key] = proofenv.run_proof(env, overlay.root, proof)
+            outcomes[p.name] = _judged[key]
+        progress.step(f"{line.key} vs {version}: proofs " +
+                      " ".join(BEHAVIOUR_CODE[o.verdict] for o in outcomes.values()))
+        return version, outcomes
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for version, results in pool.map(text, releases):
+            for r in results:
+                cells[r.patch][version] = {"text": r.status, "text_detail": r.detail, "behaviour": None}
+        for version, outcomes in pool.map(judge, run_behaviour):
+            for name, o in outcomes.items():
+                cells[name][version].update(behaviour=o.verdict, behaviour_detail=o.detail)
+    for p in series:
+        for version, cell in cells[p.name].items():
+            cell["drop_when_met"] = drop_when_met(p, version)
+            cell["flags"] = _flags(cell["drop_when_met"], cell["behaviour"])
+    return {
+        "line": line.key,
+        "companions": [f"{pkg}=={a.filename.split('-')[1]}" for pkg, a in companions(overlay, line)],
+        "releases": [{"version": v, "wheel": a.filename, "sha256": a.sha256, "yanked": y} for v, a, y in releases],
+        "patches": [{"name": p.name, "subject": p.subject, "drop_when": p.trailers.get("Drop-When"),
+                     "proof_test": p.trailers.get("Proof-Test"), "cells": cells[p.name]} for p in series],
+    }
+
+
+def merge(old: dict | None, new_lines: list[dict]) -> dict:
+    """Update the cells that were run; keep every other cell of the committed matrix."""
+    out = {"schema": 1, "torch": proofenv.torch_version(), "lines": []}
+    old_lines = {l["line"]: l for l in (old or {}).get("lines", [])}
+    for new in new_lines:
+        prev = old_lines.pop(new["line"], None)
+        if prev:
+            releases = {r["version"]: r for r in prev["releases"]}
+            releases.update({r["version"]: r for r in new["releases"]})
+            new["releases"] = [releases[v] for v in sorted(releases, key=Version)]
+            prev_patches = {p["name"]: p for p in prev["patches"]}
+            for p in new["patches"]:
+                cells = dict(prev_patches.get(p["name"], {}).get("cells", {}))
+                for version, cell in p["cells"].items():
+                    if cell["behaviour"] is None and version in cells and cells[version].get("behaviour"):
+                        kept = {k: cells[version][k] for k in ("behaviour", "behaviour_detail")}
+                        cell.update(kept, flags=_flags(cell["drop_when_met"], kept["behaviour"]))
+                    cells[version] = cell
+                p["cells"] = {v: cells[v] for v in sorted(cells, key=Version)}
+        out["lines"].append(new)
+    out["lines"] += old_lines.values()
+    out["lines"].sort(key=lambda l: (l["line"].split("/")[0], Version(l["line"].split("/")[1])))
+    return out
+
+
+def compare(committed: dict, fresh_lines: list[dict]) -> list[str]:
+    """Verdicts (text, behaviour where run) of a fresh run that differ from the committed matrix."""
+    lines = {l["line"]: l for l in committed.get("lines", [])}
+    out = []
+    for fresh in fresh_lines:
+        old = lines.get(fresh["line"])
+        if old is None:
+            out.append(f"{fresh['line']}: not in the committed matrix")
+            continue
+        old_patches = {p["name"]: p for p in old["patches"]}
+        for p in fresh["patches"]:
+            for version, cell in p["cells"].items():
+                prev = old_patches.get(p["name"], {}).get("cells", {}).get(version)
+                if prev is None:
+                    out.append(f"{fresh['line']} {p['name']} vs {version}: missing from the committed matrix")
+                    continue
+                for key in ("text", "behaviour"):
+                    if cell[key] is not None and prev.get(key) != cell[key]:
+                        out.append(f"{fresh['line']} {p['name']} vs {version}: {key} is {cell[key]}, "
+                                   f"the committed matrix says {prev.get(key)}")
+    return out
+
+
+def render(matrix: dict, per_table: int = 10) -> str:
+    out = ["# Patch status against newer upstream releases", "",
+           "Written by `nox -s upstream` (patchwheel.upstream); do not edit. Each cell: text result, then behaviour.",
+           "",
+           "Text: **C** clean, **O** offset, **3** needs a 3-way merge, **U** already upstream (reverse-applies or "
+           "empty after merge), **X** conflict.  ",
+           "Behaviour (the patch's proof test on the pristine release): **✓** passes, the bug is gone upstream; "
+           "**✗** fails, the patch is still needed; **!** could not judge; **·** not run.  ",
+           "**⚠** the Drop-When condition and the behaviour disagree (see the notes under the table). "
+           "*(y)* marks a yanked release.", ""]
+    for line in matrix["lines"]:
+        out += [f"## {line['line']}", "", f"Proofs ran with {', '.join(line['companions'])} and torch "
+                f"{matrix.get('torch')}.", ""]
+        versions = [r["version"] + (" *(y)*" if r["yanked"] else "") for r in line["releases"]]
+        keys = [r["version"] for r in line["releases"]]
+        notes = []
+        for start in range(0, len(keys), per_table):
+            cols, heads = keys[start:start + per_table], versions[start:start + per_table]
+            out.append("| patch | " + " | ".join(heads) + " |")
+            out.append("|---|" + "---|" * len(cols))
+            for p in line["patches"]:
+                row = []
+                for v in cols:
+                    cell = p["cells"].get(v)
+                    if cell is None:
+                        row.append("")
+                        continue
+                    mark = TEXT_CODE[cell["text"]] + " " + BEHAVIOUR_CODE[cell["behaviour"]]
+                    if cell["flags"]:
+                        mark += " ⚠"
+                        notes.append(f"- {p['name']} vs {v}: {cell['flags'][0]}"
+                                     + (f" ({cell.get('behaviour_detail')})" if cell.get("behaviour_detail") else ""))
+                    row.append(mark)
+                out.append(f"| {p['name'].split('.patch')[0]} | " + " | ".join(row) + " |")
+            out.append("")
+        drop = [f"- {p['name']}: Drop-When `{p['drop_when']}`; proof `{p['proof_test']}`" for p in line["patches"]]
+        out += drop + [""] + (["Notes:", ""] + notes + [""] if notes else [])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def run(overlay: Overlay, selection: Selection, behaviour: Selection | None, *, check: bool, workers: int) -> int:
+    json_path = overlay.root / "patches" / "STATUS.json"
+    committed = json.loads(json_path.read_text()) if json_path.is_file() else None
+    lines = [check_line(overlay, line, selection, behaviour, workers) for line in overlay.all_lines()
+             if not selection.specs or line.package in selection.specs]
+    if check:
+        if committed is None:
+            raise PatchwheelError(f"{json_path} does not exist", "run `nox -s upstream` and commit the result")
+        diffs = compare(committed, lines)
+        for d in diffs:
+            print(f"stale: {d}")
+        if diffs:
+            print("the committed matrix is stale: run `nox -s upstream` and commit patches/STATUS.*")
+            return 1
+        print(f"the committed matrix agrees with a fresh run on {sum(len(l['releases']) for l in lines)} "
+              f"release(s)")
+        return 0
+    matrix = merge(committed, lines)
+    tmp_json, tmp_md = json_path.with_suffix(".json.tmp"), json_path.with_suffix(".md.tmp")
+    tmp_json.write_text(json.dumps(matrix, indent=1, ensure_ascii=False) + "\n")
+    tmp_md.write_text(render(matrix))
+    tmp_json.replace(json_path)
+    tmp_md.replace(json_path.with_suffix(".md"))
+    print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
+    return 0
