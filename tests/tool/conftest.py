@@ -109,6 +109,14 @@ class Demo:
         from patchwheel import config
         return config.load(self.root)
 
+    def add_release(self, version: str, core: bytes) -> None:
+        """Publish another upstream release of demo (its core.py as given) on the test index."""
+        init = INIT.replace(b'"1.0.0"', f'"{version}"'.encode())
+        whl = make_wheel(self.upstream.parent, {"demo/__init__.py": init, "demo/core.py": core}, version=version)
+        sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+        page = self.index / "demo" / "index.html"
+        page.write_text(page.read_text() + f'<a href="../../upstream/{whl.name}#sha256={sha}">{whl.name}</a>\n')
+
 
 @pytest.fixture
 def demo_project(tmp_path, monkeypatch) -> Demo:

@@ -1,0 +1,110 @@
+"""Text classification, rebase (with a conflict resolved by hand) and export, on the synthetic demo package."""
+
+from __future__ import annotations
+
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import CORE, INIT
+
+from patchwheel import build as build_mod
+from patchwheel import export, fetch, gitops, patches, rebase, textcheck, upstream
+from patchwheel.errors import PatchwheelError
+
+FIX = b'"hello, " + name'
+
+
+def _files(core):
+    return {"src/demo/core.py": core, "src/demo/__init__.py": INIT}
+
+
+@pytest.mark.parametrize("new_core,status", [
+    (CORE, "clean"),
+    (b"# a new first line\n# and another\n" + CORE, "offset"),
+    (CORE.replace(b'"hello " + name', FIX), "already-upstream"),
+    (CORE.replace(b"def add(a, b):", b"def add(a, b):  # a context line of the hunk"), "3-way"),
+    (CORE.replace(b'"hello " + name', b'"hi " + name'), "conflict"),
+])
+def test_text_classes(demo_project, new_core, status):
+    series = patches.load_series(demo_project.load().line("demo"))
+    (result,) = textcheck.classify(series, _files(CORE), _files(new_core))
+    assert result.status == status, result
+    if status in ("clean", "offset", "3-way"):
+        assert FIX in result.rebased and b"diff --git a/src/demo/core.py" in result.rebased
+
+
+def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
+    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
+    overlay = demo_project.load()
+    assert rebase.start(overlay, "demo", "1.1.0", behaviour=False) == 3
+    out = capsys.readouterr().out
+    work = demo_project.root / ".rebase" / "demo-1.1.0" / "repo"
+    assert "CONFLICT in src/demo/core.py" in out and "--continue" in out and str(work) in out
+    with pytest.raises(PatchwheelError, match="still unresolved"):
+        rebase.resume(demo_project.load(), "demo", "1.1.0")
+    core = work / "src" / "demo" / "core.py"
+    core.write_bytes(CORE.replace(b'"hello " + name', b'"hi, " + name'))  # the patch's intent, on 1.1.0
+    gitops.git(work, "add", "src/demo/core.py")
+    assert rebase.resume(demo_project.load(), "demo", "1.1.0") == 0
+    new_dir = demo_project.root / "patches" / "demo" / "1.1.0"
+    assert (new_dir / "series").read_text().splitlines()[-1] == "0001-greet-comma.patch"
+    assert not (demo_project.root / ".rebase").exists()
+    overlay = demo_project.load()
+    assert [l.version for l in overlay.lines["demo"]] == ["1.0.0", "1.1.0"]
+    assert patches.lint_line(overlay.line("demo", "1.1.0"), demo_project.root) == []
+    built = build_mod.build(overlay, demo_project.root / "dist", log=lambda m: None)  # both lines build
+    assert sorted(b.filename for b in built) == ["demo-1.0.0+fixed-py3-none-any.whl",
+                                                 "demo-1.1.0+fixed-py3-none-any.whl"]
+    with zipfile.ZipFile(demo_project.root / "dist" / "demo-1.1.0+fixed-py3-none-any.whl") as zf:
+        assert b'"hi, " + name' in zf.read("demo/core.py")
+
+
+def test_rebase_refuses_bad_targets(demo_project):
+    overlay = demo_project.load()
+    with pytest.raises(PatchwheelError, match="is not newer"):
+        rebase.start(overlay, "demo", "0.9.0", behaviour=False)
+    with pytest.raises(PatchwheelError, match="has no py3-none-any wheel"):
+        rebase.start(overlay, "demo", "7.0.0", behaviour=False)
+    with pytest.raises(PatchwheelError, match="no rebase onto demo 1.1.0 is in progress"):
+        rebase.resume(overlay, "demo", "1.1.0")
+
+
+def test_upstream_matrix_and_staleness_check(demo_project, capsys):
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+    demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', FIX))
+    overlay = demo_project.load()
+    sel = upstream.Selection.parse([])
+    assert upstream.run(overlay, sel, None, check=False, workers=2) == 0
+    md = (demo_project.root / "patches" / "STATUS.md").read_text()
+    assert "| 0001-greet-comma | O · | U · |" in md, md
+    assert upstream.run(overlay, sel, None, check=True, workers=1) == 0
+    status = demo_project.root / "patches" / "STATUS.json"
+    status.write_text(status.read_text().replace('"text": "offset"', '"text": "clean"'))
+    assert upstream.run(overlay, sel, None, check=True, workers=1) == 1
+    assert "vs 1.1.0: text is offset, the committed matrix says clean" in capsys.readouterr().out
+
+
+def test_drop_when_contradictions_are_flagged():
+    assert upstream._flags(True, "fails") and upstream._flags(False, "passes")
+    assert upstream._flags(True, "passes") == [] and upstream._flags(None, "fails") == []
+
+
+def test_export_verifies_with_git_am(demo_project, tmp_path):
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None)
+    patch = out / "0001-greet-comma.patch"
+    assert patch.read_bytes().startswith(b"From 0000000000000000000000000000000000000000")
+    assert (out / "reproducer" / "test_demo.py").is_file() and (out / "reproducer" / "conftest.py").is_file()
+    assert "# Greet with a comma" in (out / "PR.md").read_text()
+    repo = gitops.scratch_repo({"src/demo/core.py": b"# moved\n" + CORE})  # an independent git am
+    gitops.am(repo, patch)
+    assert FIX in (repo / "src" / "demo" / "core.py").read_bytes()
+
+
+def test_export_refuses_a_conflicting_patch(demo_project, tmp_path):
+    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
+    with pytest.raises(PatchwheelError, match="does not carry onto demo 1.1.0") as err:
+        export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None)
+    assert "rebase the line first" in err.value.hint
