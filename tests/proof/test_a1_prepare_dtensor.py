@@ -27,6 +27,10 @@ pytestmark = pytest.mark.proof(package="accelerate",
                                pristine_error=r"got mixed torch\.Tensor and DTensor")
 
 
+# From accelerate 1.13 a CPU job under torchrun is MULTI_CPU only when it says so.
+CPU_JOB = {"ACCELERATE_USE_CPU": "1"}
+
+
 def _model():
     from torch import nn
 
@@ -62,7 +66,7 @@ def _prepare_without_tp_config(rank, world_size, where):
     from accelerate import Accelerator
 
     accelerator = Accelerator()
-    assert accelerator.distributed_type.value == "MULTI_CPU"
+    assert accelerator.distributed_type.value == "MULTI_CPU", f"not a CPU job: {accelerator.distributed_type}"
     try:
         prepared = accelerator.prepare(model)
     except ValueError as exc:
@@ -72,7 +76,7 @@ def _prepare_without_tp_config(rank, world_size, where):
 
 @pytest.mark.parametrize("where", ["parameters", "buffer"])
 def test_prepare_refuses_a_tp_sharded_model_with_a_clear_error(where):
-    for rank, message in enumerate(run_ranks(_prepare_without_tp_config, 2, where)):
+    for rank, message in enumerate(run_ranks(_prepare_without_tp_config, 2, where, env=CPU_JOB)):
         assert "tensor-parallel sharded" in message, f"rank {rank}: {message}"
         sharded, plain = {"parameters": ("up.weight", "norm.weight"), "buffer": ("table", "up.weight")}[where]
         assert sharded in message and plain in message, message
@@ -81,13 +85,26 @@ def test_prepare_refuses_a_tp_sharded_model_with_a_clear_error(where):
         assert "local_process_index" in message and "TorchTensorParallelPlugin" in message, message
 
 
-def _prepare_with_tp_plugin(rank, world_size):
+def _explicit_tp_accelerator(world_size):
+    """accelerate >= 1.10: ParallelismConfig(tp_size=...); before: TorchTensorParallelPlugin(tp_size=...)."""
     from accelerate import Accelerator
-    from accelerate.utils import TorchTensorParallelPlugin
+
+    try:
+        from accelerate.parallelism_config import ParallelismConfig
+    except ImportError:
+        from accelerate.utils import TorchTensorParallelPlugin
+
+        accelerator = Accelerator(torch_tp_plugin=TorchTensorParallelPlugin(tp_size=world_size))
+        return accelerator, accelerator.state.torch_tp_plugin.torch_device_mesh["tp"]
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(tp_size=world_size))
+    return accelerator, accelerator.torch_device_mesh["tp"]
+
+
+def _prepare_with_tp_plugin(rank, world_size):
     from torch.distributed.tensor import DTensor
 
-    accelerator = Accelerator(torch_tp_plugin=TorchTensorParallelPlugin(tp_size=world_size))
-    model = _shard(_model(), accelerator.state.torch_tp_plugin.torch_device_mesh["tp"], "parameters")
+    accelerator, mesh = _explicit_tp_accelerator(world_size)
+    model = _shard(_model(), mesh, "parameters")
     prepared = accelerator.prepare(model)
     x = torch.arange(24.0).reshape(3, 8) / 24  # the same batch on every rank of the TP group
     out = prepared(x)
@@ -97,15 +114,17 @@ def _prepare_with_tp_plugin(rank, world_size):
             "up_grad": prepared.up.weight.grad.full_tensor().clone()}
 
 
-@pytest.mark.proof(package="accelerate", pristine_error=r"_cuda_setDevice|Torch not compiled with CUDA")
-def test_explicit_tp_plugin_prepares_without_ddp():
-    """Pristine 1.6.0 cannot even build the plugin on CPU (its mesh is hard-wired to CUDA)."""
+# Upstream has no explicit tensor-parallel path for CPU jobs: 1.6.0's plugin is hard-wired to CUDA, and from 1.10
+# ParallelismConfig refuses MULTI_CPU. The patch opens it, so prepare can succeed without DDP there too.
+@pytest.mark.proof(package="accelerate",
+                   pristine_error=r"_cuda_setDevice|Torch not compiled with CUDA|only compatible DistributedType")
+def test_explicit_tp_config_prepares_without_ddp():
+    """An explicitly configured tensor-parallel job: prepare leaves the sharded model as it is (no DDP)."""
     reference = _model()
     x = torch.arange(24.0).reshape(3, 8) / 24
     out = reference(x)
     out.sum().backward()
-    for rank, r in enumerate(run_ranks(_prepare_with_tp_plugin, 2)):
+    for rank, r in enumerate(run_ranks(_prepare_with_tp_plugin, 2, env=CPU_JOB)):
         assert r["type"] == "Block" and r["sharded"], f"rank {rank}: prepare must not wrap or gather: {r['type']}"
-        assert r["distributed_type"] == "TP"
         torch.testing.assert_close(r["out"], out.detach())
         torch.testing.assert_close(r["up_grad"], reference.up.weight.grad)

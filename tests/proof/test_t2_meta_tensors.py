@@ -25,6 +25,20 @@ import torch
 pytestmark = pytest.mark.proof(package="transformers",
                                pristine_error=r"NotImplementedError: Cannot copy out of meta tensor; no data!")
 
+
+def _env_trigger_fixed_upstream() -> bool:
+    """Upstream fixed the environment trigger in 4.51.1 (its own init_empty_weights, include_buffers=False):
+    from there on, the environment-variable test guards against regressions instead of proving the bug."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    return Version(Version(version("transformers")).base_version) >= Version("4.51.1")
+
+
+env_trigger_role = pytest.mark.regression if _env_trigger_fixed_upstream() else pytest.mark.proof(
+    package="transformers", pristine_error=r"NotImplementedError: Cannot copy out of meta tensor; no data!")
+
 INPUT = torch.tensor([[1, 5, 17, 42, 3, 88, 9, 60]])
 
 
@@ -67,6 +81,7 @@ def _meta_tensors(model):
     return [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
 
 
+@env_trigger_role
 @pytest.mark.parametrize("kind", ["base", "causal-lm"])
 def test_env_include_buffers_load_equals_plain_load(checkpoint, kind, monkeypatch):
     monkeypatch.delenv("ACCELERATE_INIT_INCLUDE_BUFFERS", raising=False)

@@ -19,8 +19,9 @@ import torch
 
 from harness import run_ranks
 
+# 4.50.x fails in its nccl-only TP start-up on CPU; from 4.52 the TP start-up works on CPU and shards for real.
 pytestmark = pytest.mark.proof(package="transformers",
-                               pristine_error=r"We tried to initialize torch\.distributed for you")
+                               pristine_error=r"We tried to initialize torch\.distributed for you|must not shard")
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,8 @@ def _load_prepare_train(rank, world_size, ckpt):
 def test_device_map_auto_under_torchrun_gives_replicas_that_ddp_trains(checkpoint):
     from safetensors.torch import load_file
 
-    results = run_ranks(_load_prepare_train, 2, checkpoint, init_group=False)
+    # accelerate >= 1.13 treats a CPU torchrun job as MULTI_CPU (DDP over gloo) only when told so.
+    results = run_ranks(_load_prepare_train, 2, checkpoint, init_group=False, env={"ACCELERATE_USE_CPU": "1"})
     assert [r["wrapper"] for r in results] == ["DistributedDataParallel"] * 2
     initial = load_file(f"{checkpoint}/model.safetensors")
     a, b = results[0]["state"], results[1]["state"]
@@ -82,7 +84,7 @@ def _load_only(rank, world_size, ckpt):
 def test_world_size_one_counts_too(checkpoint):
     """`torchrun --nproc-per-node 1` sets WORLD_SIZE=1, which also triggered the coupling."""
     (sharded,) = run_ranks(_load_only, 1, checkpoint, init_group=False)
-    assert sharded == []
+    assert sharded == [], f"device_map='auto' must not shard: {sharded[:3]}"
 
 
 def _explicit_tp(rank, world_size, ckpt):
