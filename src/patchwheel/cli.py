@@ -95,6 +95,21 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_diagnose(args) -> int:
+    import json
+
+    from . import diagnose_probe
+    memory = {}
+    for item in args.max_memory or []:
+        device, sep, size = item.partition("=")
+        if not sep or not size:
+            raise PatchwheelError(f"--max-memory {item!r} is not DEVICE=SIZE", "e.g. --max-memory 0=20GiB cpu=64GiB")
+        memory[device] = size
+    cmd = [args.python or sys.executable, "-I", diagnose_probe.__file__, args.checkpoint, json.dumps(memory),
+           args.offload_folder or ""]
+    return subprocess.run(cmd).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
     ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
@@ -134,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("patch", help="slug or file name, e.g. prepare-refuses-dtensor-ddp")
     ex.add_argument("--out", help="folder (default: <root>/export)")
     ex.set_defaults(func=cmd_export)
+    dg = sub.add_parser("diagnose", help="load a checkpoint with device_map='auto' and say why generate() may stall")
+    dg.add_argument("checkpoint")
+    dg.add_argument("--python", help="interpreter of the environment to use (default: this one)")
+    dg.add_argument("--max-memory", nargs="*", help="DEVICE=SIZE, as from_pretrained's max_memory (0=20GiB cpu=8GiB)")
+    dg.add_argument("--offload-folder")
+    dg.set_defaults(func=cmd_diagnose)
     args = ap.parse_args(argv)
     try:
         return args.func(args)

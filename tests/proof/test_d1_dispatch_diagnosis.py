@@ -1,0 +1,130 @@
+"""Proof for D1: a diagnosis for `device_map="auto"` generation that stalls (accelerate#3434).
+
+Upstream has no such diagnosis (on pristine releases these tests fail to import it). The fixed accelerate carries
+`accelerate.utils.diagnose`: a pure function over a placement, so every GPU situation is checked here with
+synthetic maps, and a real tiny model is dispatched on CPU with a small `max_memory` and an offload folder: the
+diagnosis reports the disk offload, greedy output stays identical to the model loaded whole, and
+`dispatch_model` warns exactly once per model.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.proof(package="accelerate",
+                               pristine_error=r"cannot import name 'diagnose' from 'accelerate\.utils'|No module named 'accelerate\.utils\.diagnose'")
+
+GiB = 1024**3
+INPUT = torch.tensor([[1, 5, 17, 42, 3, 88, 9, 60]])
+
+
+def _diagnose():
+    from accelerate.utils import diagnose
+
+    return diagnose
+
+
+def _llama_stages(devices):
+    names = ["model.embed_tokens"] + [f"model.layers.{i}" for i in range(4)] + ["model.norm", "lm_head"]
+    return list(zip(names, devices))
+
+
+def test_split_across_gpus_although_it_fits_on_one():
+    d = _diagnose()
+    stages = _llama_stages(["cuda:0"] * 3 + ["cuda:1"] * 4)
+    p = d.Placement(stages, {n: GiB for n, _ in stages}, capacity={"cuda:0": 48 * GiB, "cuda:1": 24 * GiB})
+    (f,) = d.diagnose(p)
+    assert (f.kind, f.severity) == ("split", "warning")
+    assert "fits on cuda:0 (48.0 GiB)" in f.message and 'device_map={"": "cuda:0"}' in f.message
+    assert "cuda:0 [model.embed_tokens … model.layers.1 (3 entries)] -> cuda:1 [model.layers.2" in f.message
+
+
+def test_split_that_does_not_fit_is_only_a_note():
+    d = _diagnose()
+    stages = _llama_stages(["cuda:0"] * 3 + ["cuda:1"] * 4)
+    p = d.Placement(stages, {n: 10 * GiB for n, _ in stages}, capacity={"cuda:0": 24 * GiB, "cuda:1": 24 * GiB})
+    assert [(f.kind, f.severity) for f in d.diagnose(p)] == [("split", "note")]
+
+
+def test_offload_to_cpu_and_disk_is_streamed_per_token():
+    d = _diagnose()
+    stages = _llama_stages(["cuda:0"] * 3 + ["cpu"] * 2 + ["disk"] * 2)
+    p = d.Placement(stages, {n: 512 * 1024**2 for n, _ in stages}, capacity={"cuda:0": 80 * GiB})
+    (f,) = d.diagnose(p)
+    assert f.kind == "offload" and "1.0 GiB from cpu" in f.message and "1.0 GiB from disk" in f.message
+    assert "about 2.0 GiB per token" in f.message
+
+
+def test_no_peer_access_between_consecutive_stages():
+    d = _diagnose()
+    stages = _llama_stages(["cuda:0"] * 3 + ["cuda:1"] * 4)
+    p = d.Placement(stages, {n: 30 * GiB for n, _ in stages}, capacity={"cuda:0": 80 * GiB, "cuda:1": 80 * GiB},
+                    peer_access={("cuda:0", "cuda:1"): False})
+    kinds = [f.kind for f in d.diagnose(p)]
+    assert kinds == ["split", "peer-access"]
+
+
+def test_meta_without_hook_and_inputs_on_the_wrong_device():
+    d = _diagnose()
+    stages = _llama_stages(["cuda:1"] * 7)
+    p = d.Placement(stages, {n: GiB for n, _ in stages}, unhooked_meta=["model.rotary_emb.inv_freq"],
+                    input_devices=["cpu"])
+    found = {f.kind: f.message for f in d.diagnose(p)}
+    assert "model.rotary_emb.inv_freq" in found["meta"]
+    assert 'inputs are on cpu but the first module (model.embed_tokens) runs on cuda:1' in found["inputs"]
+
+
+def test_a_single_device_model_is_fine():
+    d = _diagnose()
+    stages = [("", "cuda:0")]
+    assert d.diagnose(d.Placement(stages, {"": GiB}, capacity={"cuda:0": 80 * GiB}, input_devices=["cuda:0"])) == []
+    assert "nothing found" in d.format_findings([])
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                         tie_word_embeddings=False)
+    path = tmp_path_factory.mktemp("llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def test_real_disk_offload_is_reported_and_greedy_output_is_unchanged(checkpoint, tmp_path, caplog):
+    from transformers import AutoModelForCausalLM
+
+    d = _diagnose()
+    whole = AutoModelForCausalLM.from_pretrained(checkpoint)
+    with caplog.at_level(logging.WARNING):
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", max_memory={"cpu": "90KB"},
+                                                     offload_folder=str(tmp_path))
+        greedy = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+        assert torch.equal(model.generate(INPUT, **greedy), whole.generate(INPUT, **greedy))
+        model.generate(INPUT, **greedy)
+    findings = d.diagnose_model(model, {"input_ids": INPUT})
+    assert [f.kind for f in findings] == ["offload"], findings
+    assert "from disk (model.layers.1 … lm_head" in findings[0].message, findings[0].message
+    warnings = [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
+    assert len(warnings) == 1, "the warning appears exactly once per model"
+    assert "streamed" in warnings[0].getMessage()
+
+
+def test_warning_once_per_model(checkpoint, tmp_path, caplog):
+    from transformers import AutoModelForCausalLM
+
+    d = _diagnose()
+    with caplog.at_level(logging.WARNING):
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", max_memory={"cpu": "90KB"},
+                                                     offload_folder=str(tmp_path / "a"))
+        d.warn_once_after_dispatch(model, logging.getLogger("accelerate.big_modeling"))  # a second dispatch
+        other = AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", max_memory={"cpu": "90KB"},
+                                                     offload_folder=str(tmp_path / "b"))
+    warnings = [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
+    assert len(warnings) == 2 and other is not model, "one warning per model, two models"
