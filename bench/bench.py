@@ -6,7 +6,8 @@
    apply the same series with git apply, `pip wheel --no-deps --no-build-isolation` it. Same series, same machine,
    same run; build isolation is off so the sdist route is not charged for installing setuptools.
 2. `nox -s build` wall time, cold (empty download cache, no dist/) and warm.
-3. runtime overhead of the fixes: `from_pretrained(ckpt, device_map="auto")` of a ~100 MB Llama checkpoint in a
+3. the upstream check's text classification of a whole series against one release, from a warm cache.
+4. runtime overhead of the fixes: `from_pretrained(ckpt, device_map="auto")` of a ~100 MB Llama checkpoint in a
    pristine and a +fixed environment (made once under bench/.venvs/, from the verified cache and dist/),
    alternating rounds, as the ratio of medians.
 """
@@ -29,7 +30,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from patchwheel import build as build_mod  # noqa: E402
 from patchwheel import config, fetch, patches  # noqa: E402
+from patchwheel import textcheck  # noqa: E402
 from patchwheel.apply import git_env  # noqa: E402
+from patchwheel.upstream import _upstream_files  # noqa: E402
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -72,8 +75,8 @@ def _env(name: str, wheels: list[str]) -> str:
 
 def load_overhead(tmp: Path, rounds: int) -> tuple[float, float]:
     overlay = config.load(ROOT)
-    line = overlay.line("transformers")
-    acc = overlay.line("accelerate")
+    line = overlay.line("transformers", overlay.sets["default"]["transformers"])
+    acc = overlay.line("accelerate", overlay.sets["default"]["accelerate"])
     pristine = _env("pristine", [str(fetch.fetch(l.package, l.wheel)) for l in (line, acc)])
     built = build_mod.build(overlay, tmp / "dist", log=lambda m: None)
     fixed = _env("fixed", [str(tmp / "dist" / b.filename) for b in built if b.line in (line, acc)])
@@ -103,7 +106,7 @@ def main() -> int:
     ap.add_argument("--load-rounds", type=int, default=5, help="alternating rounds of the load-time comparison")
     args = ap.parse_args()
     overlay = config.load(ROOT)
-    line = overlay.line("transformers")
+    line = overlay.line("transformers", overlay.sets["default"]["transformers"])
     series = patches.load_series(line)
     fetch.fetch(line.package, line.wheel)  # warm the cache: route 1 is timed from a warm cache
     rows = []
@@ -116,6 +119,17 @@ def main() -> int:
         rows.append(("transformers wheel, warm cache: patched sdist + pip wheel", f"{s:.2f} s",
                      f"median of {len(slow)}"))
         rows.append(("speed-up of the rewrite", f"{s / f:.1f}x", "target: at least 5x, rewrite at most 2 s"))
+        target = {v: a for v, a, _ in fetch.releases(line.package)}["4.53.3"]
+        touched = sorted({t for p in series for t in p.touched})
+        old = {k: v for k, v in _upstream_files(line.package, line.wheel, line, touched).items() if v is not None}
+        _upstream_files(line.package, target, line, touched)  # warm the cache
+
+        def classify():
+            textcheck.classify(series, old, _upstream_files(line.package, target, line, touched))
+
+        tc = statistics.median(timed(classify, args.repeat))
+        rows.append((f"text classification, {len(series)}-patch {line.key} series vs 4.53.3, warm cache",
+                     f"{tc:.2f} s", f"median of {args.repeat}; target: at most 2 s"))
         if args.nox:
             env = {**os.environ, "PATCHWHEEL_CACHE": str(tmp / "cold-cache")}
             dist = tmp / "dist"

@@ -17,7 +17,6 @@ import sys
 import sysconfig
 import tempfile
 import venv
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,36 +86,35 @@ class ProofOutcome:
 
 
 def run_proof(env: Path, root: Path, proof_file: str, timeout: float = 900) -> ProofOutcome:
-    """Run one proof module in ``env`` with --proof-expect=observe; regression guards are left out."""
+    """Run one proof module in ``env`` with --proof-expect=observe (regression guards left out).
+
+    ``passes``: every test passed (the bug is gone). ``fails``: a test failed with the bug's own error (the
+    module's ``pristine_error`` pattern). ``error``: tests failed otherwise (the test could not reach the bug on
+    this release, e.g. an API it uses changed), or nothing ran: the behaviour could not be judged."""
     with tempfile.TemporaryDirectory() as tmp:
-        xml = Path(tmp) / "junit.xml"
+        report = Path(tmp) / "report.json"
         try:
             res = subprocess.run([str(env / "bin" / "python"), "-m", "pytest", proof_file, "-q", "-p",
-                                  "no:cacheprovider", "--proof-expect=observe", "-m", "not regression",
-                                  f"--junitxml={xml}"], cwd=root, capture_output=True, text=True, timeout=timeout)
+                                  "no:cacheprovider", "--proof-expect=observe", "-m", "not regression"],
+                                 cwd=root, capture_output=True, text=True, timeout=timeout,
+                                 env={**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)})
         except subprocess.TimeoutExpired:
             return ProofOutcome("error", f"timed out after {timeout:.0f} s")
-        if not xml.is_file():
-            return ProofOutcome("error", (res.stdout + res.stderr).strip().splitlines()[-1][:200])
-        cases = ET.parse(xml).getroot().iter("testcase")
-        passed, failed, errors = [], [], []
-        for case in cases:
-            name = case.get("name", "")
-            kinds = {child.tag: child for child in case}
-            if "error" in kinds:
-                errors.append((name, kinds["error"].get("message", "")))
-            elif "failure" in kinds:
-                failed.append((name, kinds["failure"].get("message", "")))
-            elif "skipped" not in kinds:
-                passed.append(name)
+        if not report.is_file():
+            tail = (res.stdout + res.stderr).strip().splitlines()
+            return ProofOutcome("error", tail[-1][:200] if tail else f"pytest exited {res.returncode}")
+        cases = json.loads(report.read_text())
+
     def first(items):
-        name, msg = items[0]
-        msg = re.sub(r"\s+", " ", msg)[:160]
-        return f"{name}: {msg}" + (f" (+{len(items) - 1} more)" if len(items) > 1 else "")
-    if errors:
-        return ProofOutcome("error", first(errors))
-    if failed:
-        return ProofOutcome("fails", first(failed))
-    if passed:
-        return ProofOutcome("passes", f"{len(passed)} passed")
+        msg = re.sub(r"\s+", " ", items[0]["error"])[:160]
+        return f"{items[0]['test']}: {msg}" + (f" (+{len(items) - 1} more)" if len(items) > 1 else "")
+
+    bug = [c for c in cases if c["outcome"] == "failed" and c["bug"]]
+    other = [c for c in cases if c["outcome"] == "failed" and not c["bug"]]
+    if bug:
+        return ProofOutcome("fails", first(bug))
+    if other:
+        return ProofOutcome("error", "failed otherwise: " + first(other))
+    if cases:
+        return ProofOutcome("passes", f"{len(cases)} passed")
     return ProofOutcome("error", "no test ran")

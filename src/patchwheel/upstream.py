@@ -38,24 +38,24 @@ BEHAVIOUR_CODE = {"passes": "✓", "fails": "✗", "error": "!", None: "·"}
 class Selection:
     """Which releases to look at, per package: a specifier (``>=4.54,<4.58``) or explicit versions."""
 
-    specs: dict[str, SpecifierSet]
+    specs: dict[str, list[SpecifierSet]]  # a release is wanted when any of its package's specifiers admits it
 
     @classmethod
     def parse(cls, items: list[str]) -> "Selection":
-        specs: dict[str, SpecifierSet] = {}
+        specs: dict[str, list[SpecifierSet]] = {}
         for item in items:
             try:
                 req = Requirement(item)
             except Exception as exc:  # noqa: BLE001 - packaging raises several types
                 raise PatchwheelError(f"cannot read release selection {item!r}",
                                       "write e.g. transformers==4.53.3 or 'transformers>=4.54,<4.58'") from exc
-            specs[req.name] = specs.get(req.name, SpecifierSet()) & req.specifier
+            specs.setdefault(req.name, []).append(req.specifier)
         return cls(specs)
 
     def wants(self, package: str, version: str, default: bool = True) -> bool:
         if package not in self.specs:
             return default if not self.specs else False
-        return Version(version) in self.specs[package]
+        return any(Version(version) in spec for spec in self.specs[package])
 
 
 def companions(overlay: Overlay, line: ReleaseLine) -> list[tuple[str, Artifact]]:

@@ -17,6 +17,8 @@ pristine releases to learn whether upstream fixed a bug); ``pass``/``fail`` forc
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -30,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from patchwheel import status  # noqa: E402  (standard library only)
 
 _outcomes: list[tuple[str, str, str]] = []
+_report: list[dict] = []  # written to $PATCHWHEEL_PROOF_REPORT for the upstream check
 
 
 def pytest_addoption(parser):
@@ -91,6 +94,14 @@ def pytest_runtest_makereport(item, call):
     else:
         verdict = "passed" if call.excinfo is None else f"FAILED: {error.splitlines()[0][:160] if error else ''}"
     _outcomes.append((item.nodeid, where, verdict))
+    _report.append({"test": item.name, "outcome": "passed" if call.excinfo is None else "failed",
+                    "bug": bool(call.excinfo is not None and re.search(pattern, error)),
+                    "error": error.splitlines()[0][:300] if error else ""})
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get("PATCHWHEEL_PROOF_REPORT"):
+        Path(os.environ["PATCHWHEEL_PROOF_REPORT"]).write_text(json.dumps(_report, indent=1))
 
 
 def pytest_terminal_summary(terminalreporter):

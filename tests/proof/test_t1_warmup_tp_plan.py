@@ -24,7 +24,9 @@ import pytest
 
 from harness import run_ranks
 
-pytestmark = pytest.mark.proof(package="transformers", pristine_error=r"TypeError: 'NoneType' object is not iterable")
+# 4.50 - 4.53 crash; from 4.54 upstream's `or []` compiles the empty regex and halves the warm-up.
+pytestmark = pytest.mark.proof(package="transformers",
+                               pristine_error=r"TypeError: 'NoneType' object is not iterable|warm-up reserved")
 
 
 def _tiny_checkpoint(path):

@@ -108,3 +108,9 @@ def test_export_refuses_a_conflicting_patch(demo_project, tmp_path):
     with pytest.raises(PatchwheelError, match="does not carry onto demo 1.1.0") as err:
         export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None)
     assert "rebase the line first" in err.value.hint
+
+
+def test_selection_is_a_union_per_package():
+    sel = upstream.Selection.parse(["demo==1.1.0", "demo>=2", "other==1"])
+    assert [v for v in ("1.0.0", "1.1.0", "1.5", "2.0", "3.1") if sel.wants("demo", v)] == ["1.1.0", "2.0", "3.1"]
+    assert not sel.wants("third", "1.0") and upstream.Selection.parse([]).wants("third", "1.0")
