@@ -32,7 +32,7 @@ from patchwheel import build as build_mod  # noqa: E402
 from patchwheel import config, fetch, patches  # noqa: E402
 from patchwheel import textcheck  # noqa: E402
 from patchwheel.apply import git_env  # noqa: E402
-from patchwheel.upstream import _upstream_files  # noqa: E402
+from patchwheel.upstream import upstream_files  # noqa: E402
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -121,11 +121,11 @@ def main() -> int:
         rows.append(("speed-up of the rewrite", f"{s / f:.1f}x", "target: at least 5x, rewrite at most 2 s"))
         target = {v: a for v, a, _ in fetch.releases(line.package)}["4.53.3"]
         touched = sorted({t for p in series for t in p.touched})
-        old = {k: v for k, v in _upstream_files(line.package, line.wheel, line, touched).items() if v is not None}
-        _upstream_files(line.package, target, line, touched)  # warm the cache
+        old = {k: v for k, v in upstream_files(line.package, line.wheel, line, touched).items() if v is not None}
+        upstream_files(line.package, target, line, touched)  # warm the cache
 
         def classify():
-            textcheck.classify(series, old, _upstream_files(line.package, target, line, touched))
+            textcheck.classify(series, old, upstream_files(line.package, target, line, touched))
 
         tc = statistics.median(timed(classify, args.repeat))
         rows.append((f"text classification, {len(series)}-patch {line.key} series vs 4.53.3, warm cache",

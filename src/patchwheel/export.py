@@ -19,8 +19,8 @@ from . import fetch, gitops
 from .config import Overlay
 from .errors import PatchwheelError
 from .patches import load_series
-from .textcheck import _carry
-from .upstream import _upstream_files
+from .textcheck import carry
+from .upstream import upstream_files
 
 
 def find(overlay: Overlay, slug: str):
@@ -40,8 +40,8 @@ def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print)
     patch = upto[-1]
     version, newest, _ = fetch.releases(line.package)[-1]
     touched = sorted({t for p in upto for t in p.touched})
-    old = {k: v for k, v in _upstream_files(line.package, line.wheel, line, touched).items() if v is not None}
-    new = _upstream_files(line.package, newest, line, patch.touched)
+    old = {k: v for k, v in upstream_files(line.package, line.wheel, line, touched).items() if v is not None}
+    new = upstream_files(line.package, newest, line, patch.touched)
     # Base: the line's pristine files with the patches before this one, so the patch applies as in the series.
     repo = gitops.scratch_repo(old, f"pristine {line.key}")
     try:
@@ -54,7 +54,7 @@ def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print)
         gitops.write_files(repo, {k: v for k, v in new.items()})
         gitops.git(repo, "add", "-A")
         gitops.commit(repo, f"pristine {line.package} {version}")
-        result = _carry(repo, patch, commit)
+        result = carry(repo, patch, commit)
         if result.status in ("conflict", "already-upstream"):
             raise PatchwheelError(
                 f"{patch.name} does not carry onto {line.package} {version} (the newest release): {result.status}"

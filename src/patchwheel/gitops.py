@@ -34,6 +34,12 @@ def git(repo: Path, *args: str, input: bytes | None = None, env: dict | None = N
     return res.stdout
 
 
+def try_git(repo: Path, *args: str) -> tuple[int, str]:
+    """Like :func:`git`, for commands whose failure is an answer (a patch that does not apply, a conflict)."""
+    res = subprocess.run(["git", *args], cwd=repo, env=_env(repo), capture_output=True, text=True)
+    return res.returncode, res.stdout + res.stderr
+
+
 def scratch_repo(files: dict[str, bytes], message: str = "pristine") -> Path:
     """A new repository under a temporary folder, with ``files`` committed as its first commit."""
     repo = Path(tempfile.mkdtemp(prefix="patchwheel-git-")) / "repo"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from packaging.version import Version
@@ -24,8 +23,8 @@ from . import fetch, gitops, proofenv
 from .config import Artifact, Overlay
 from .errors import PatchwheelError
 from .patches import Patch, load_series, parse_patch
-from .textcheck import _carry
-from .upstream import _upstream_files, companions
+from .textcheck import carry
+from .upstream import upstream_files, companions
 
 _SLUG = re.compile(r"^\d{4}-(.+)\.patch$")
 
@@ -72,8 +71,8 @@ def start(overlay: Overlay, package: str, version: str, *, behaviour: bool = Tru
                 dropped[p.name] = f"its proof passes on pristine {package} {version}"
     keep = [p for p in series if p.name not in dropped]
     touched = sorted({t for p in series for t in p.touched})
-    old_files = {k: v for k, v in _upstream_files(package, old.wheel, old, touched).items() if v is not None}
-    new_files = _upstream_files(package, wheel, old, touched)
+    old_files = {k: v for k, v in upstream_files(package, old.wheel, old, touched).items() if v is not None}
+    new_files = upstream_files(package, wheel, old, touched)
     work.mkdir(parents=True)
     repo = gitops.scratch_repo(old_files, f"pristine {package} {old.version}")
     shutil.move(str(repo), work / "repo")
@@ -120,10 +119,10 @@ def _proceed(overlay: Overlay, work: Path, state: dict, log) -> int:
     repo = work / "repo"
     while state["todo"]:
         name, commit, path = state["todo"][0]
-        result = _carry(repo, parse_patch(Path(path)), commit)
+        result = carry(repo, parse_patch(Path(path)), commit)
         if result.status == "conflict":
             # Leave the conflict in the work tree for a human.
-            subprocess.run(["git", "cherry-pick", commit], cwd=repo, env=gitops._env(repo), capture_output=True)
+            gitops.try_git(repo, "cherry-pick", commit)
             (work / "state.json").write_text(json.dumps(state, indent=1))
             log(f"{name}: CONFLICT in {', '.join(result.conflicts)}")
             log(f"  resolve it in {repo}/{result.conflicts[0]} (conflict markers), keeping the patch's intent;")
@@ -181,7 +180,7 @@ def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:
     line = overlay.line(package, version)
     series = load_series(line)
     touched = sorted({t for p in series for t in p.touched})
-    files = {k: v for k, v in _upstream_files(package, line.wheel, line, touched).items() if v is not None}
+    files = {k: v for k, v in upstream_files(package, line.wheel, line, touched).items() if v is not None}
     repo = gitops.scratch_repo(files)
     try:
         for p in series:

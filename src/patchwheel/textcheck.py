@@ -37,13 +37,6 @@ class TextResult:
     conflicts: list[str] = field(default_factory=list)
 
 
-def _try(repo: Path, *args: str) -> tuple[int, str]:
-    import subprocess
-
-    res = subprocess.run(["git", *args], cwd=repo, env=gitops._env(repo), capture_output=True, text=True)
-    return res.returncode, res.stdout + res.stderr
-
-
 def classify(patches: list[Patch], old_files: dict[str, bytes], new_files: dict[str, bytes | None],
              *, keep_repo: Path | None = None) -> list[TextResult]:
     """Text result per patch, in series order. ``old_files``/``new_files``: upstream-tree path -> bytes (the
@@ -62,7 +55,7 @@ def classify(patches: list[Patch], old_files: dict[str, bytes], new_files: dict[
         gitops.commit(repo, "new upstream release")
         results = []
         for p, commit in zip(patches, commits):
-            results.append(_carry(repo, p, commit))
+            results.append(carry(repo, p, commit))
         if keep_repo is not None:
             shutil.move(str(repo), keep_repo)
         return results
@@ -70,8 +63,8 @@ def classify(patches: list[Patch], old_files: dict[str, bytes], new_files: dict[
         shutil.rmtree(repo.parent, ignore_errors=True)
 
 
-def _carry(repo: Path, patch: Patch, commit: str) -> TextResult:
-    rc, out = _try(repo, "apply", "--check", "--verbose", str(patch.path))
+def carry(repo: Path, patch: Patch, commit: str) -> TextResult:
+    rc, out = gitops.try_git(repo, "apply", "--check", "--verbose", str(patch.path))
     if rc == 0:
         offsets = _OFFSET.findall(out)
         gitops.am(repo, patch.path)
@@ -80,16 +73,16 @@ def _carry(repo: Path, patch: Patch, commit: str) -> TextResult:
             detail = ", ".join(f"hunk #{h} at {line} ({int(o):+d})" for h, line, o in offsets)
             return TextResult(patch.name, "offset", detail, rebased)
         return TextResult(patch.name, "clean", "", rebased)
-    if _try(repo, "apply", "--check", "--reverse", str(patch.path))[0] == 0:
+    if gitops.try_git(repo, "apply", "--check", "--reverse", str(patch.path))[0] == 0:
         return TextResult(patch.name, "already-upstream", "applies in reverse")
-    rc, out = _try(repo, "cherry-pick", "--allow-empty", "--keep-redundant-commits", commit)
+    rc, out = gitops.try_git(repo, "cherry-pick", "--allow-empty", "--keep-redundant-commits", commit)
     if rc == 0:
         if not gitops.git(repo, "diff", "--name-only", "HEAD~1", "HEAD").strip():
             gitops.git(repo, "reset", "-q", "--hard", "HEAD~1")
             return TextResult(patch.name, "already-upstream", "empty after a 3-way merge")
         return TextResult(patch.name, "3-way", "needs a 3-way merge", gitops.format_patch(repo))
     conflicts = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
-    _try(repo, "cherry-pick", "--abort")
+    gitops.try_git(repo, "cherry-pick", "--abort")
     if not conflicts:
         raise PatchwheelError(f"{patch.name}: git cherry-pick failed without conflicts:\n{out}", "report this")
     return TextResult(patch.name, "conflict", "conflict in " + ", ".join(conflicts), None, conflicts)

@@ -78,7 +78,7 @@ def _flags(met: bool | None, behaviour: str | None) -> list[str]:
     return []
 
 
-def _upstream_files(package: str, artifact: Artifact, line: ReleaseLine, paths: list[str]) -> dict[str, bytes | None]:
+def upstream_files(package: str, artifact: Artifact, line: ReleaseLine, paths: list[str]) -> dict[str, bytes | None]:
     with zipfile.ZipFile(fetch.fetch(package, artifact)) as zf:
         names = set(zf.namelist())
         return {p: (zf.read(line.wheel_path(p)) if line.wheel_path(p) in names else None) for p in paths}
@@ -102,14 +102,14 @@ def check_line(overlay: Overlay, line: ReleaseLine, selection: Selection, behavi
     releases = [(v, a, y) for v, a, y in fetch.releases(line.package)
                 if Version(v) > Version(line.version) and selection.wants(line.package, v)]
     touched = sorted({p for s in series for p in s.touched})
-    old = {p: d for p, d in _upstream_files(line.package, line.wheel, line, touched).items() if d is not None}
+    old = {p: d for p, d in upstream_files(line.package, line.wheel, line, touched).items() if d is not None}
     run_behaviour = [(v, a) for v, a, _ in releases if behaviour is not None and behaviour.wants(line.package, v)]
     progress = Progress(len(releases) + len(run_behaviour))
     cells: dict[str, dict[str, dict]] = {p.name: {} for p in series}
 
     def text(release):
         version, artifact, _ = release
-        results = textcheck.classify(series, old, _upstream_files(line.package, artifact, line, touched))
+        results = textcheck.classify(series, old, upstream_files(line.package, artifact, line, touched))
         progress.step(f"{line.key} vs {version}: text " + " ".join(TEXT_CODE[r.status] for r in results))
         return version, results
 
