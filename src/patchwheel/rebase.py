@@ -34,17 +34,17 @@ def _work(overlay: Overlay, package: str, version: str) -> Path:
 
 
 def _artifacts(package: str, version: str) -> tuple[Artifact, Artifact | None]:
+    """The new release's wheel and sdist, with the sha256 the index lists (one read of the index page)."""
     links = fetch.project_links(package)
     wheel = sdist = None
-    for v, art, _ in fetch.releases(package):
-        if v == version:
-            wheel = art
+    for name, (_, sha) in links.items():
+        if sha and name == f"{package}-{version}-py3-none-any.whl":
+            wheel = Artifact(name, sha)
+        elif sha and name == f"{package}-{version}.tar.gz":
+            sdist = Artifact(name, sha)
     if wheel is None:
         raise PatchwheelError(f"{package} {version} has no py3-none-any wheel on {fetch.index_url()}",
                               "pick a released version (see `patchwheel upstream --text-only`)")
-    name = f"{package}-{version}.tar.gz"
-    if name in links and links[name][1]:
-        sdist = Artifact(name, links[name][1])
     return wheel, sdist
 
 
