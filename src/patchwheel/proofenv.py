@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -88,22 +89,31 @@ class ProofOutcome:
 def run_proof(env: Path, root: Path, proof_file: str, timeout: float = 900) -> ProofOutcome:
     """Run one proof module in ``env`` with --proof-expect=observe (regression guards left out).
 
-    ``passes``: every test passed (the bug is gone). ``fails``: a test failed with the bug's own error (the
-    module's ``pristine_error`` pattern). ``error``: tests failed otherwise (the test could not reach the bug on
-    this release, e.g. an API it uses changed), or nothing ran: the behaviour could not be judged."""
+    ``passes``: every test ran and passed (the bug is gone). ``fails``: a test failed with the bug's signature (see
+    tests/proof/conftest.py). ``error``: could not judge: a test failed otherwise, could not observe, was skipped
+    or could not be set up, or nothing ran (e.g. an API the test uses changed on this release)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
+        cmd = [str(env / "bin" / "python"), "-m", "pytest", proof_file, "-q", "-p", "no:cacheprovider",
+               "--proof-expect=observe", "-m", "not regression"]
+        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)}, start_new_session=True)
         try:
-            res = subprocess.run([str(env / "bin" / "python"), "-m", "pytest", proof_file, "-q", "-p",
-                                  "no:cacheprovider", "--proof-expect=observe", "-m", "not regression"],
-                                 cwd=root, capture_output=True, text=True, timeout=timeout,
-                                 env={**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)})
+            output, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # pytest and the ranks it spawned
+            proc.communicate()
             return ProofOutcome("error", f"timed out after {timeout:.0f} s")
         if not report.is_file():
-            tail = (res.stdout + res.stderr).strip().splitlines()
-            return ProofOutcome("error", tail[-1][:200] if tail else f"pytest exited {res.returncode}")
+            tail = output.strip().splitlines()
+            return ProofOutcome("error", tail[-1][:200] if tail else f"pytest exited {proc.returncode}")
         cases = json.loads(report.read_text())
+    return judge(cases)
+
+
+def judge(cases: list[dict]) -> ProofOutcome:
+    """The verdict of a module from its observe-mode report (one entry per test phase that was judged). A test
+    whose marker allows it to skip (``may_skip``, the GPU form) and did not run (``not-run``) counts for nothing."""
 
     def first(items):
         msg = re.sub(r"\s+", " ", items[0]["error"])[:160]
@@ -111,10 +121,14 @@ def run_proof(env: Path, root: Path, proof_file: str, timeout: float = 900) -> P
 
     bug = [c for c in cases if c["outcome"] == "failed" and c["bug"]]
     other = [c for c in cases if c["outcome"] == "failed" and not c["bug"]]
+    unjudged = [c for c in cases if c["outcome"] in ("skipped", "error")]
     if bug:
         return ProofOutcome("fails", first(bug))
     if other:
         return ProofOutcome("error", "failed otherwise: " + first(other))
-    if cases:
-        return ProofOutcome("passes", f"{len(cases)} passed")
+    if unjudged:
+        return ProofOutcome("error", "could not judge: " + first(unjudged))
+    ran = [c for c in cases if c["outcome"] == "passed"]
+    if ran:
+        return ProofOutcome("passes", f"{len(ran)} passed")
     return ProofOutcome("error", "no test ran")

@@ -1,26 +1,41 @@
-"""The proof-test contract, enforced.
+"""The proof contract, enforced: a verdict must be right for the right reason.
 
-Every test here is marked ``proof(package=..., pristine_error=<regex>)``. What it must do depends on what is
-installed, read from the wheel's own manifest (``patchwheel.status``):
+Every module here is marked either ``proof`` (it proves a bug) or ``feature`` (it tests a capability a patch adds)::
 
-- the installed package is a +fixed build carrying the patch whose ``Proof-Test`` trailer names this file:
-  the test must PASS;
-- otherwise (the pristine pin, or a build without that patch): the test must FAIL, and with the bug's own error
-  (``pristine_error`` must match the failure). A pass is reported as a failure ("XPASS(strict)"); a failure with
-  another error stays a failure. A matching failure is reported as xfailed, with the error shown.
+    pytestmark = pytest.mark.proof(package="transformers",
+                                   signatures=[("TypeError", r"'NoneType' object is not iterable"),
+                                               ("BugSymptom", r"warm-up reserved .* divided by the world size")])
 
-A test also marked ``regression`` must pass on every build: it guards that a fix breaks nothing that worked.
+What a test must do depends on what is installed (the wheel's own manifest, ``patchwheel.status``) and on the
+patch series in ``patches/``:
 
-``--proof-expect=observe`` records outcomes without judging them (the upstream check runs proofs against newer
-pristine releases to learn whether upstream fixed a bug); ``pass``/``fail`` force the expectation.
+- the installed build carries the patch whose ``Proof-Test``/``Feature-Test`` trailer names the module: PASS;
+- a proof test on a build without that patch, where the release line's series has it (the pristine pin): FAIL
+  with the bug's signature. A signature is an exception **type and message** from the code under test: the type
+  name must be equal, the message must match the regex, and (except for ``BugSymptom``, which the test raises
+  when it sees the bug's effect) the traceback must pass through the package under test. Exceptions from spawned
+  ranks are judged on the rank's own type and message; the harness's wrapper text and tracebacks never match;
+- a proof test whose patch the release line no longer carries, because an older line's series dropped it when
+  upstream fixed the bug: a regression guard, it must PASS. The transition needs no version switch in the test;
+- a feature test on a build without its patch is not run (the feature is absent), and the summary says so;
+- ``@pytest.mark.regression``: must pass on every build.
+
+Outcomes that prove nothing are failures: a pass where the bug was expected (``XPASS(strict)``); a failure with
+another error; a ``CouldNotObserve`` (spy empty, ranks lost, an ImportError: the test could not look); a skip, in
+any phase, unless the test is marked ``may_skip(reason=...)`` naming why it may (the GPU form), and then the
+summary lists it under "did not run". ``--proof-expect=observe`` judges nothing and reports each outcome to
+``$PATCHWHEEL_PROOF_REPORT``, where a skip or an error reads "could not judge" (the upstream check and rebase).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,8 +46,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from patchwheel import status  # noqa: E402  (standard library only)
 
+SYMPTOM = "BugSymptom"
+NO_OBSERVATION = {"CouldNotObserve", "RanksLost", "ImportError", "ModuleNotFoundError"}
+# Types that say nothing about a bug: a generic assertion (use BugSymptom), the harness's and pytest's own.
+NOT_A_SIGNATURE = NO_OBSERVATION | {"AssertionError", "Exception", "BaseException", "RankFailed", "Failed",
+                                    "Skipped", "XFailed"}
+
 _outcomes: list[tuple[str, str, str]] = []
-_report: list[dict] = []  # written to $PATCHWHEEL_PROOF_REPORT for the upstream check
+_not_run: list[str] = []
+_report: list[dict] = []  # written to $PATCHWHEEL_PROOF_REPORT in observe mode
+
+
+@dataclass(frozen=True)
+class Expect:
+    what: str  # "pass", "fail", "observe" or "not-run"
+    where: str  # the installed build, for people
+    role: str = "proof"  # "proof", "feature", "regression"
+
+
+@dataclass(frozen=True)
+class Observed:
+    type: str
+    message: str
+    files: tuple[str, ...]
 
 
 def pytest_addoption(parser):
@@ -41,62 +77,223 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "proof(package, pristine_error): a proof test of one patch (see conftest)")
+    config.addinivalue_line("markers", "proof(package, signatures): a proof test of one bug (see conftest)")
+    config.addinivalue_line("markers", "feature(package): a test of a capability a patch adds (see conftest)")
     config.addinivalue_line("markers", "regression: must pass on pristine and +fixed builds alike")
+    config.addinivalue_line("markers", "may_skip(reason): the test may skip for this reason (e.g. needs CUDA)")
 
 
-def _expectation(item) -> tuple[str, str]:
-    marker = item.get_closest_marker("proof")
+# ---------------------------------------------------------------------------------------------------------------
+# What is expected of a test
+
+
+def _module(item) -> str:
+    return Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+
+
+def _names_module(value: str | None, module: str) -> bool:
+    return any(v.strip().split("::")[0] == module for v in (value or "").split(","))
+
+
+@functools.cache
+def _series(package: str) -> tuple:
+    """The release lines of ``package`` (oldest first), each with its parsed series."""
+    from patchwheel import config, patches
+
+    return tuple((line, tuple(patches.load_series(line))) for line in config.load(ROOT).lines.get(package, []))
+
+
+def _series_naming(package: str, version: str, module: str) -> tuple[str | None, str | None]:
+    """(patch in the release line that applies to ``version``, patch in an older line) naming ``module``."""
+    from packaging.version import Version
+
+    lines = [line for line, _ in _series(package)]
+    series = dict(_series(package))
+    base = Version(Version(version).base_version)
+    applicable = [line for line in lines if Version(line.version) <= base] or lines[:1]
+    if not applicable:
+        return None, None
+
+    def naming(line):
+        for p in series[line]:
+            if _names_module(p.trailers.get("Proof-Test"), module) or \
+                    _names_module(p.trailers.get("Feature-Test"), module):
+                return p.name
+        return None
+
+    current = applicable[-1]
+    older = next((f"{n} ({line.key})" for line in reversed(lines[: lines.index(current)]) if (n := naming(line))),
+                 None)
+    return naming(current), older
+
+
+def _expectation(item) -> Expect:
+    proof, feature = item.get_closest_marker("proof"), item.get_closest_marker("feature")
+    marker = proof or feature
     mode = item.config.getoption("--proof-expect")
     pkg = marker.kwargs["package"]
     info = status.inspect(pkg)
     if not info["installed"]:
-        pytest.fail(f"{pkg} is not installed in {sys.executable}")
-    rel = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
-    carried = [p["name"] for p in info["patches"] if (p.get("proof_test") or "").split("::")[0] == rel]
+        raise pytest.UsageError(f"{pkg} is not installed in {sys.executable}")
+    module = _module(item)
+    carried = [p["name"] for p in info["patches"]
+               if _names_module(p.get("proof_test"), module) or _names_module(p.get("feature_test"), module)]
     where = f"{pkg} {info['version']}" + (f" carrying {carried[0]}" if carried else
-                                         (" (+fixed, without this fix)" if info["fixed"] else " (pristine)"))
+                                         (" (+fixed, without this patch)" if info["fixed"] else " (pristine)"))
     if item.get_closest_marker("regression") is not None:
-        return ("observe" if mode == "observe" else "pass"), where + ", regression guard"
+        return Expect("observe" if mode == "observe" else "pass", where + ", regression guard", "regression")
+    if feature is not None:
+        return Expect(("observe" if mode == "observe" else "pass") if carried else "not-run", where, "feature")
     if mode != "auto":
-        return mode, where
-    return ("pass" if carried else "fail"), where
+        return Expect(mode, where)
+    if carried:
+        return Expect("pass", where)
+    upstream_version = info["upstream"]["version"] if info["fixed"] else info["version"]
+    current, older = _series_naming(pkg, upstream_version, module)
+    if current is not None:
+        return Expect("fail", where)
+    if older is not None:
+        return Expect("pass", f"{where}, regression guard: upstream fixed it, so the line dropped {older}",
+                      "regression")
+    raise pytest.UsageError(f"{item.nodeid}: no patch of {pkg} names {module} in its Proof-Test or Feature-Test")
+
+
+def _check_marker(item) -> None:
+    proof, feature = item.get_closest_marker("proof"), item.get_closest_marker("feature")
+    if (proof is None) == (feature is None):
+        raise pytest.UsageError(f"{item.nodeid}: every test under tests/proof needs exactly one of "
+                                "@pytest.mark.proof(package=..., signatures=[...]) and @pytest.mark.feature(package=...)")
+    if proof is None:
+        return
+    signatures = proof.kwargs.get("signatures")
+    if not signatures or not all(isinstance(s, tuple) and len(s) == 2 for s in signatures):
+        raise pytest.UsageError(f"{item.nodeid}: proof(signatures=[(exception type name, message regex), ...]) "
+                                "names the bug's own exception")
+    for kind, regex in signatures:
+        if kind in NOT_A_SIGNATURE:
+            raise pytest.UsageError(f"{item.nodeid}: {kind} is not a bug's signature (it says the test could not "
+                                    "look, or nothing specific); raise BugSymptom for an observed effect")
+        re.compile(regex)
 
 
 def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
     for item in items:
-        if item.get_closest_marker("proof") is None:
-            raise pytest.UsageError(f"{item.nodeid}: every test under tests/proof needs @pytest.mark.proof")
+        _check_marker(item)
         item.stash_expect = _expectation(item)
+        if item.stash_expect.what == "not-run":
+            drop.append(item)
+            _not_run.append(f"{item.nodeid}: feature test, and {item.stash_expect.where} lacks the feature")
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What was observed, and the verdict
+
+
+def observed(excinfo) -> Observed:
+    """The exception the code under test raised; for a rank, the rank's own type, message and files."""
+    exc = excinfo.value
+    if type(exc).__name__ == "RankFailed":
+        return Observed(exc.exc_type, exc.exc_message, tuple(exc.files))
+    return Observed(type(exc).__name__, str(exc), tuple(str(e.path) for e in excinfo.traceback))
+
+
+def package_dir(package: str) -> str | None:
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return os.path.realpath(locations[0]) if locations else None
+
+
+def classify(obs: Observed, signatures, package: str) -> str:
+    """``bug`` (the signature, from the code under test), ``no-observation``, or ``other``."""
+    if obs.type in NO_OBSERVATION:
+        return "no-observation"
+    for kind, regex in signatures:
+        if obs.type != kind or not re.search(regex, obs.message):
+            continue
+        if kind == SYMPTOM:
+            return "bug"
+        where = package_dir(package)
+        if where and any(os.path.realpath(f).startswith(where + os.sep) for f in obs.files):
+            return "bug"
+    return "other"
+
+
+def _first_line(text: str, width: int = 200) -> str:
+    return (text.strip().splitlines() or [""])[0][:width]
+
+
+def _skip_reason(rep) -> str:
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    return reason.removeprefix("Skipped: ")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    expect: Expect = item.stash_expect
+    if rep.skipped and not hasattr(rep, "wasxfail"):
+        _judge_skip(item, rep, expect)
+        return
+    if call.when == "setup" and rep.failed:
+        error = f"{call.excinfo.typename}: {call.excinfo.value}" if call.excinfo else "setup failed"
+        _record(item, expect, "error", None, error, f"COULD NOT SET UP: {_first_line(error, 160)}")
+        return
     if call.when != "call":
         return
-    expect, where = item.stash_expect
-    pattern = item.get_closest_marker("proof").kwargs["pristine_error"]
-    error = "" if call.excinfo is None else f"{call.excinfo.typename}: {call.excinfo.value}"
-    if expect == "fail":
-        if call.excinfo is None:
+    if call.excinfo is None:
+        if expect.what == "fail":
             rep.outcome = "failed"
-            rep.longrepr = (f"[XPASS(strict)] proof test passed on {where}: the bug is not reproduced here, "
-                            "so this test proves nothing (or upstream fixed it)")
-            verdict = "PASSED, but the bug was expected"
-        elif re.search(pattern, error):
-            rep.outcome = "skipped"
-            rep.wasxfail = f"bug reproduced on {where}: {error.splitlines()[0][:300]}"
-            verdict = f"failed as it must: {error.splitlines()[0][:160]}"
+            rep.longrepr = (f"[XPASS(strict)] proof test passed on {expect.where}: the bug is not reproduced "
+                            "here, so this test proves nothing (or upstream fixed it)")
+            _record(item, expect, "passed", None, "", "PASSED, but the bug was expected")
         else:
-            verdict = f"FAILED with another error than the bug's ({pattern!r})"
+            _record(item, expect, "passed", None, "", "passed")
+        return
+    marker = item.get_closest_marker("proof")
+    obs = observed(call.excinfo)
+    kind = classify(obs, marker.kwargs["signatures"], marker.kwargs["package"]) if marker else "other"
+    error = f"{obs.type}: {_first_line(obs.message, 300)}"
+    if expect.what == "fail" and kind == "bug":
+        rep.outcome = "skipped"
+        rep.wasxfail = f"bug reproduced on {expect.where}: {error}"
+        verdict = f"failed as it must: {error[:160]}"
+    elif kind == "no-observation":
+        verdict = f"COULD NOT OBSERVE the behaviour it judges: {error[:160]}"
+    elif expect.what == "fail":
+        verdict = f"FAILED with another error than the bug's: {error[:160]}"
     else:
-        verdict = "passed" if call.excinfo is None else f"FAILED: {error.splitlines()[0][:160] if error else ''}"
-    _outcomes.append((item.nodeid, where, verdict))
-    _report.append({"test": item.name, "outcome": "passed" if call.excinfo is None else "failed",
-                    "bug": bool(call.excinfo is not None and re.search(pattern, error)),
-                    "error": error.splitlines()[0][:300] if error else ""})
+        verdict = f"FAILED: {error[:160]}"
+    _record(item, expect, "failed" if kind != "no-observation" else "error", kind, error, verdict)
+
+
+def _judge_skip(item, rep, expect: Expect) -> None:
+    reason = _skip_reason(rep)
+    allowed = item.get_closest_marker("may_skip")
+    if allowed is not None and expect.what == "observe":
+        _record(item, expect, "not-run", None, reason, f"did not run (allowed): {reason}")
+    elif expect.what == "observe":
+        _record(item, expect, "skipped", None, reason, f"skipped: {reason}")
+    elif allowed is not None:
+        _not_run.append(f"{item.nodeid}: skipped ({reason}); allowed: {allowed.kwargs.get('reason', '')}")
+    else:
+        rep.outcome = "failed"
+        rep.longrepr = (f"[SKIP] {item.nodeid} skipped in {rep.when} ({reason}) on {expect.where}: a test that "
+                        "does not run proves nothing. If this skip is legitimate, mark the test "
+                        "@pytest.mark.may_skip(reason=...) naming why")
+        _record(item, expect, "skipped", None, reason, f"SKIPPED, which proves nothing: {reason}")
+
+
+def _record(item, expect: Expect, outcome: str, kind: str | None, error: str, verdict: str) -> None:
+    _outcomes.append((item.nodeid, expect.where, verdict))
+    _report.append({"test": item.name, "role": expect.role, "outcome": outcome, "bug": kind == "bug",
+                    "kind": kind, "error": error[:300]})
 
 
 def pytest_sessionfinish(session):
@@ -105,8 +302,11 @@ def pytest_sessionfinish(session):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _outcomes:
-        return
-    terminalreporter.section("proof tests: installed build and verdict")
-    for nodeid, where, verdict in _outcomes:
-        terminalreporter.write_line(f"{nodeid}\n    on {where}: {verdict}")
+    if _outcomes:
+        terminalreporter.section("proof tests: installed build and verdict")
+        for nodeid, where, verdict in _outcomes:
+            terminalreporter.write_line(f"{nodeid}\n    on {where}: {verdict}")
+    if _not_run:
+        terminalreporter.section("proof tests that did not run")
+        for line in _not_run:
+            terminalreporter.write_line(line)

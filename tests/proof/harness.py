@@ -1,9 +1,12 @@
 """Run a function on N real processes joined in a gloo process group on 127.0.0.1.
 
 Each rank is a fresh ``spawn``-ed interpreter (nothing inherited from pytest) with torchrun's environment,
-joins ``init_process_group("gloo", tcp://127.0.0.1:<free port>)`` (unless ``init_group=False``), runs ``fn(rank, world_size, *args)`` and sends back
-its result or its exception (type, message, traceback). Every run is bounded in time; ranks still alive at the end
-are killed, so no process is left behind.
+joins ``init_process_group("gloo", tcp://127.0.0.1:<free port>)`` (unless ``init_group=False``), runs
+``fn(rank, world_size, *args)`` and sends back its result or its exception: type name, message, the source files its
+traceback passed through, and the traceback text. The proof contract (conftest) judges the type and the message and
+checks the files for the code under test; the traceback text is for people and never takes part in a verdict.
+Every run is bounded in time; ranks still alive at the end are killed, so no process is left behind. A rank that
+dies without reporting, or does not report in time, raises :class:`RanksLost`: nothing was observed.
 """
 
 from __future__ import annotations
@@ -13,12 +16,23 @@ import os
 import pickle
 import queue
 import socket
+import sys
 import time
 import traceback
 
+from proofkit import CouldNotObserve
 
-class RankFailed(AssertionError):
-    """A rank raised: the message carries the rank's exception type, message and traceback."""
+
+class RankFailed(Exception):
+    """A rank raised. ``exc_type``/``exc_message`` are the rank's exception, ``files`` its traceback's files."""
+
+    def __init__(self, rank: int, exc_type: str, exc_message: str, files: list[str], tb: str) -> None:
+        super().__init__(f"rank {rank} raised {exc_type}: {exc_message}\n--- rank {rank} traceback ---\n{tb}")
+        self.rank, self.exc_type, self.exc_message, self.files = rank, exc_type, exc_message, files
+
+
+class RanksLost(CouldNotObserve):
+    """Ranks died or hung without reporting a result or an exception."""
 
 
 def free_port() -> int:
@@ -31,25 +45,28 @@ def _child(fn, rank, world_size, port, args, env, results, init_group):
     os.environ.update(env)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
-    import torch.distributed as dist
-
     try:
         if init_group:
+            import torch.distributed as dist
+
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
         try:
             # Plain pickle copies tensors by value; the queue's own pickler would pass shared-memory file
             # descriptors, which die with this process.
             results.put((rank, "ok", pickle.dumps(fn(rank, world_size, *args))))
         finally:
-            if dist.is_initialized():
+            dist = sys.modules.get("torch.distributed")  # the code under test may have made a group itself
+            if dist is not None and dist.is_initialized():
                 dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-        results.put((rank, "error", (type(exc).__name__, str(exc), traceback.format_exc())))
+        files = [frame.f_code.co_filename for frame, _ in traceback.walk_tb(exc.__traceback__)]
+        results.put((rank, "error", (type(exc).__name__, str(exc), files, traceback.format_exc())))
 
 
 def run_ranks(fn, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 240.0,
               init_group: bool = True) -> list:
-    """Results of ``fn`` on each rank, in rank order; raises RankFailed with the first rank's error.
+    """Results of ``fn`` on each rank, in rank order; raises RankFailed with the first rank's error, RanksLost
+    when a rank exits without a word or the run exceeds ``timeout``.
 
     With ``init_group=False`` the ranks start like torchrun's: the environment (RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT, ...) is set but no process group exists until the code under test creates one.
@@ -72,15 +89,15 @@ def run_ranks(fn, world_size: int, *args, env: dict[str, str] | None = None, tim
                 dead = [r for r, p in enumerate(procs) if r not in got and not p.is_alive()]
                 if dead:  # a rank that exits without reporting (crash, os._exit, failed import) fails the run now
                     codes = {r: procs[r].exitcode for r in dead}
-                    raise RankFailed(f"ranks {dead} exited without a result (exit codes {codes})")
+                    raise RanksLost(f"ranks {dead} exited without a result (exit codes {codes})")
                 if time.monotonic() > deadline:
-                    raise RankFailed(f"ranks {sorted(set(range(world_size)) - set(got))} gave no result in "
+                    raise RanksLost(f"ranks {sorted(set(range(world_size)) - set(got))} gave no result in "
                                      f"{timeout} s")
                 continue
             got[rank] = (kind, payload)
             if kind == "error":
-                name, msg, tb = payload
-                raise RankFailed(f"rank {rank} raised {name}: {msg}\n--- rank {rank} traceback ---\n{tb}")
+                name, msg, files, tb = payload
+                raise RankFailed(rank, name, msg, files, tb)
     finally:
         for p in procs:
             p.join(timeout=10)

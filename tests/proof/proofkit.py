@@ -1,0 +1,19 @@
+"""The two exception types a proof test raises itself (standard library only, so ranks and reproducers can use it).
+
+A proof's verdict rests on what the code under test raised: the bug's exception type and message (see conftest).
+Some bugs raise nothing and are seen only in their effect (one replica ran, a halved warm-up, a loss off by the
+number of replicas). A test that sees such an effect raises :class:`BugSymptom`, the one type that means "the
+bug's symptom was observed", with a message saying which. A test that could not look at all (a spy that recorded
+nothing, a function upstream renamed, a rank that died without a word) raises :class:`CouldNotObserve`: that is
+an error of the test, never the bug, and never a pass.
+"""
+
+from __future__ import annotations
+
+
+class BugSymptom(AssertionError):
+    """The bug's effect was observed (wrong result, dropped work); the message names the symptom."""
+
+
+class CouldNotObserve(Exception):
+    """The test could not reach the behaviour it judges; neither the bug nor its absence was seen."""

@@ -1,0 +1,281 @@
+"""The proof contract (tests/proof/conftest.py and harness.py) judged on a synthetic package, one finding each.
+
+Each test builds a small project with the real conftest, harness and proofkit, a patch series for the package
+"demo", and an installed "demo" (a folder on PYTHONPATH with its dist-info), then runs pytest on a proof module
+in a subprocess and reads the exit status, the summary and the observe-mode report. The modules carry both the old
+marker argument (``pristine_error``) and the new one (``signatures``), so each test also ran against the conftest
+as it was before these rules, and failed there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import CORE, INIT, edit_greet, make_patch
+
+from patchwheel import config, patches, proofenv, upstream
+
+ROOT = Path(__file__).resolve().parents[2]
+# The contract under test; point it at another copy of tests/proof to judge an older conftest and harness.
+CONTRACT = Path(os.environ.get("PATCHWHEEL_CONTRACT_UNDER_TEST") or ROOT / "tests" / "proof")
+SHA = "0" * 64
+
+# The installed package under test: `buggy()` raises like the bug, `harmless()` does not.
+DEMO = '''
+def buggy():
+    raise TypeError("'NoneType' object is not iterable")
+
+
+def set_device(device):
+    raise RuntimeError("No CUDA GPUs are available")  # torch._C._cuda_setDevice(device)
+
+
+def harmless():
+    return 1
+'''
+
+
+class Project:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "tests" / "proof").mkdir(parents=True)
+        for name in ("conftest.py", "harness.py", "proofkit.py"):
+            shutil.copy(CONTRACT / name, root / "tests" / "proof" / name)
+        (root / "src").symlink_to(ROOT / "src")
+        (root / "overlay" / "demo").mkdir(parents=True)
+        self.site = root / "site"
+
+    def line(self, version: str, proof: str | None, trailers: dict[str, str] | None = None) -> None:
+        """A release line of demo whose one patch names ``proof`` (or an empty series)."""
+        pins = self.root / "overlay" / "demo" / "pins.toml"
+        if not pins.exists():
+            pins.write_text('package = "demo"\n')
+        pins.write_text(pins.read_text() + f'\n[release."{version}"]\nwheel = {{ filename = '
+                                          f'"demo-{version}-py3-none-any.whl", sha256 = "{SHA}" }}\n')
+        pdir = self.root / "patches" / "demo" / version
+        pdir.mkdir(parents=True)
+        if proof is None and not trailers:
+            (pdir / "series").write_text("# nothing left: upstream fixed it\n")
+            return
+        t = {"Upstream-Issue": "https://github.com/example/demo/issues/1", "Upstream-Status": "Pending",
+             "Proof-Test": proof, "Drop-When": "proof-passes-upstream", **(trailers or {})}
+        t = {k: v for k, v in t.items() if v}
+        files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+        (pdir / "0001-greet-comma.patch").write_bytes(make_patch(files, edit_greet, "Greet with a comma", t))
+        (pdir / "series").write_text("0001-greet-comma.patch\n")
+
+    def install(self, version: str, carries: str | None = None) -> None:
+        """An installed demo: pristine, or a +fixed build whose manifest carries a patch naming ``carries``."""
+        shutil.rmtree(self.site, ignore_errors=True)
+        (self.site / "demo").mkdir(parents=True)
+        (self.site / "demo" / "__init__.py").write_text(DEMO)
+        full = version + ("+fixed" if carries else "")
+        info = self.site / f"demo-{full}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: demo\nVersion: {full}\n")
+        if carries:
+            (info / "overlay-fixes.json").write_text(json.dumps({
+                "version": full, "upstream": {"version": version, "wheel": "w", "sha256": SHA},
+                "patches": [{"name": "0001-greet-comma.patch", "proof_test": carries}], "patched_files": {}}))
+
+    def module(self, name: str, body: str) -> str:
+        (self.root / "tests" / "proof" / name).write_text(textwrap.dedent(body))
+        return f"tests/proof/{name}"
+
+    def pytest(self, module: str, *args: str) -> tuple[int, str, list[dict]]:
+        report = self.root / "report.json"
+        report.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONPATH": str(self.site), "PATCHWHEEL_PROOF_REPORT": str(report)}
+        res = subprocess.run([sys.executable, "-m", "pytest", module, "-p", "no:cacheprovider", "-rA", *args],
+                             cwd=self.root, env=env, capture_output=True, text=True, timeout=300)
+        cases = json.loads(report.read_text()) if report.is_file() else []
+        return res.returncode, res.stdout + res.stderr, cases
+
+
+@pytest.fixture
+def project(tmp_path):
+    return Project(tmp_path / "project")
+
+
+@pytest.fixture
+def other_project(tmp_path):
+    return Project(tmp_path / "other")
+
+
+def _marked(signatures: str, pristine_error: str, body: str) -> str:
+    return (f"import pytest\n\npytestmark = pytest.mark.proof(package='demo', pristine_error={pristine_error!r}, "
+            f"signatures={signatures})\n\n" + textwrap.dedent(body))
+
+
+def test_a_skip_is_a_failure_unless_the_marker_names_why(project):
+    """Finding 1: a skip in the body or in setup passed on pristine and on +fixed; observe mode read 'passes'."""
+    module = project.module("test_skips.py", _marked("[('TypeError', 'not iterable')]", "TypeError", '''
+        import sys
+
+        def test_body_skip():
+            pytest.skip("could not set up the model")
+
+        @pytest.mark.skipif(sys.platform != "nonexistent", reason="needs a GPU")
+        def test_setup_skip():
+            pass
+
+        @pytest.mark.may_skip(reason="the GPU form needs CUDA")
+        @pytest.mark.skipif(True, reason="no CUDA here")
+        def test_gpu_form():
+            pass
+        '''))
+    project.line("1.0.0", module)
+    for carries in (None, module):
+        project.install("1.0.0", carries)
+        code, out, _ = project.pytest(module)
+        assert code == 1, out
+        assert "test_body_skip skipped in call (could not set up the model)" in out, out
+        assert "test_setup_skip skipped in setup (needs a GPU)" in out, out
+        assert "did not run" in out and "test_gpu_form: skipped (no CUDA here); allowed: the GPU form needs CUDA" in out
+    code, out, cases = project.pytest(module, "--proof-expect=observe", "-k", "not setup_skip")
+    assert [c["outcome"] for c in cases] == ["skipped", "not-run"], cases  # an allowed skip counts for nothing
+    assert proofenv.judge(cases).verdict == "error"
+    assert proofenv.judge(cases).detail.startswith("could not judge: test_body_skip")
+
+
+def test_signature_is_the_ranks_type_and_message_not_its_traceback(project):
+    """Finding 2: a rank's traceback text matched the signature (`_cuda_setDevice` on a source line)."""
+    module = project.module("test_ranks.py", _marked(
+        "[('RuntimeError', '_cuda_setDevice'), ('TypeError', 'not iterable')]", "_cuda_setDevice|not iterable", '''
+        from harness import run_ranks
+
+        def _set_device(rank, world_size):
+            import demo
+            demo.set_device(rank)
+
+        def _buggy(rank, world_size):
+            import demo
+            demo.buggy()
+
+        def test_message_only():
+            run_ranks(_set_device, 1, init_group=False)
+
+        def test_the_bug():
+            run_ranks(_buggy, 1, init_group=False)
+
+        def test_not_from_the_package():
+            raise TypeError("'NoneType' object is not iterable")  # the test's own error, not the package's
+        '''))
+    project.line("1.0.0", module)
+    project.install("1.0.0")
+    code, out, _ = project.pytest(module)
+    assert code == 1, out
+    assert "test_message_only\n    on demo 1.0.0 (pristine): FAILED with another error than the bug's: RuntimeError: " \
+           "No CUDA GPUs are available" in out, out
+    assert "test_the_bug\n    on demo 1.0.0 (pristine): failed as it must: TypeError: 'NoneType' object is not " \
+           "iterable" in out, out
+    assert "test_not_from_the_package\n    on demo 1.0.0 (pristine): FAILED with another error" in out, out
+
+
+def test_could_not_observe_is_never_the_bug(project):
+    """Finding 3: the signature `warm-up reserved` also matched the test's own 'saw nothing' message."""
+    module = project.module("test_spy.py", _marked("[('BugSymptom', 'warm-up reserved \\\\d+ bytes')]",
+                                                   "warm-up reserved", '''
+        from proofkit import CouldNotObserve
+
+        def test_spy_saw_nothing():
+            reserved = []
+            if not reserved:
+                raise CouldNotObserve(f"warm-up reserved {reserved} bytes: the spy recorded no allocation")
+        '''))
+    project.line("1.0.0", module)
+    project.install("1.0.0")
+    code, out, _ = project.pytest(module)
+    assert code == 1 and "COULD NOT OBSERVE the behaviour it judges: CouldNotObserve: warm-up reserved []" in out, out
+    _, _, cases = project.pytest(module, "--proof-expect=observe")
+    assert cases[0]["kind"] == "no-observation" and proofenv.judge(cases).verdict == "error", cases
+    generic = project.module("test_generic.py", _marked("[('AssertionError', 'loss differs')]", "loss differs", '''
+        def test_drift():
+            assert 1.37 == 1.0, "loss differs from one device"
+        '''))
+    code, out, _ = project.pytest(generic)
+    assert code == 4 and "AssertionError is not a bug's signature" in out, out
+
+
+def test_an_import_error_is_not_a_bug_and_features_are_not_proofs(project, other_project):
+    """Finding 4: D1's pristine 'failure' was the ImportError of the module its own patch adds."""
+    module = project.module("test_diagnose.py", _marked(
+        "[('ModuleNotFoundError', 'demo.diagnose')]", "No module named 'demo\\.diagnose'", '''
+        def test_diagnosis():
+            import demo.diagnose  # noqa: F401
+        '''))
+    project.line("1.0.0", module)
+    project.install("1.0.0")
+    code, out, _ = project.pytest(module)
+    assert code == 4 and "ModuleNotFoundError is not a bug's signature" in out, out
+
+    feature = other_project.module("test_feature.py", '''
+        import pytest
+
+        pytestmark = pytest.mark.feature(package="demo")
+
+        def test_diagnosis():
+            import demo.diagnose  # noqa: F401
+        ''')
+    other_project.line("1.0.0", None, {"Proof-Test": "", "Feature-Test": feature})
+    line = config.load(other_project.root).line("demo", "1.0.0")
+    assert any("a feature cannot be dropped by 'proof-passes-upstream'" in p for p in patches.lint_line(line)), \
+        patches.lint_line(line)
+    other_project.install("1.0.0")
+    code, out, _ = other_project.pytest(feature)
+    assert code == 5 and "test_diagnosis: feature test, and demo 1.0.0 (pristine) lacks the feature" in out, out
+    other_project.install("1.0.0", carries=feature)
+    code, out, _ = other_project.pytest(feature)
+    assert code == 1 and "FAILED: ModuleNotFoundError" in out, out  # on a build that carries it, it must pass
+
+
+def test_trailers_must_agree_with_the_matrix(demo_project):
+    """Finding 5: `Fixed-In` and `Drop-When` contradicted the committed matrix (⚠ cells) and nothing said so."""
+    line = demo_project.load().line("demo")
+    (patch,) = patches.load_series(line)
+    cell = {"text": "X", "behaviour": "fails", "behaviour_detail": "test_greet: BugSymptom: still wrong"}
+    matrix = {"lines": [{"line": "demo/1.0.0", "patches": [
+        {"name": patch.name, "drop_when": "demo>=1.1.0", "upstream_status": "Pending", "cells": {"1.1.0": cell}}]}]}
+    problems = upstream.matrix_problems(line, [patch], matrix)
+    assert problems and "⚠ Drop-When is met but the proof still fails" in problems[0], problems
+    assert "no trailer explains it" in problems[0]
+
+    def with_status(status):
+        text = patch.path.read_text().replace("Upstream-Status: Pending", f"Upstream-Status: {status}")
+        patch.path.write_text(text)
+        matrix["lines"][0]["patches"][0]["upstream_status"] = status
+        return patches.load_series(line)[0]
+
+    fixed = with_status("Fixed-In 1.1.0")
+    problems = upstream.matrix_problems(line, [fixed], matrix)
+    assert any("says Fixed-In 1.1.0, but the proof still fails there" in p for p in problems), problems
+    patch.path.write_text(patch.path.read_text().replace("Fixed-In 1.1.0", "Pending"))
+    partial = with_status("Partial-Fix-In 1.1.0 tests/proof/test_demo.py::test_greet")
+    assert upstream.matrix_problems(line, [partial], matrix) == []
+    matrix["lines"][0]["patches"][0]["drop_when"] = "demo>=9"
+    assert "written with other trailers" in upstream.matrix_problems(line, [partial], matrix)[0]
+
+
+def test_a_fix_upstream_turns_its_proof_into_a_regression_guard(project):
+    """Finding 6: once upstream fixed a bug, its proof XPASSed on both flavours without a hand-written switch."""
+    module = project.module("test_fixed_later.py", _marked("[('TypeError', 'not iterable')]", "not iterable", '''
+        def test_no_crash():
+            import demo
+            assert demo.harmless() == 1
+        '''))
+    project.line("1.0.0", module)
+    project.line("1.1.0", None)  # the rebase dropped the patch: upstream 1.1.0 fixed it
+    project.install("1.1.0")
+    code, out, _ = project.pytest(module)
+    assert code == 0, out
+    assert "regression guard: upstream fixed it, so the line dropped 0001-greet-comma.patch (demo/1.0.0)" in out
+    project.install("1.0.0")  # on the release line that still carries the patch, the same pass is an XPASS
+    code, out, _ = project.pytest(module)
+    assert code == 1 and "XPASS(strict)" in out, out
