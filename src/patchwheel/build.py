@@ -48,7 +48,8 @@ def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[st
         "patches": [{
             "name": p.name, "subject": p.subject, "sha256": p.sha256,
             "upstream_status": p.trailers.get("Upstream-Status"), "upstream_issue": p.trailers.get("Upstream-Issue"),
-            "proof_test": p.trailers.get("Proof-Test"), "drop_when": p.trailers.get("Drop-When"),
+            "proof_test": p.trailers.get("Proof-Test"), "feature_test": p.trailers.get("Feature-Test"),
+            "drop_when": p.trailers.get("Drop-When"),
         } for p in patches],
         "patched_files": {path: hashlib.sha256(data).hexdigest()
                           for path, data in sorted(patched_files.items()) if data is not None},

@@ -28,10 +28,17 @@ def cmd_build(args) -> int:
 
 
 def cmd_lint(args) -> int:
+    import json
+
+    from .upstream import matrix_problems
     overlay = config.load(_root(args))
+    status_json = overlay.root / "patches" / "STATUS.json"
+    matrix = json.loads(status_json.read_text()) if status_json.is_file() else {}
     bad = 0
     for line in overlay.select(args.lines):
         problems = patches.lint_line(line, _root(args))
+        if not problems:
+            problems = matrix_problems(line, patches.load_series(line), matrix)
         n = len(patches.series_names(line)) if not problems else "?"
         print(f"{line.key}: {'ok' if not problems else 'FAILED'} ({n} patch(es))")
         for p in problems:
@@ -76,7 +83,7 @@ def cmd_upstream(args) -> int:
     overlay = config.load(_root(args))
     behaviour = None if args.text_only else upstream.Selection.parse(args.behaviour or args.releases)
     return upstream.run(overlay, upstream.Selection.parse(args.releases), behaviour, check=args.check,
-                        workers=args.workers)
+                        workers=args.workers, rerender_only=args.rerender)
 
 
 def cmd_rebase(args) -> int:
@@ -110,6 +117,11 @@ def cmd_diagnose(args) -> int:
     return subprocess.run(cmd).returncode
 
 
+def cmd_mutants(args) -> int:
+    from . import mutants
+    return mutants.run(config.load(_root(args)), args.lines, Path(args.out) if args.out else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
     ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
@@ -137,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--text-only", action="store_true", help="skip the proof tests")
     u.add_argument("--check", action="store_true", help="compare with the committed matrix instead of writing")
     u.add_argument("--workers", type=int, default=2)
+    u.add_argument("--rerender", action="store_true",
+                   help="rewrite patches/STATUS.* with the current trailers and flags, running nothing")
     u.set_defaults(func=cmd_upstream)
     rb = sub.add_parser("rebase", help="write patches/<pkg>/<version>/ from the newest line of <pkg>")
     rb.add_argument("package")
@@ -155,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     dg.add_argument("--max-memory", nargs="*", help="DEVICE=SIZE, as from_pretrained's max_memory (0=20GiB cpu=8GiB)")
     dg.add_argument("--offload-folder")
     dg.set_defaults(func=cmd_diagnose)
+    mu = sub.add_parser("mutants", help="revert each patch hunk alone and run its proof: which hunk does no test need?")
+    mu.add_argument("lines", nargs="*", help="pkg or pkg==version (default: every release line)")
+    mu.add_argument("--out", help="also write the Markdown table to this file")
+    mu.set_defaults(func=cmd_mutants)
     args = ap.parse_args(argv)
     try:
         return args.func(args)

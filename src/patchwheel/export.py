@@ -73,21 +73,31 @@ def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print)
         gitops.am(check, patch_file)  # the proof that `git am` takes it on the release's tree
     finally:
         shutil.rmtree(check.parent, ignore_errors=True)
-    proof = overlay.root / patch.trailers["Proof-Test"].split("::")[0]
-    shutil.copy(proof, out / "reproducer" / proof.name)
-    text = proof.read_text()
-    for helper in ("harness.py", "dataparallel_sim.py"):
-        if re.search(rf"^from {helper[:-3]} import", text, re.M):
-            shutil.copy(proof.parent / helper, out / "reproducer" / helper)
+    proof = overlay.root / patch.test_module
+    for helper in [proof] + _helpers(proof):
+        shutil.copy(helper, out / "reproducer" / helper.name)
     (out / "reproducer" / "conftest.py").write_text(
         '"""Standalone reproducer: only registers the markers the test module uses."""\n\n\n'
         "def pytest_configure(config):\n"
-        '    config.addinivalue_line("markers", "proof(package, pristine_error): the bug this test proves")\n'
+        '    config.addinivalue_line("markers", "proof(package, signatures): the bug this test proves")\n'
+        '    config.addinivalue_line("markers", "feature(package): the capability this test checks")\n'
+        '    config.addinivalue_line("markers", "may_skip(reason): may skip for this reason")\n'
         '    config.addinivalue_line("markers", "regression: must pass with and without the fix")\n')
     (out / "PR.md").write_text(_description(overlay, line, patch, version, result.status, proof.name))
     log(f"wrote {out}/: {patch_file.name} ({result.status} onto {line.package} {version}, verified with git am), "
         f"reproducer/, PR.md")
     return out
+
+
+def _helpers(module: Path, seen: set[Path] | None = None) -> list[Path]:
+    """The sibling modules a test module imports (``from harness import ...``, ``import tiny_llama``), recursively."""
+    seen = seen if seen is not None else {module}
+    for name in re.findall(r"^(?:from (\w+) import|import (\w+)$)", module.read_text(), re.M):
+        sibling = module.parent / f"{name[0] or name[1]}.py"
+        if sibling.is_file() and sibling not in seen and sibling.name != "conftest.py":
+            seen.add(sibling)
+            _helpers(sibling, seen)
+    return sorted(seen - {module})
 
 
 def _description(overlay, line, patch, version, text_status, proof_name) -> str:

@@ -6,9 +6,18 @@ tree. Its metadata lives in git trailers at the end of the commit message (they 
 
     Upstream-Issue:  https://github.com/huggingface/transformers/issues/37663
     Upstream-Status: Pending | Submitted <url> | Backport <pr> | Fixed-In <version>
-    Proof-Test:      tests/proof/test_x.py[::test_y]   (the module, or one test in it)
-    Drop-When:       transformers>=4.54.0   (or proof-passes-upstream: no release is known to fix it; the
-                                            upstream check decides by running the proof on pristine releases)
+                     | Partial-Fix-In <version> <the proof test that still fails there>
+    Proof-Test:      tests/proof/test_x.py[::test_y]   a fix: the test that proves the bug (fails without the patch)
+    Feature-Test:    tests/proof/test_x.py             instead, for a capability the patch adds
+    Drop-When:       transformers>=4.54.0   a release condition;
+                     proof-passes-upstream  (fixes only) no release is known to fix it: the upstream check decides
+                                            by running the proof on pristine releases;
+                     pr-released <url>      a PR (or "pending", none submitted yet) whose release carries it
+
+A feature cannot be judged by behaviour on a release without it (its test has nothing to call there), so it is
+dropped by release or PR, never by ``proof-passes-upstream``. ``Fixed-In`` is a claim the committed matrix can
+check (the proof passes there); an upstream fix that leaves part of the bug is ``Partial-Fix-In``, naming the test
+that still fails.
 """
 
 from __future__ import annotations
@@ -31,10 +40,14 @@ FORMAT_PATCH_FLAGS = ("--keep-subject", "--no-stat", "--zero-commit", "--full-in
 
 #: Drop-When value for a bug no upstream release is known to fix: dropped when its proof passes on a release.
 DROP_BY_BEHAVIOUR = "proof-passes-upstream"
-REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Proof-Test", "Drop-When")
+#: Drop-When prefix for a capability: dropped once upstream releases the PR that carries it.
+DROP_BY_PR = "pr-released"
+REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Drop-When")
+TEST_TRAILERS = ("Proof-Test", "Feature-Test")
 _NAME = re.compile(r"^(\d{4})-([a-z0-9][a-z0-9.-]*)\.patch$")
 _TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.+)$")
-_STATUS = re.compile(r"^(Pending|Submitted \S+|Backport \S+|Fixed-In \S+)$")
+_STATUS = re.compile(r"^(Pending|Submitted \S+|Backport \S+|Fixed-In \S+|Partial-Fix-In \S+ \S+)$")
+_PR = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/pull/\d+|pending)$")
 _ISSUE = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|[\w.-]+/[\w.-]+#\d+)$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -77,6 +90,16 @@ class Patch:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.raw).hexdigest()
+
+    @property
+    def is_feature(self) -> bool:
+        return "Feature-Test" in self.trailers
+
+    @property
+    def test_module(self) -> str | None:
+        """The module of the Proof-Test or Feature-Test trailer (without ``::test``)."""
+        value = self.trailers.get("Proof-Test") or self.trailers.get("Feature-Test")
+        return value.split("::")[0] if value else None
 
     @property
     def touched(self) -> list[str]:
@@ -184,36 +207,63 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
     for key in REQUIRED_TRAILERS:
         if key not in t:
             out.append(f"{patch.name}: missing trailer '{key}:' (add it to the last paragraph of the message)")
-    if "Upstream-Status" in t and not _STATUS.match(t["Upstream-Status"]):
-        out.append(f"{patch.name}: Upstream-Status {t['Upstream-Status']!r} must be one of "
-                   "'Pending', 'Submitted <url>', 'Backport <pr>', 'Fixed-In <version>'")
+    tests = [k for k in TEST_TRAILERS if k in t]
+    if len(tests) != 1:
+        out.append(f"{patch.name}: needs exactly one of 'Proof-Test:' (a fix, proven by a test that fails without "
+                   "it) and 'Feature-Test:' (a capability the patch adds)")
+    status = t.get("Upstream-Status", "")
+    if "Upstream-Status" in t and not _STATUS.match(status):
+        out.append(f"{patch.name}: Upstream-Status {status!r} must be one of 'Pending', 'Submitted <url>', "
+                   "'Backport <pr>', 'Fixed-In <version>', 'Partial-Fix-In <version> <still-failing proof test>'")
+    elif status.startswith(("Fixed-In ", "Partial-Fix-In ")):
+        words = status.split()
+        try:
+            Version(words[1])
+        except InvalidVersion:
+            out.append(f"{patch.name}: Upstream-Status {status!r}: {words[1]!r} is not a version")
+        if words[0] == "Partial-Fix-In":
+            out += _check_test_ref(patch, words[2], root, "Upstream-Status Partial-Fix-In")
     if "Upstream-Issue" in t:
         for ref in t["Upstream-Issue"].split(","):
             if not _ISSUE.match(ref.strip()):
                 out.append(f"{patch.name}: Upstream-Issue {ref.strip()!r} is not an issue URL or owner/repo#N")
-    if "Drop-When" in t and t["Drop-When"] == DROP_BY_BEHAVIOUR:
-        pass
-    elif "Drop-When" in t:
+    drop = t.get("Drop-When")
+    if drop == DROP_BY_BEHAVIOUR:
+        if patch.is_feature:
+            out.append(f"{patch.name}: a feature cannot be dropped by '{DROP_BY_BEHAVIOUR}' (a release without "
+                       f"it has nothing for its test to call): use '{line.package}>=<version>' or "
+                       f"'{DROP_BY_PR} <PR url or pending>'")
+    elif drop is not None and drop.startswith(DROP_BY_PR + " "):
+        if not _PR.match(drop[len(DROP_BY_PR) + 1:]):
+            out.append(f"{patch.name}: Drop-When {drop!r} must be '{DROP_BY_PR} <https://github.com/o/r/pull/N>' "
+                       f"or '{DROP_BY_PR} pending'")
+    elif drop is not None:
         try:
-            req = Requirement(t["Drop-When"])
+            req = Requirement(drop)
             if canonicalize_name(req.name) != line.package or not req.specifier:
                 raise InvalidRequirement("wrong package or no version")
             for spec in req.specifier:
                 Version(spec.version)
         except (InvalidRequirement, InvalidVersion):
-            out.append(f"{patch.name}: Drop-When {t['Drop-When']!r} must be a version condition on "
-                       f"{line.package}, e.g. '{line.package}>=4.54.0', or '{DROP_BY_BEHAVIOUR}'")
-    if "Proof-Test" in t:
-        file, _, func = t["Proof-Test"].partition("::")
-        if not file.startswith("tests/proof/") or not file.endswith(".py"):
-            out.append(f"{patch.name}: Proof-Test {t['Proof-Test']!r} must be tests/proof/<file>.py[::<test>]")
-        elif root is not None:
-            src = root / file
-            if not src.is_file():
-                out.append(f"{patch.name}: Proof-Test file {file} does not exist")
-            elif func and not re.search(rf"^\s*def {re.escape(func.split('[')[0])}\(", src.read_text(), re.M):
-                out.append(f"{patch.name}: Proof-Test {func} is not defined in {file}")
+            out.append(f"{patch.name}: Drop-When {drop!r} must be a version condition on {line.package}, e.g. "
+                       f"'{line.package}>=4.54.0', '{DROP_BY_BEHAVIOUR}' or '{DROP_BY_PR} <PR url or pending>'")
+    for key in tests:
+        out += _check_test_ref(patch, t[key], root, key)
     return out
+
+
+def _check_test_ref(patch: Patch, value: str, root: Path | None, what: str) -> list[str]:
+    file, _, func = value.partition("::")
+    if not file.startswith("tests/proof/") or not file.endswith(".py"):
+        return [f"{patch.name}: {what} {value!r} must be tests/proof/<file>.py[::<test>]"]
+    if root is None:
+        return []
+    src = root / file
+    if not src.is_file():
+        return [f"{patch.name}: {what} file {file} does not exist"]
+    if func and not re.search(rf"^\s*def {re.escape(func.split('[')[0])}\(", src.read_text(), re.M):
+        return [f"{patch.name}: {what} {func} is not defined in {file}"]
+    return []
 
 
 def lint_line(line: ReleaseLine, root: Path | None = None) -> list[str]:

@@ -27,11 +27,12 @@ from packaging.version import Version
 from . import fetch, proofenv, textcheck
 from .config import Artifact, Overlay, ReleaseLine
 from .errors import PatchwheelError
-from .patches import DROP_BY_BEHAVIOUR, Patch, load_series
+from .patches import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, load_series
 
 _judged: dict[tuple[str, str], "proofenv.ProofOutcome"] = {}
 TEXT_CODE = {"clean": "C", "offset": "O", "3-way": "3", "already-upstream": "U", "conflict": "X"}
-BEHAVIOUR_CODE = {"passes": "✓", "fails": "✗", "error": "!", None: "·"}
+BEHAVIOUR_CODE = {"passes": "✓", "fails": "✗", "error": "!", "n/a": "–", None: "·"}
+FEATURE = proofenv.ProofOutcome("n/a", "a feature: dropped by release or PR, not judged by a proof")
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,10 @@ def companions(overlay: Overlay, line: ReleaseLine) -> list[tuple[str, Artifact]
     return [(pkg, overlay.lines[pkg][-1].wheel) for pkg in overlay.packages() if pkg != line.package]
 
 
-def drop_when_met(patch: Patch, version: str) -> bool | None:
-    cond = patch.trailers.get("Drop-When", "")
-    if cond == DROP_BY_BEHAVIOUR or not cond:
+def drop_when_met(patch: Patch | dict, version: str) -> bool | None:
+    """Whether the patch's release condition holds for ``version``; None when it is not a release condition."""
+    cond = patch.trailers.get("Drop-When", "") if isinstance(patch, Patch) else (patch.get("drop_when") or "")
+    if cond == DROP_BY_BEHAVIOUR or cond.startswith(DROP_BY_PR + " ") or not cond:
         return None
     return Version(version) in Requirement(cond).specifier
 
@@ -118,7 +120,10 @@ def check_line(overlay: Overlay, line: ReleaseLine, selection: Selection, behavi
         env = proofenv.release_env(fetch.cache_dir(), [(line.package, artifact)] + companions(overlay, line))
         outcomes = {}
         for p in series:
-            proof = p.trailers["Proof-Test"].split("::")[0]
+            if p.is_feature:
+                outcomes[p.name] = FEATURE
+                continue
+            proof = p.test_module
             key = (str(env), proof)  # the same proof on the same release is judged once per run, for every line
             if key not in _judged:
                 _judged[key] = proofenv.run_proof(env, overlay.root, proof)
@@ -143,7 +148,9 @@ def check_line(overlay: Overlay, line: ReleaseLine, selection: Selection, behavi
         "companions": [f"{pkg}=={a.filename.split('-')[1]}" for pkg, a in companions(overlay, line)],
         "releases": [{"version": v, "wheel": a.filename, "sha256": a.sha256, "yanked": y} for v, a, y in releases],
         "patches": [{"name": p.name, "subject": p.subject, "drop_when": p.trailers.get("Drop-When"),
-                     "proof_test": p.trailers.get("Proof-Test"), "cells": cells[p.name]} for p in series],
+                     "upstream_status": p.trailers.get("Upstream-Status"),
+                     "proof_test": p.trailers.get("Proof-Test") or p.trailers.get("Feature-Test"),
+                     "cells": cells[p.name]} for p in series],
     }
 
 
@@ -167,8 +174,48 @@ def merge(old: dict | None, new_lines: list[dict]) -> dict:
                     cells[version] = cell
                 p["cells"] = {v: cells[v] for v in sorted(cells, key=Version)}
         out["lines"].append(new)
+    for line in out["lines"] + list(old_lines.values()):
+        refresh_flags(line)
     out["lines"] += old_lines.values()
     out["lines"].sort(key=lambda l: (l["line"].split("/")[0], Version(l["line"].split("/")[1])))
+    return out
+
+
+def refresh_flags(line: dict) -> None:
+    """Recompute Drop-When and its flags for every cell from the trailers recorded with each patch."""
+    for p in line["patches"]:
+        for version, cell in p["cells"].items():
+            cell["drop_when_met"] = drop_when_met(p, version)
+            cell["flags"] = _flags(cell["drop_when_met"], cell.get("behaviour"))
+
+
+def matrix_problems(line: ReleaseLine, series: list[Patch], matrix: dict) -> list[str]:
+    """What the committed matrix says against the patches' trailers: a ⚠ cell no trailer explains, a Fixed-In
+    release where the proof still fails, a matrix written with other trailers than the series has now."""
+    out = []
+    rows = {p["name"]: p for l in matrix.get("lines", []) if l["line"] == line.key for p in l["patches"]}
+    for patch in series:
+        row = rows.get(patch.name)
+        if row is None:
+            continue
+        status = patch.trailers.get("Upstream-Status", "").split()
+        if (row.get("drop_when"), row.get("upstream_status")) != (patch.trailers.get("Drop-When"),
+                                                                 patch.trailers.get("Upstream-Status")):
+            out.append(f"{line.key} {patch.name}: patches/STATUS.* was written with other trailers "
+                       "(Drop-When, Upstream-Status): run `nox -s upstream -- --rerender` and commit it")
+        for version, cell in row["cells"].items():
+            flags = _flags(drop_when_met(patch, version), cell.get("behaviour"))
+            detail = cell.get("behaviour_detail") or ""
+            if status and status[0] == "Fixed-In" and version == status[1] and cell.get("behaviour") == "fails":
+                out.append(f"{line.key} {patch.name}: Upstream-Status says Fixed-In {version}, but the proof still "
+                           f"fails there ({detail}): write 'Partial-Fix-In {version} <the failing test>'")
+            if not flags:
+                continue
+            explained = (len(status) == 3 and status[0] == "Partial-Fix-In" and Version(status[1]) <= Version(version)
+                         and detail.startswith(status[2].split("::")[-1] + ":"))
+            if not explained:
+                out.append(f"{line.key} {patch.name} vs {version}: ⚠ {flags[0]} ({detail}), and no trailer explains "
+                           "it: correct Drop-When, or record 'Upstream-Status: Partial-Fix-In <version> <test>'")
     return out
 
 
@@ -202,7 +249,8 @@ def render(matrix: dict, per_table: int = 10) -> str:
            "Text: **C** clean, **O** offset, **3** needs a 3-way merge, **U** already upstream (reverse-applies or "
            "empty after merge), **X** conflict.  ",
            "Behaviour (the patch's proof test on the pristine release): **✓** passes, the bug is gone upstream; "
-           "**✗** fails, the patch is still needed; **!** could not judge; **·** not run.  ",
+           "**✗** fails, the patch is still needed; **!** could not judge; **–** a feature (dropped by release or "
+           "PR, not by a proof); **·** not run.  ",
            "**⚠** the Drop-When condition and the behaviour disagree (see the notes under the table). "
            "*(y)* marks a yanked release.", ""]
     for line in matrix["lines"]:
@@ -230,13 +278,38 @@ def render(matrix: dict, per_table: int = 10) -> str:
                     row.append(mark)
                 out.append(f"| {p['name'].split('.patch')[0]} | " + " | ".join(row) + " |")
             out.append("")
-        drop = [f"- {p['name']}: Drop-When `{p['drop_when']}`; proof `{p['proof_test']}`" for p in line["patches"]]
+        drop = [f"- {p['name']}: Drop-When `{p['drop_when']}`; Upstream-Status `{p.get('upstream_status')}`; "
+                f"test `{p['proof_test']}`" for p in line["patches"]]
         out += drop + [""] + (["Notes:", ""] + notes + [""] if notes else [])
     return "\n".join(out).rstrip() + "\n"
 
 
-def run(overlay: Overlay, selection: Selection, behaviour: Selection | None, *, check: bool, workers: int) -> int:
+def rerender(overlay: Overlay) -> dict:
+    """The committed matrix with each patch's trailers and flags taken from the series as it is now (no runs)."""
     json_path = overlay.root / "patches" / "STATUS.json"
+    if not json_path.is_file():
+        raise PatchwheelError(f"{json_path} does not exist", "run `nox -s upstream` and commit the result")
+    matrix = json.loads(json_path.read_text())
+    for line in matrix["lines"]:
+        pkg, version = line["line"].split("/")
+        try:
+            series = {p.name: p for p in load_series(overlay.line(pkg, version))}
+        except PatchwheelError:
+            continue
+        for row in line["patches"]:
+            if (p := series.get(row["name"])) is not None:
+                row.update(drop_when=p.trailers.get("Drop-When"), upstream_status=p.trailers.get("Upstream-Status"),
+                           proof_test=p.trailers.get("Proof-Test") or p.trailers.get("Feature-Test"))
+        refresh_flags(line)
+    return matrix
+
+
+def run(overlay: Overlay, selection: Selection, behaviour: Selection | None, *, check: bool, workers: int,
+        rerender_only: bool = False) -> int:
+    json_path = overlay.root / "patches" / "STATUS.json"
+    if rerender_only:
+        _write(json_path, rerender(overlay))
+        return 0
     committed = json.loads(json_path.read_text()) if json_path.is_file() else None
     lines = [check_line(overlay, line, selection, behaviour, workers) for line in overlay.all_lines()
              if not selection.specs or line.package in selection.specs]
@@ -252,11 +325,14 @@ def run(overlay: Overlay, selection: Selection, behaviour: Selection | None, *, 
         print(f"the committed matrix agrees with a fresh run on {sum(len(l['releases']) for l in lines)} "
               f"release(s)")
         return 0
-    matrix = merge(committed, lines)
+    _write(json_path, merge(committed, lines))
+    return 0
+
+
+def _write(json_path: Path, matrix: dict) -> None:
     tmp_json, tmp_md = json_path.with_suffix(".json.tmp"), json_path.with_suffix(".md.tmp")
     tmp_json.write_text(json.dumps(matrix, indent=1, ensure_ascii=False) + "\n")
     tmp_md.write_text(render(matrix))
     tmp_json.replace(json_path)
     tmp_md.replace(json_path.with_suffix(".md"))
     print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
-    return 0
