@@ -105,6 +105,14 @@ def e2e(session: nox.Session) -> None:
                 env={"PATCHWHEEL_DIST": str(ROOT / "dist"), "TORCH_VERSION": TORCH.split("==")[1]})
 
 
+@nox.session(venv_backend="none")
+def mutants(session: nox.Session) -> None:
+    """Revert each patch hunk alone and run its proof on the +fixed build (args: pkg[==version] ..., --out FILE).
+    Not in the default suite: it runs every proof once per hunk (see the README for its duration)."""
+    tool(session, "build")
+    tool(session, "mutants", *session.posargs)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks (results in the README): wheel rewrite vs patched sdist, nox -s build cold and warm."""
