@@ -162,7 +162,8 @@ def _check_marker(item) -> None:
     proof, feature = item.get_closest_marker("proof"), item.get_closest_marker("feature")
     if (proof is None) == (feature is None):
         raise pytest.UsageError(f"{item.nodeid}: every test under tests/proof needs exactly one of "
-                                "@pytest.mark.proof(package=..., signatures=[...]) and @pytest.mark.feature(package=...)")
+                                "@pytest.mark.proof(package=..., signatures=[...]) and "
+                                "@pytest.mark.feature(package=...)")
     if proof is None:
         return
     signatures = proof.kwargs.get("signatures")

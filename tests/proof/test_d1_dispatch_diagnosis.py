@@ -3,8 +3,8 @@
 A capability, not a bug fix: upstream has no such diagnosis, so on a release without the patch these tests do not
 run (see conftest), and the patch is dropped by release or PR (its Drop-When), never by a proof. The fixed
 accelerate carries `accelerate.utils.diagnose`: a pure function over a placement, so every GPU situation is checked
-here with synthetic maps, and a real tiny model is dispatched on CPU with a small `max_memory` and an offload folder: the
-diagnosis reports the disk offload, greedy output stays identical to the model loaded whole, and
+here with synthetic maps, and a real tiny model is dispatched on CPU with a small `max_memory` and an offload
+folder: the diagnosis reports the disk offload, greedy output stays identical to the model loaded whole, and
 `dispatch_model` warns exactly once per model.
 """
 
