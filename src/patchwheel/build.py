@@ -3,6 +3,10 @@
 Named steps, as in pypa/vendoring's sync: lint -> fetch -> apply -> rewrite -> verify, per release line; then
 index -> pins -> publish into dist/. Everything is written into a staging folder beside dist/ and swapped in
 only after every step passed, so a failure leaves dist/ exactly as it was.
+
+Building some lines keeps the wheels of the others (sha256-checked against build.json), and the index, pins and
+build.json always describe every wheel in dist/. How the staging folder is claimed, swept and swapped in while
+dist/ is being served: see :mod:`patchwheel.publish`.
 """
 
 from __future__ import annotations
@@ -10,23 +14,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
 from . import fetch as fetch_mod
-from . import rewrite
+from . import publish, rewrite
 from .apply import apply_series
 from .config import Overlay, ReleaseLine
 from .errors import PatchwheelError
 from .index import write_simple
-from .patches import Patch, load_series
+from .patches import Patch, load_series, series_names
 from .verify import verify
 
-BUILD_MANIFEST = "build.json"
+BUILD_MANIFEST = publish.BUILD_MANIFEST
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CLEAN_HINT = "rebuild with --clean (patchwheel build --clean): it makes every selected line again and replaces dist/"
 
 
 @dataclass
@@ -38,6 +47,47 @@ class Built:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Published:
+    """One wheel as build.json records it: built by this run, or kept from the previous build of dist/."""
+
+    filename: str
+    sha256: str
+    package: str
+    upstream_version: str
+    fixed_version: str
+    upstream_sha256: str | None
+    patches: tuple[str, ...]
+
+    @classmethod
+    def of(cls, b: Built) -> Published:
+        return cls(
+            b.filename,
+            b.sha256,
+            b.line.package,
+            b.line.version,
+            b.line.fixed_version,
+            b.line.wheel.sha256,
+            tuple(p.name for p in b.patches),
+        )
+
+    @property
+    def key(self) -> tuple[str, Version]:
+        """The release line it belongs to; versions compared as versions ("1.0" is "1.0.0")."""
+        return self.package, Version(self.upstream_version)
+
+    def record(self) -> dict:
+        return {
+            "filename": self.filename,
+            "sha256": self.sha256,
+            "package": self.package,
+            "upstream_version": self.upstream_version,
+            "fixed_version": self.fixed_version,
+            "upstream_sha256": self.upstream_sha256,
+            "patches": list(self.patches),
+        }
+
+
 def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[str, bytes | None]) -> dict:
     """What the wheel records about itself (read back by ``patchwheel status``)."""
     return {
@@ -45,21 +95,29 @@ def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[st
         "package": line.package,
         "version": line.fixed_version,
         "upstream": {"version": line.version, "wheel": line.wheel.filename, "sha256": line.wheel.sha256},
-        "patches": [{
-            "name": p.name, "subject": p.subject, "sha256": p.sha256,
-            "upstream_status": p.trailers.get("Upstream-Status"), "upstream_issue": p.trailers.get("Upstream-Issue"),
-            "proof_test": p.trailers.get("Proof-Test"), "feature_test": p.trailers.get("Feature-Test"),
-            "drop_when": p.trailers.get("Drop-When"),
-        } for p in patches],
-        "patched_files": {path: hashlib.sha256(data).hexdigest()
-                          for path, data in sorted(patched_files.items()) if data is not None},
+        "patches": [
+            {
+                "name": p.name,
+                "subject": p.subject,
+                "sha256": p.sha256,
+                "upstream_status": p.trailers.get("Upstream-Status"),
+                "upstream_issue": p.trailers.get("Upstream-Issue"),
+                "proof_test": p.trailers.get("Proof-Test"),
+                "feature_test": p.trailers.get("Feature-Test"),
+                "drop_when": p.trailers.get("Drop-When"),
+            }
+            for p in patches
+        ],
+        "patched_files": {
+            path: hashlib.sha256(data).hexdigest() for path, data in sorted(patched_files.items()) if data is not None
+        },
     }
 
 
 def build_line(line: ReleaseLine, out_dir: Path, *, log=print) -> Built:
     t0 = time.perf_counter()
-    patches = load_series(line)                                                    # lint
-    upstream_wheel = fetch_mod.fetch(line.package, line.wheel, log=log)             # fetch
+    patches = load_series(line)  # lint
+    upstream_wheel = fetch_mod.fetch(line.package, line.wheel, log=log)  # fetch
     entries = rewrite.read(upstream_wheel)
     by_name = {e.name: e.data for e in entries}
 
@@ -67,18 +125,19 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=print) -> Built:
         wheel_path = line.wheel_path(upstream_path)
         return by_name.get(wheel_path) if wheel_path else None
 
-    result = apply_series(patches, read_upstream, where=f"{line.package} {line.version}")   # apply
-    patched = {line.wheel_path(p): d for p, d in result.items()}
-    manifest = manifest_for(line, patches, patched)                                 # rewrite
+    result = apply_series(patches, read_upstream, where=f"{line.package} {line.version}")  # apply
+    # (lint guarantees every touched path maps into the wheel)
+    patched = {w: d for p, d in result.items() if (w := line.wheel_path(p)) is not None}
+    manifest = manifest_for(line, patches, patched)  # rewrite
     names, new_entries = rewrite.plan(line, entries, patched, manifest)
     dest = out_dir / names.filename
     rewrite.write(new_entries, dest)
-    verify(line, dest, upstream_wheel, patches)                                     # verify
+    verify(line, dest, upstream_wheel, patches)  # verify
     sha = fetch_mod.sha256_file(dest)
     return Built(line, names.filename, sha, patches, time.perf_counter() - t0)
 
 
-def pins_text(set_name: str, built: list[Built], hashed: bool) -> str:
+def pins_text(set_name: str, wheels: list[Published], hashed: bool) -> str:
     """Consumer pins for one set.
 
     pip switches on hash-checking for *every* requirement as soon as one line (even in a constraints file) has a
@@ -86,41 +145,115 @@ def pins_text(set_name: str, built: list[Built], hashed: bool) -> str:
     ``#sha256=`` fragments are still checked on download), and hash-locked pins for fully locked installs.
     """
     if hashed:
-        head = [f"# patchwheel hash-locked pins for the consumer set '{set_name}' (overlay/sets.toml).",
-                "# For a fully hash-locked requirements file, or on their own with --no-deps:",
-                "#   pip install --no-deps --extra-index-url <index> -r <this file>"]
-        body = [f"{b.line.package}=={b.line.fixed_version} --hash=sha256:{b.sha256}" for b in built]
+        head = [
+            f"# patchwheel hash-locked pins for the consumer set '{set_name}' (overlay/sets.toml).",
+            "# For a fully hash-locked requirements file, or on their own with --no-deps:",
+            "#   pip install --no-deps --extra-index-url <index> -r <this file>",
+        ]
+        body = [f"{w.package}=={w.fixed_version} --hash=sha256:{w.sha256}" for w in wheels]
     else:
-        head = [f"# patchwheel constraints for the consumer set '{set_name}' (overlay/sets.toml).",
-                "#   pip install --extra-index-url <index> -c <this file> transformers accelerate",
-                "# Both pins matter: a bare or ranged name would pick the newest public release."]
-        body = [f"{b.line.package}=={b.line.fixed_version}  # sha256:{b.sha256}" for b in built]
+        head = [
+            f"# patchwheel constraints for the consumer set '{set_name}' (overlay/sets.toml).",
+            "#   pip install --extra-index-url <index> -c <this file> transformers accelerate",
+            "# Both pins matter: a bare or ranged name would pick the newest public release.",
+        ]
+        body = [f"{w.package}=={w.fixed_version}  # sha256:{w.sha256}" for w in wheels]
     return "\n".join(head + body) + "\n"
 
 
-def _read_previous(dist: Path) -> dict | None:
-    if not dist.exists():
-        return None
+def _check_dist_path(dist: Path) -> None:
+    """dist/ must be a folder or a path that can become one. A file there ended in NotADirectoryError, and with
+    --clean the build even replaced the file."""
+    for path in (dist, *dist.parents):
+        if path.is_dir():
+            return
+        if path.exists() or path.is_symlink():
+            so = "" if path == dist else f", so {dist} cannot be made"
+            raise PatchwheelError(
+                f"{path} is a file, not a folder{so}",
+                "pass --dist a folder (it is made when missing), e.g. --dist dist",
+            )
+
+
+def _published_entry(mf: Path, i: int, raw: object) -> Published:
+    """One build.json entry, checked; entries written before package and versions were recorded get them from
+    the wheel's file name."""
+
+    def damaged(why: str) -> PatchwheelError:
+        return PatchwheelError(f"{mf} is damaged: wheel entry {i}: {why}", _CLEAN_HINT)
+
+    if not isinstance(raw, dict):
+        raise damaged("not an object")
+    filename, sha256, patches = raw.get("filename"), raw.get("sha256"), raw.get("patches", [])
+    if not isinstance(filename, str) or Path(filename).name != filename:
+        raise damaged(f"filename {filename!r} is not a file name")
+    try:
+        package, version, _, _ = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion) as exc:
+        raise damaged(str(exc)) from exc
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise damaged(f"sha256 {sha256!r} is not 64 hex digits")
+    if not isinstance(patches, list) or not all(isinstance(p, str) for p in patches):
+        raise damaged("patches is not a list of names")
+    derived = {"package": str(package), "upstream_version": version.public, "fixed_version": str(version)}
+    fields = {key: raw.get(key, value) for key, value in derived.items()}
+    upstream_sha256 = raw.get("upstream_sha256")
+    for key, value in {**fields, "upstream_sha256": "" if upstream_sha256 is None else upstream_sha256}.items():
+        if not isinstance(value, str):
+            raise damaged(f"{key} {value!r} is not a string")
+    try:
+        Version(fields["upstream_version"])
+    except InvalidVersion as exc:
+        raise damaged(str(exc)) from exc
+    return Published(
+        filename,
+        sha256,
+        canonicalize_name(fields["package"]),
+        fields["upstream_version"],
+        fields["fixed_version"],
+        upstream_sha256,
+        tuple(patches),
+    )
+
+
+def published(dist: Path) -> list[Published]:
+    """The wheels dist/build.json lists (none when there is no build.json). A damaged file is an error that says to
+    rebuild with --clean, never a traceback."""
     mf = dist / BUILD_MANIFEST
     if not mf.is_file():
-        if any(dist.iterdir()):
-            raise PatchwheelError(f"{dist} exists and was not made by patchwheel (no {BUILD_MANIFEST})",
-                                  f"move it away or pass --dist to build elsewhere")
+        return []
+    try:
+        data = json.loads(mf.read_bytes())
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise PatchwheelError(f"{mf} is damaged: not JSON ({exc})", _CLEAN_HINT) from exc
+    wheels = data.get("wheels") if isinstance(data, dict) else None
+    if not isinstance(wheels, list):
+        raise PatchwheelError(f'{mf} is damaged: no "wheels" list', _CLEAN_HINT)
+    return [_published_entry(mf, i, raw) for i, raw in enumerate(wheels, 1)]
+
+
+def _read_previous(dist: Path) -> list[Published] | None:
+    if not dist.exists():
         return None
-    return json.loads(mf.read_text())
+    if not (dist / BUILD_MANIFEST).is_file():
+        if any(dist.iterdir()):
+            raise PatchwheelError(
+                f"{dist} exists and was not made by patchwheel (no {BUILD_MANIFEST})",
+                "move it away or pass --dist to build elsewhere",
+            )
+        return None
+    return published(dist)
 
 
-def _check_stale(previous: dict | None, built: list[Built], dist: Path) -> None:
+def _check_stale(previous: list[Published] | None, built: list[Built], dist: Path) -> None:
     """A wheel name that dist/ already holds must keep its bytes: same name, other patch set is refused."""
-    if not previous:
-        return
-    old = {w["filename"]: w for w in previous.get("wheels", [])}
+    old = {w.filename: w for w in previous or []}
     for b in built:
         prev = old.get(b.filename)
-        if prev and prev["sha256"] != b.sha256:
+        if prev and prev.sha256 != b.sha256:
             raise PatchwheelError(
                 f"{dist}/{b.filename} was built from another patch set "
-                f"({', '.join(prev.get('patches', [])) or 'no patches'}; now "
+                f"({', '.join(prev.patches) or 'no patches'}; now "
                 f"{', '.join(p.name for p in b.patches) or 'no patches'}). dist/ was left as it was",
                 "if that wheel was never published, rerun with --clean to replace dist/; if it was, the index "
                 "will refuse a different file under the same name: change local-label in "
@@ -128,49 +261,102 @@ def _check_stale(previous: dict | None, built: list[Built], dist: Path) -> None:
             )
 
 
-def build(overlay: Overlay, dist: Path, *, select: list[str] | None = None, clean: bool = False,
-          log=print) -> list[Built]:
-    """Build the selected release lines (default: all) into ``dist`` atomically."""
-    dist = dist.resolve()
-    lines = overlay.select(select or [])
-    previous = None if clean else _read_previous(dist)
-    dist.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dist.name}.partial-", dir=dist.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; dist/ is meant to be served
+def _keep(
+    overlay: Overlay, lines: list[ReleaseLine], previous: list[Published] | None, dist: Path, staging: Path, log
+) -> list[Published]:
+    """Copy the wheels of the lines this run does not rebuild from dist/ into staging, each checked against the
+    sha256 build.json recorded: a build of one line must not wipe the others (issue 11). Wheels of lines that
+    are no longer pinned are dropped, as a full build drops them."""
+    rebuilt = {(line.package, Version(line.version)) for line in lines}
+    pinned = {(line.package, Version(line.version)): line for line in overlay.all_lines()}
+    kept = []
+    for w in previous or []:
+        if w.key in rebuilt:
+            continue
+        line = pinned.get(w.key)
+        if line is None:
+            log(f"dropped {w.filename}: {w.package} {w.upstream_version} is no longer pinned in overlay/")
+            continue
+        source = dist / w.filename
+        if not source.is_file():
+            raise PatchwheelError(f"dist/ is damaged: {source} is missing (build.json lists it)", _CLEAN_HINT)
+        shutil.copyfile(source, staging / w.filename)
+        got = fetch_mod.sha256_file(staging / w.filename)
+        if got != w.sha256:
+            raise PatchwheelError(
+                f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT
+            )
+        log(
+            f"kept {w.filename}"
+            + (
+                f" (built from other pins or patches: patchwheel build {w.package}=={line.version} makes it again)"
+                if _outdated(w, line)
+                else ""
+            )
+        )
+        kept.append(
+            Published(w.filename, w.sha256, w.package, line.version, w.fixed_version, w.upstream_sha256, w.patches)
+        )
+    return kept
+
+
+def _outdated(w: Published, line: ReleaseLine) -> bool:
+    """Whether a kept wheel was built from other pins or another series than the overlay's now (only said)."""
     try:
+        names = series_names(line)
+    except PatchwheelError:  # that line's series is broken: its own build will say how
+        return True
+    return (
+        w.upstream_sha256 not in (None, line.wheel.sha256)
+        or w.fixed_version != line.fixed_version
+        or list(w.patches) != names
+    )
+
+
+def build(
+    overlay: Overlay, dist: Path, *, select: list[str] | None = None, clean: bool = False, log=print
+) -> list[Built]:
+    """Build the selected release lines (default: all) into ``dist`` atomically; the other lines' wheels in dist/
+    are kept unless ``clean``."""
+    dist = dist.resolve()
+    _check_dist_path(dist)
+    lines = overlay.select(select or [])
+    dist.parent.mkdir(parents=True, exist_ok=True)
+    with publish.exclusive(dist, log):
+        publish.sweep(dist, log)
+        previous = None if clean else _read_previous(dist)
+        return _build_locked(overlay, dist, lines, previous, clean, log)
+
+
+def _build_locked(
+    overlay: Overlay, dist: Path, lines: list[ReleaseLine], previous: list[Published] | None, clean: bool, log
+) -> list[Built]:
+    build_id, lock_fd = publish.claim(dist)
+    staging, lock = publish.leftover(dist, "partial", build_id), publish.leftover(dist, "partial", build_id, ".lock")
+    try:
+        kept = _keep(overlay, lines, previous, dist, staging, log)
         built = []
         for i, line in enumerate(lines, 1):
             log(f"[{i}/{len(lines)}] {line.package} {line.version} -> {line.fixed_version}")
             b = build_line(line, staging, log=lambda m: log(f"      {m}"))
-            log(f"      {b.filename}  sha256:{b.sha256[:16]}…  {len(b.patches)} patch(es), "
-                f"verified, {b.seconds:.2f} s")
+            log(f"      {b.filename}  sha256:{b.sha256[:16]}…  {len(b.patches)} patch(es), verified, {b.seconds:.2f} s")
             built.append(b)
         _check_stale(previous, built, dist)
-        write_simple(staging, {b.filename: b.sha256 for b in built})                 # index
-        by_key = {(b.line.package, b.line.version): b for b in built}
-        for set_name, members in overlay.sets.items():                               # pins
+        wheels = sorted(kept + [Published.of(b) for b in built], key=lambda w: w.key)
+        write_simple(staging, {w.filename: w.sha256 for w in wheels})  # index
+        by_key = {(w.package, w.upstream_version): w for w in wheels}
+        for set_name, members in overlay.sets.items():  # pins
             chosen = [by_key[(pkg, ver)] for pkg, ver in members.items() if (pkg, ver) in by_key]
             if len(chosen) == len(members):
                 (staging / f"constraints-{set_name}.txt").write_text(pins_text(set_name, chosen, hashed=False))
                 (staging / f"pins-{set_name}.txt").write_text(pins_text(set_name, chosen, hashed=True))
-        (staging / BUILD_MANIFEST).write_text(json.dumps({"wheels": [
-            {"filename": b.filename, "sha256": b.sha256, "upstream_sha256": b.line.wheel.sha256,
-             "patches": [p.name for p in b.patches]} for b in built]}, indent=2) + "\n")
-        _publish(staging, dist)                                                       # publish
+        (staging / BUILD_MANIFEST).write_text(json.dumps({"wheels": [w.record() for w in wheels]}, indent=2) + "\n")
+        publish.publish(staging, dist, publish.leftover(dist, "old", build_id))  # publish
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)  # after an exchange: the previous dist/
+        lock.unlink(missing_ok=True)
+        os.close(lock_fd)
     return built
-
-
-def _publish(staging: Path, dist: Path) -> None:
-    old = None
-    if dist.exists():
-        old = dist.with_name(f".{dist.name}.old-{os.getpid()}")
-        os.replace(dist, old)
-    os.replace(staging, dist)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    staging.mkdir()  # so the caller's cleanup has something to remove
 
 
 def wheel_manifest(path: Path) -> dict:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import config, patches, status
 from .errors import PatchwheelError
+
+if TYPE_CHECKING:
+    from .build import Published
 
 
 def _root(args) -> Path:
@@ -16,21 +22,38 @@ def _root(args) -> Path:
 
 
 def cmd_build(args) -> int:
-    from .build import build
+    from .build import build, published
+
     overlay = config.load(_root(args))
-    dist = Path(args.dist) if args.dist else _root(args) / "dist"
+    dist = (Path(args.dist) if args.dist else _root(args) / "dist").resolve()
     built = build(overlay, dist, select=args.lines, clean=args.clean)
-    print(f"wrote {len(built)} wheel(s), simple index and pins to {dist}/")
+    wheels = published(dist)
+    kept = f" (and kept {len(wheels) - len(built)} of the previous build)" if len(wheels) > len(built) else ""
+    print(f"wrote {len(built)} wheel(s){kept}, simple index and pins to {dist}/")
     for name in sorted(overlay.sets):
-        print(f"  consumers ({name}): pip install --extra-index-url file://{dist.resolve()}/simple "
-              f"-c {dist.resolve()}/constraints-{name}.txt transformers accelerate")
+        print(_consumer_line(name, overlay.sets[name], wheels, dist))
     return 0
+
+
+def _consumer_line(name: str, members: dict[str, str], wheels: list[Published], dist: Path) -> str:
+    """The install line of one consumer set, naming only files that exist: a set whose lines are not all in dist/
+    has no constraints file, so say which lines it lacks instead."""
+    constraints = dist / f"constraints-{name}.txt"
+    if constraints.is_file():
+        return (
+            f"  consumers ({name}): pip install --extra-index-url file://{dist}/simple -c {constraints} "
+            "transformers accelerate"
+        )
+    have = {(w.package, w.upstream_version) for w in wheels}
+    missing = " ".join(f"{pkg}=={ver}" for pkg, ver in members.items() if (pkg, ver) not in have)
+    return f"  consumers ({name}): not in {dist}/ yet, it lacks {missing} (patchwheel build {missing})"
 
 
 def cmd_lint(args) -> int:
     import json
 
     from .upstream import matrix_problems
+
     overlay = config.load(_root(args))
     status_json = overlay.root / "patches" / "STATUS.json"
     matrix = json.loads(status_json.read_text()) if status_json.is_file() else {}
@@ -47,12 +70,34 @@ def cmd_lint(args) -> int:
     return 1 if bad else 0
 
 
+def _interpreter(python: str) -> str:
+    """--python checked before it is run: a missing or non-executable path ended in a subprocess traceback."""
+    hint = "pass the python of the environment, e.g. .venv/bin/python"
+    path = python if os.sep in python else shutil.which(python)
+    if path is None:
+        raise PatchwheelError(f"no interpreter named {python} on PATH", hint)
+    if not os.path.exists(path):
+        raise PatchwheelError(f"no interpreter at {python}", hint)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise PatchwheelError(f"{python} is not executable", hint)
+    return path
+
+
+def _run(cmd: list[str]) -> int:
+    try:
+        return subprocess.run(cmd).returncode
+    except OSError as exc:  # e.g. an executable text file with no #! line
+        raise PatchwheelError(
+            f"cannot run {cmd[0]}: {exc.strerror or exc}", "pass the python of the environment, e.g. .venv/bin/python"
+        ) from exc
+
+
 def cmd_status(args) -> int:
     if args.python:  # run the stdlib-only probe inside that environment (a venv python is a symlink: no shortcut)
-        cmd = [args.python, "-I", status.__file__] + (["--json"] if args.json else [])
-        return subprocess.run(cmd).returncode
+        return _run([_interpreter(args.python), "-I", status.__file__] + (["--json"] if args.json else []))
     rep = status.report()
     import json
+
     print(json.dumps(rep, indent=2) if args.json else status.render(rep))
     return 1 if any(p.get("problems") for p in rep["packages"]) else 0
 
@@ -60,6 +105,7 @@ def cmd_status(args) -> int:
 def cmd_requirements(args) -> int:
     """Requirement lines for one consumer set: the verified pristine wheels, or the +fixed pins."""
     from . import fetch
+
     overlay = config.load(_root(args))
     if args.set not in overlay.sets:
         raise PatchwheelError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
@@ -80,14 +126,26 @@ def cmd_requirements(args) -> int:
 
 def cmd_upstream(args) -> int:
     from . import upstream
+
+    if args.text_only and args.behaviour:
+        raise PatchwheelError(
+            "--behaviour selects releases for proof runs, and --text-only runs none", "leave out one of them"
+        )
     overlay = config.load(_root(args))
     behaviour = None if args.text_only else upstream.Selection.parse(args.behaviour or args.releases)
-    return upstream.run(overlay, upstream.Selection.parse(args.releases), behaviour, check=args.check,
-                        workers=args.workers, rerender_only=args.rerender)
+    return upstream.run(
+        overlay,
+        upstream.Selection.parse(args.releases),
+        behaviour,
+        check=args.check,
+        workers=args.workers,
+        rerender_only=args.rerender,
+    )
 
 
 def cmd_rebase(args) -> int:
     from . import rebase
+
     overlay = config.load(_root(args))
     if args.refresh:
         return rebase.refresh(overlay, args.package, args.version)
@@ -98,6 +156,7 @@ def cmd_rebase(args) -> int:
 
 def cmd_export(args) -> int:
     from . import export
+
     export.export(config.load(_root(args)), args.patch, Path(args.out) if args.out else None)
     return 0
 
@@ -106,19 +165,27 @@ def cmd_diagnose(args) -> int:
     import json
 
     from . import diagnose_probe
+
     memory = {}
     for item in args.max_memory or []:
         device, sep, size = item.partition("=")
         if not sep or not size:
             raise PatchwheelError(f"--max-memory {item!r} is not DEVICE=SIZE", "e.g. --max-memory 0=20GiB cpu=64GiB")
         memory[device] = size
-    cmd = [args.python or sys.executable, "-I", diagnose_probe.__file__, args.checkpoint, json.dumps(memory),
-           args.offload_folder or ""]
-    return subprocess.run(cmd).returncode
+    cmd = [
+        _interpreter(args.python) if args.python else sys.executable,
+        "-I",
+        diagnose_probe.__file__,
+        args.checkpoint,
+        json.dumps(memory),
+        args.offload_folder or "",
+    ]
+    return _run(cmd)
 
 
 def cmd_mutants(args) -> int:
     from . import mutants
+
     return mutants.run(config.load(_root(args)), args.lines, Path(args.out) if args.out else None)
 
 
@@ -131,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dist", help="output folder (default: <root>/dist)")
     b.add_argument("--clean", action="store_true", help="replace dist/ even if it holds another patch set")
     b.set_defaults(func=cmd_build)
-    l = sub.add_parser("lint", help="check series and patch files (trailers, names, files)")
-    l.add_argument("lines", nargs="*")
-    l.set_defaults(func=cmd_lint)
+    li = sub.add_parser("lint", help="check series and patch files (trailers, names, files)")
+    li.add_argument("lines", nargs="*")
+    li.set_defaults(func=cmd_lint)
     s = sub.add_parser("status", help="which transformers/accelerate are installed, and which fixes they carry")
     s.add_argument("--python", help="interpreter of the environment to inspect (default: this one)")
     s.add_argument("--json", action="store_true")
@@ -149,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--text-only", action="store_true", help="skip the proof tests")
     u.add_argument("--check", action="store_true", help="compare with the committed matrix instead of writing")
     u.add_argument("--workers", type=int, default=2)
-    u.add_argument("--rerender", action="store_true",
-                   help="rewrite patches/STATUS.* with the current trailers and flags, running nothing")
+    u.add_argument(
+        "--rerender",
+        action="store_true",
+        help="rewrite patches/STATUS.* with the current trailers and flags, running nothing",
+    )
     u.set_defaults(func=cmd_upstream)
     rb = sub.add_parser("rebase", help="write patches/<pkg>/<version>/ from the newest line of <pkg>")
     rb.add_argument("package")
@@ -179,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     except PatchwheelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; dist/ is unchanged", file=sys.stderr)
+    except KeyboardInterrupt:  # only build promises something about dist/ (it swaps dist/ in one step, at its end)
+        print("interrupted; dist/ is unchanged" if args.cmd == "build" else "interrupted", file=sys.stderr)
         return 130
 
 

@@ -10,12 +10,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CORE, INIT, TRAILERS, make_patch
 
 from patchwheel import build as build_mod
 from patchwheel.errors import PatchwheelError
 from patchwheel.rewrite import read
 from patchwheel.verify import verify
+
+from conftest import CORE, INIT, TRAILERS, make_patch
 
 
 def _build(demo, dist=None, **kw):
@@ -33,9 +34,14 @@ def test_build_rewrites_only_what_it_must(demo_project):
     assert built.filename == wheel.name
     new = {e.name: (e.info, e.data) for e in read(wheel)}
     old = {e.name: (e.info, e.data) for e in read(demo_project.upstream)}
-    assert list(new) == ["demo/__init__.py", "demo/core.py", "demo-1.0.0+fixed.dist-info/METADATA",
-                         "demo-1.0.0+fixed.dist-info/WHEEL", "demo-1.0.0+fixed.dist-info/overlay-fixes.json",
-                         "demo-1.0.0+fixed.dist-info/RECORD"]
+    assert list(new) == [
+        "demo/__init__.py",
+        "demo/core.py",
+        "demo-1.0.0+fixed.dist-info/METADATA",
+        "demo-1.0.0+fixed.dist-info/WHEEL",
+        "demo-1.0.0+fixed.dist-info/overlay-fixes.json",
+        "demo-1.0.0+fixed.dist-info/RECORD",
+    ]
     assert b'"hello, " + name' in new["demo/core.py"][1]
     assert b'__version__ = "1.0.0+fixed"' in new["demo/__init__.py"][1]
     assert b"Version: 1.0.0+fixed\n" in new["demo-1.0.0+fixed.dist-info/METADATA"][1]
@@ -43,8 +49,11 @@ def test_build_rewrites_only_what_it_must(demo_project):
     for name, (zi, _) in new.items():  # upstream timestamps and modes are kept
         assert zi.date_time == (2024, 5, 6, 7, 8, 10) and zi.external_attr == 0o644 << 16, name
     manifest = json.loads(new["demo-1.0.0+fixed.dist-info/overlay-fixes.json"][1])
-    assert manifest["upstream"] == {"version": "1.0.0", "wheel": demo_project.upstream.name,
-                                    "sha256": demo_project.sha256}
+    assert manifest["upstream"] == {
+        "version": "1.0.0",
+        "wheel": demo_project.upstream.name,
+        "sha256": demo_project.sha256,
+    }
     assert [p["name"] for p in manifest["patches"]] == ["0001-greet-comma.patch"]
     assert manifest["patches"][0]["upstream_status"] == "Pending"
     index = (dist / "simple" / "demo" / "index.html").read_text()
@@ -111,11 +120,19 @@ def test_offline_with_empty_cache_then_with_warm_cache(demo_project, monkeypatch
 
 
 def test_patch_that_no_longer_applies_names_patch_file_and_hunk(demo_project):
-    moved = {"src/demo/core.py": CORE.replace(b"def greet(name):", b"def greet(name, punct=''):"),
-             "src/demo/__init__.py": INIT}
-    stale = make_patch(moved, lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"] + b"\n# tail\n"} |
-                       {"src/demo/core.py": f["src/demo/core.py"].replace(b"punct=''", b'punct="!"')},
-                       "Change a line upstream does not have", TRAILERS)
+    moved = {
+        "src/demo/core.py": CORE.replace(b"def greet(name):", b"def greet(name, punct=''):"),
+        "src/demo/__init__.py": INIT,
+    }
+    stale = make_patch(
+        moved,
+        lambda f: (
+            {**f, "src/demo/core.py": f["src/demo/core.py"] + b"\n# tail\n"}
+            | {"src/demo/core.py": f["src/demo/core.py"].replace(b"punct=''", b'punct="!"')}
+        ),
+        "Change a line upstream does not have",
+        TRAILERS,
+    )
     demo_project.set_series(("0001-stale.patch", stale))
     with pytest.raises(PatchwheelError) as err:
         _build(demo_project)
@@ -139,16 +156,21 @@ def test_stale_dist_from_another_patch_set_is_refused(demo_project):
     dist = demo_project.root / "dist"
     _build(demo_project)
     before = _snapshot(dist)
-    other = make_patch({"src/demo/core.py": CORE, "src/demo/__init__.py": INIT},
-                       lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"a + b", b"b + a")},
-                       "Add the other way round", TRAILERS)
+    other = make_patch(
+        {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT},
+        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"a + b", b"b + a")},
+        "Add the other way round",
+        TRAILERS,
+    )
     demo_project.set_series(("0001-add-swap.patch", other))
     with pytest.raises(PatchwheelError) as err:
         _build(demo_project)
     assert "built from another patch set (0001-greet-comma.patch; now 0001-add-swap.patch)" in err.value.message
     assert "--clean" in err.value.hint and "local-label" in err.value.hint
     assert _snapshot(dist) == before, "dist/ must be left exactly as it was"
-    assert not [p for p in demo_project.root.iterdir() if p.name.startswith(".dist.")], "no staging left behind"
+    assert not [p for p in demo_project.root.iterdir() if p.name.startswith(".dist.") and p.name != ".dist.lock"], (
+        "no staging left behind"
+    )
     _build(demo_project, clean=True)
     assert _snapshot(dist) != before
 
@@ -169,6 +191,7 @@ def test_build_with_tmpdir_inside_a_git_work_tree_still_applies_every_patch(demo
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     monkeypatch.setenv("TMPDIR", str(repo))
     import tempfile
+
     monkeypatch.setattr(tempfile, "tempdir", None)
     # GIT_CEILING_DIRECTORIES stops git at the scratch folder's parent, so this must still build correctly,
     # and each patch is then proven present by the reverse check.
@@ -188,8 +211,12 @@ def test_unknown_package_and_version(demo_project):
 
 def test_cli_reports_errors_without_traceback(demo_project):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-    res = subprocess.run([sys.executable, "-m", "patchwheel", "--root", str(demo_project.root), "build", "nope"],
-                         capture_output=True, text=True, env=env)
+    res = subprocess.run(
+        [sys.executable, "-m", "patchwheel", "--root", str(demo_project.root), "build", "nope"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert res.returncode == 2
     assert res.stderr.startswith("error: unknown package 'nope'") and "fix: known packages" in res.stderr
     assert "Traceback" not in res.stderr

@@ -1,0 +1,403 @@
+"""dist/ as a published artefact (issue 11): partial builds keep the other lines, the swap is one atomic step,
+killed builds are swept, and bad --dist / build.json / --python input is a clear error, never a traceback."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from patchwheel import build as build_mod
+from patchwheel import cli, publish
+from patchwheel.errors import PatchwheelError
+
+from conftest import CORE, INIT, TRAILERS, make_patch
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+OLD_WHEEL = "demo-1.0.0+fixed-py3-none-any.whl"
+NEW_WHEEL = "demo-1.1.0+fixed-py3-none-any.whl"
+
+
+def _build(demo, dist=None, **kw):
+    return build_mod.build(demo.load(), dist or demo.root / "dist", log=lambda m: None, **kw)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _siblings(dist: Path) -> list[str]:
+    """Leftovers of builds beside dist/: staging folders, old trees, their lock files. (``.<dist>.lock``, the lock
+    builds into dist/ take turns with, stays by design: an empty file.)"""
+    return sorted(
+        p.name for p in dist.parent.iterdir() if p.name.startswith(f".{dist.name}.") and p.name != f".{dist.name}.lock"
+    )
+
+
+def _two_lines(demo) -> None:
+    """A second release line demo 1.1.0 (same patch, one line further down) and a consumer set 'latest' for it."""
+    demo.add_release("1.1.0", b"# moved\n" + CORE)
+    whl = demo.upstream.parent / "demo-1.1.0-py3-none-any.whl"
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    pins = demo.root / "overlay" / "demo" / "pins.toml"
+    pin = f'\n[release."1.1.0"]\nwheel = {{ filename = "{whl.name}", sha256 = "{sha}" }}\n'
+    pins.write_text(pins.read_text() + pin)
+    new_dir = demo.root / "patches" / "demo" / "1.1.0"
+    new_dir.mkdir()
+    for f in demo.patch_dir.iterdir():
+        (new_dir / f.name).write_bytes(f.read_bytes())
+    sets = demo.root / "overlay" / "sets.toml"
+    sets.write_text(sets.read_text() + '\n[set.latest]\ndemo = "1.1.0"\n')
+
+
+def _consumer_files(out: str) -> list[Path]:
+    return [Path(m) for m in re.findall(r" -c (\S+)", out)]
+
+
+# 1. building one line keeps the others ---------------------------------------------------------------------------
+
+
+def test_building_one_line_keeps_the_other_lines(demo_project):
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    before = _snapshot(dist)
+    assert {
+        OLD_WHEEL,
+        NEW_WHEEL,
+        "constraints-default.txt",
+        "constraints-latest.txt",
+        "pins-default.txt",
+        "pins-latest.txt",
+    } <= set(before)
+    (built,) = _build(demo_project, select=["demo==1.0.0"])
+    assert built.filename == OLD_WHEEL
+    assert _snapshot(dist) == before, "a rebuild of one line with the same patch set changes nothing"
+    manifest = json.loads((dist / "build.json").read_text())
+    assert [(w["filename"], w["package"], w["upstream_version"], w["fixed_version"]) for w in manifest["wheels"]] == [
+        (OLD_WHEEL, "demo", "1.0.0", "1.0.0+fixed"),
+        (NEW_WHEEL, "demo", "1.1.0", "1.1.0+fixed"),
+    ]
+    index = (dist / "simple" / "demo" / "index.html").read_text()
+    assert OLD_WHEEL in index and NEW_WHEEL in index
+    assert "demo==1.1.0+fixed" in (dist / "constraints-latest.txt").read_text()
+
+
+def test_kept_wheel_from_a_build_json_without_line_fields(demo_project):
+    """build.json written before package/upstream_version/fixed_version existed: derived from the file name."""
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    manifest = json.loads((dist / "build.json").read_text())
+    for w in manifest["wheels"]:
+        for key in ("package", "upstream_version", "fixed_version"):
+            w.pop(key, None)
+    (dist / "build.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    _build(demo_project, select=["demo==1.0.0"])
+    assert {OLD_WHEEL, NEW_WHEEL, "constraints-latest.txt", "pins-latest.txt"} <= set(os.listdir(dist))
+    wheels = json.loads((dist / "build.json").read_text())["wheels"]
+    assert [(w["package"], w["upstream_version"], w["fixed_version"]) for w in wheels] == [
+        ("demo", "1.0.0", "1.0.0+fixed"),
+        ("demo", "1.1.0", "1.1.0+fixed"),
+    ]
+
+
+@pytest.mark.parametrize("damage", ["tampered", "missing"])
+def test_damaged_kept_wheel_is_refused(demo_project, damage):
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    if damage == "missing":
+        (dist / NEW_WHEEL).unlink()
+    else:
+        (dist / NEW_WHEEL).write_bytes((dist / NEW_WHEEL).read_bytes() + b"x")
+    before = _snapshot(dist)
+    with pytest.raises(PatchwheelError) as err:
+        _build(demo_project, select=["demo==1.0.0"])
+    assert f"{dist}/{NEW_WHEEL}" in err.value.message and "dist/ is damaged" in err.value.message
+    assert "--clean" in err.value.hint
+    assert _snapshot(dist) == before
+    assert _siblings(dist) == []
+    _build(demo_project, select=["demo==1.0.0"], clean=True)
+    assert sorted(p.name for p in dist.glob("*.whl")) == [OLD_WHEEL]
+
+
+def test_cli_build_names_only_constraints_files_that_exist(demo_project, capsys):
+    _two_lines(demo_project)
+    dist = demo_project.root / "out"
+    root = ["--root", str(demo_project.root)]
+    assert cli.main(root + ["build", "demo==1.0.0", "--dist", str(dist)]) == 0  # set 'latest' is incomplete
+    out = capsys.readouterr().out
+    assert _consumer_files(out) == [dist / "constraints-default.txt"], out
+    assert "latest" in out and "demo==1.1.0" in out, "say which line the incomplete set lacks"
+    assert cli.main(root + ["build", "--dist", str(dist)]) == 0
+    assert cli.main(root + ["build", "demo==1.1.0", "--dist", str(dist)]) == 0
+    out = capsys.readouterr().out.split("wrote ")[-1]
+    files = _consumer_files(out)
+    assert files == [dist / "constraints-default.txt", dist / "constraints-latest.txt"], out
+    assert all(f.is_file() for f in files)
+
+
+# 2. the swap into dist/ is one step ------------------------------------------------------------------------------
+
+
+def _new_patch_set(demo) -> None:
+    other = make_patch(
+        {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT},
+        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"a + b", b"b + a")},
+        "Add the other way round",
+        TRAILERS,
+    )
+    demo.set_series(("0001-add-swap.patch", other))
+
+
+def test_publish_never_leaves_a_moment_without_dist(demo_project, monkeypatch):
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    before = _snapshot(dist)
+    _new_patch_set(demo_project)
+    gaps = []
+    for name in ("replace", "rename"):
+        real = getattr(os, name)
+
+        def checked(src, dst, *a, _real=real, **kw):
+            _real(src, dst, *a, **kw)
+            if not dist.is_dir():
+                gaps.append(f"os.{_real.__name__}({src}, {dst}) left no {dist}")
+
+        monkeypatch.setattr(os, name, checked)
+    swaps = []
+    real_exchange = getattr(publish, "_exchange", None)
+
+    def exchange(a, b):
+        assert real_exchange is not None
+        swaps.append(real_exchange(a, b))
+        return swaps[-1]
+
+    monkeypatch.setattr(publish, "_exchange", exchange, raising=False)
+    _build(demo_project, clean=True)
+    assert gaps == []
+    assert swaps == [True], "published by one exchange"
+    assert _snapshot(dist) != before and (dist / OLD_WHEEL).is_file(), "the new build was published"
+    assert _siblings(dist) == []
+
+
+def test_exchange_swaps_two_folders(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x").write_text("in a")
+    (b / "y").write_text("in b")
+    assert publish._exchange(a, b), "renameat2(RENAME_EXCHANGE) is expected on Linux ext4/tmpfs"
+    assert os.listdir(a) == ["y"] and os.listdir(b) == ["x"]
+
+
+def test_fallback_swap_failure_leaves_dist_exactly_as_before(demo_project, monkeypatch):
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    before = _snapshot(dist)
+    _new_patch_set(demo_project)
+    monkeypatch.setattr(publish, "_exchange", lambda a, b: False, raising=False)  # no renameat2 here
+    real = os.replace
+
+    def second_rename_fails(src, dst):
+        if Path(dst) == dist and Path(src).name.startswith(".dist.partial-"):
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", second_rename_fails)
+    monkeypatch.setattr(os, "rename", second_rename_fails)
+    with pytest.raises(PatchwheelError) as err:
+        _build(demo_project, clean=True)
+    assert "Input/output error" in err.value.message and str(dist) in err.value.message
+    assert _snapshot(dist) == before
+    assert _siblings(dist) == []
+    monkeypatch.setattr(os, "replace", real)
+    monkeypatch.setattr(os, "rename", real)
+    _build(demo_project, clean=True)  # the two-rename swap itself works
+    assert _snapshot(dist) != before and (dist / OLD_WHEEL).is_file()
+    assert _siblings(dist) == []
+
+
+# 3. staging folders of killed builds are swept -------------------------------------------------------------------
+
+
+def test_stale_staging_is_swept_and_a_live_one_is_kept(demo_project):
+    dist = demo_project.root / "dist"
+    parent = dist.parent
+    for stale in (".dist.partial-killed1", ".dist.old-4242"):
+        (parent / stale).mkdir()
+        (parent / stale / "demo-1.0.0+fixed-py3-none-any.whl").write_bytes(b"half written")
+    (parent / ".dist.partial-killed2.lock").touch()  # a lock file whose build died before making its folder
+    live = parent / ".dist.partial-running"
+    live.mkdir()
+    with open(parent / ".dist.partial-running.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as a running build holds it
+        _build(demo_project)
+        assert _siblings(dist) == [".dist.partial-running", ".dist.partial-running.lock"]
+    assert (dist / OLD_WHEEL).is_file()
+    _build(demo_project)  # the lock is free now: the folder is stale
+    assert _siblings(dist) == []
+
+
+def test_killed_build_is_swept_by_the_next_build(demo_project):
+    """A real build process, stopped mid-build (it waits on its stdin after the first step's log line), then
+    killed with SIGKILL: its staging folder stays behind until the next build."""
+    dist = demo_project.root / "dist"
+    driver = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from patchwheel import build, config
+
+        def log(msg):
+            if msg.startswith("[1/"):
+                print("staged", flush=True)
+                sys.stdin.readline()  # the test kills us here
+        build.build(config.load({str(demo_project.root)!r}), Path({str(dist)!r}), log=log)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", driver], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+    )
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "staged\n"
+        partial = [n for n in _siblings(dist) if not n.endswith(".lock")]
+        assert len(partial) == 1 and partial[0].startswith(".dist.partial-"), _siblings(dist)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert partial[0] in _siblings(dist), "kill -9 runs no cleanup"
+    _build(demo_project)
+    assert _siblings(dist) == []
+
+
+def test_swap_cut_between_its_two_renames_is_undone_by_the_next_build(demo_project):
+    """The fallback swap killed after `dist -> .dist.old-X`: the next build moves the previous dist/ back first."""
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    os.replace(dist, dist.with_name(".dist.old-killed"))
+    _build(demo_project, select=["demo==1.0.0"])
+    assert {OLD_WHEEL, NEW_WHEEL, "constraints-latest.txt"} <= set(os.listdir(dist)), "1.1.0 kept from before"
+    assert _siblings(dist) == []
+
+
+# 4./5. bad --dist and a damaged build.json ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_dist_that_is_a_file_is_refused(demo_project, tmp_path, capsys, clean):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    listing = sorted(tmp_path.iterdir())
+    for dist in (afile, afile / "dist"):
+        argv = ["--root", str(demo_project.root), "build", "--dist", str(dist)] + (["--clean"] if clean else [])
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {afile} is a file") and "\n  fix: " in err, err
+    assert afile.read_text() == "mine"
+    assert sorted(tmp_path.iterdir()) == listing, "nothing is made beside it"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        "[]",
+        '{"wheels": 3}',
+        '{"wheels": [{"filename": 1}]}',
+        '{"wheels": [{"filename": "x.whl", "sha256": "00"}]}',
+        "\udcff",
+    ],
+)
+def test_corrupt_build_json_is_refused_then_clean_rebuilds(demo_project, content):
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    (dist / "build.json").write_bytes(content.encode("utf-8", "surrogateescape"))
+    with pytest.raises(PatchwheelError) as err:
+        _build(demo_project)
+    assert f"{dist}/build.json" in err.value.message and "--clean" in err.value.hint
+    _build(demo_project, clean=True)
+    assert [w["filename"] for w in json.loads((dist / "build.json").read_text())["wheels"]] == [OLD_WHEEL]
+
+
+# 6. status --python ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["status"], ["diagnose", "some/checkpoint"]])
+def test_python_that_is_not_an_interpreter(tmp_path, capsys, command):
+    assert cli.main(command + ["--python", "/nonexistent/python"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no interpreter at /nonexistent/python\n  fix: ") and ".venv/bin/python" in err
+    plain = tmp_path / "python"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    assert cli.main(command + ["--python", str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {plain} is not executable\n  fix: "), err
+    assert cli.main(command + ["--python", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path} is not executable")
+    plain.write_text("not a program")
+    plain.chmod(0o755)  # executable, but the kernel cannot run it (no #! line)
+    assert cli.main(command + ["--python", str(plain)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot run {plain}: Exec format error")
+
+
+# 7. what an interrupt says ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv,func,said",
+    [
+        (["build"], "cmd_build", "interrupted; dist/ is unchanged\n"),
+        (["rebase", "demo", "1.1.0"], "cmd_rebase", "interrupted\n"),
+        (["upstream"], "cmd_upstream", "interrupted\n"),
+        (["lint"], "cmd_lint", "interrupted\n"),
+    ],
+)
+def test_interrupt_message_names_dist_only_for_build(monkeypatch, capsys, argv, func, said):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, func, interrupted)
+    assert cli.main(argv) == 130
+    assert capsys.readouterr().err == said
+
+
+def test_builds_into_the_same_dist_take_turns(demo_project, tmp_path):
+    """A second build into a dist/ that a first build holds waits for it, rather than racing it (last one wins)."""
+    import threading
+
+    dist = demo_project.root / "dist"
+    holder = os.open(dist.with_name(".dist.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # "the first build"
+    waiting, done, said = threading.Event(), threading.Event(), []
+
+    def log(message: str) -> None:
+        said.append(message)
+        if message.startswith("waiting for another build"):
+            waiting.set()
+
+    def second() -> None:
+        build_mod.build(demo_project.load(), dist, log=log)
+        done.set()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    try:
+        assert waiting.wait(30), said
+        assert not done.is_set() and not dist.exists(), "the second build went on while the first held dist/"
+    finally:
+        os.close(holder)
+    thread.join(60)
+    assert done.is_set() and (dist / "build.json").is_file()
