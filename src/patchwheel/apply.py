@@ -1,37 +1,32 @@
 """Apply a patch series strictly with ``git apply``, in a scratch tree outside any git work tree.
 
 Traps this module exists for (all of them exit 0 elsewhere): ``git apply`` inside another work tree silently
-skips every file; ``patch --batch`` reverses an already-applied patch; GNU patch fuzzes. So: ``git apply`` only,
-no fuzz, ``GIT_CEILING_DIRECTORIES`` set, a fresh temporary tree, and every patch proven present afterwards by a
-reverse check.
+skips every file; ``patch --batch`` reverses an already-applied patch; GNU patch fuzzes; so does ``git apply`` under
+a user's ``apply.ignoreWhitespace``. So: ``git apply`` only, with :func:`gitops.git_env` (no user configuration,
+``GIT_CEILING_DIRECTORIES`` set), a fresh temporary tree, and every patch proven present afterwards by a reverse
+check.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .errors import PatchwheelError
+from .gitops import git_env as git_env  # re-exported: mutants.py runs its own git apply with it
+from .gitops import try_git
 from .patches import Patch
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _NO_FILE = re.compile(r"^error: (.+): (No such file or directory|does not exist in index)$", re.M)
 
 
-def git_env(tree: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_CEILING_DIRECTORIES"] = str(tree.parent)
-    return env
-
-
-def _git_apply(tree: Path, patch: Patch, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "apply", "--whitespace=nowarn", *extra, str(patch.path)], cwd=tree,
-                          env=git_env(tree), capture_output=True, text=True)
+def _git_apply(tree: Path, patch: Patch, *extra: str) -> tuple[int, str]:
+    """``git apply`` in ``tree`` (:func:`gitops.git_env`: none of the user's configuration can make it fuzz)."""
+    return try_git(tree, "apply", "--whitespace=nowarn", *extra, str(patch.path))
 
 
 def explain_failure(patch: Patch, stderr: str) -> str:
@@ -49,17 +44,21 @@ class ScratchTree:
 
     def __init__(self, files: dict[str, bytes]) -> None:
         self._tmp = Path(tempfile.mkdtemp(prefix="patchwheel-apply-"))
-        self.root = self._tmp / "tree"
-        self.root.mkdir()
-        for rel, data in files.items():
-            p = self.root / rel
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-        probe = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=self.root,
-                               env=git_env(self.root), capture_output=True, text=True)
-        if probe.returncode == 0:  # would make git apply skip every file
-            raise PatchwheelError(f"scratch tree {self.root} is inside a git work tree",
-                                  "set TMPDIR to a folder outside any git repository")
+        try:
+            self.root = self._tmp / "tree"
+            self.root.mkdir()
+            for rel, data in files.items():
+                p = self.root / rel
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
+            if try_git(self.root, "rev-parse", "--is-inside-work-tree")[0] == 0:  # git apply would skip every file
+                raise PatchwheelError(
+                    f"scratch tree {self.root} is inside a git work tree",
+                    "set TMPDIR to a folder outside any git repository",
+                )
+        except BaseException:  # nobody holds the object yet to close it
+            self.close()
+            raise
 
     def read(self, paths: Iterable[str]) -> dict[str, bytes | None]:
         return {p: (self.root / p).read_bytes() if (self.root / p).is_file() else None for p in paths}
@@ -67,15 +66,16 @@ class ScratchTree:
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
-    def __enter__(self) -> "ScratchTree":
+    def __enter__(self) -> ScratchTree:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
 
-def apply_series(patches: list[Patch], read_upstream: Callable[[str], bytes | None], *,
-                 where: str) -> dict[str, bytes | None]:
+def apply_series(
+    patches: list[Patch], read_upstream: Callable[[str], bytes | None], *, where: str
+) -> dict[str, bytes | None]:
     """Apply ``patches`` in order to the upstream files they touch.
 
     ``read_upstream(path)`` returns an upstream-tree file's bytes (None when absent). Returns the touched paths
@@ -86,9 +86,9 @@ def apply_series(patches: list[Patch], read_upstream: Callable[[str], bytes | No
     start = {p: d for p in touched if (d := read_upstream(p)) is not None}
     with ScratchTree(start) as tree:
         for patch in patches:
-            res = _git_apply(tree.root, patch)
-            if res.returncode != 0:
-                already = _git_apply(tree.root, patch, "--reverse", "--check").returncode == 0
+            rc, out = _git_apply(tree.root, patch)
+            if rc != 0:
+                already = _git_apply(tree.root, patch, "--reverse", "--check")[0] == 0
                 if already:
                     raise PatchwheelError(
                         f"{patch.name} is already present in {where} (it applies in reverse)",
@@ -96,13 +96,15 @@ def apply_series(patches: list[Patch], read_upstream: Callable[[str], bytes | No
                         "or rebase the line",
                     )
                 raise PatchwheelError(
-                    f"patch does not apply to {where}: {explain_failure(patch, res.stderr)}",
+                    f"patch does not apply to {where}: {explain_failure(patch, out)}",
                     "refresh the patch against this release (rebase the line) — release builds never fuzz",
                 )
             # Prove the patch is present: reversing it must apply cleanly on the state it produced.
-            if _git_apply(tree.root, patch, "--reverse", "--check").returncode != 0:
-                raise PatchwheelError(f"{patch.name}: git apply reported success but the change is not present",
-                                      "report this: the scratch tree must be outside any git work tree")
+            if _git_apply(tree.root, patch, "--reverse", "--check")[0] != 0:
+                raise PatchwheelError(
+                    f"{patch.name}: git apply reported success but the change is not present",
+                    "report this: the scratch tree must be outside any git work tree",
+                )
         return tree.read(touched)
 
 
@@ -110,9 +112,10 @@ def reverse_series(patches: list[Patch], patched: dict[str, bytes | None]) -> di
     """Undo ``patches`` (last first) on ``patched`` files; each must reverse-apply strictly."""
     with ScratchTree({p: d for p, d in patched.items() if d is not None}) as tree:
         for patch in reversed(patches):
-            res = _git_apply(tree.root, patch, "--reverse")
-            if res.returncode != 0:
-                raise PatchwheelError(f"{patch.name} is not present in the built files "
-                                      f"({explain_failure(patch, res.stderr)})",
-                                      "rebuild; the wheel does not carry what its manifest says")
+            rc, out = _git_apply(tree.root, patch, "--reverse")
+            if rc != 0:
+                raise PatchwheelError(
+                    f"{patch.name} is not present in the built files ({explain_failure(patch, out)})",
+                    "rebuild; the wheel does not carry what its manifest says",
+                )
         return tree.read(patched)

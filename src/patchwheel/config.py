@@ -9,18 +9,74 @@ Layout (relative to the project root)::
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from .errors import PatchwheelError
 
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+#: A sha256 as the tool uses it: it becomes a cache folder's name, so nothing else is accepted.
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*$")
+#: The keys each file may have: anything else is a typo that would otherwise be ignored, leaving a default in place.
+PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release")
+RELEASE_KEYS = ("wheel", "sdist")
+SETS_KEYS = ("set",)
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` cannot name a file of upstream's tree or of a wheel; None when it is a plain relative path.
+
+    Paths in patches and wheels are input. An absolute one, or one that climbs out with '..', would make git or an
+    installer write outside the tree (zip slip); '.git' reaches into a repository; a backslash is a separator on
+    Windows; empty and '.' components make one file look like two.
+    """
+    if not path:
+        return "is empty"
+    if "\x00" in path:
+        return "contains a NUL character"
+    if "\\" in path:
+        return "contains a backslash"
+    if path.startswith("/"):
+        return "is absolute"
+    for part in path.split("/"):
+        if not part:
+            return "has an empty component"
+        if part in (".", ".."):
+            return f"has a {part!r} component"
+        if part.lower() == ".git":
+            return "has a '.git' component"
+    return None
+
+
+def file_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a plain file name (it becomes part of a cache path); None when it is one."""
+    if not name or name == "." or ".." in name or any(c in name for c in "/\\\x00"):
+        return "is not a plain file name (no '/', '\\' or '..')"
+    return None
+
+
+def check_keys(path: Path, table: dict, known: tuple[str, ...], where: str = "") -> None:
+    """Refuse keys of ``table`` that are not in ``known``, suggesting the closest known one."""
+    unknown = [k for k in table if k not in known]
+    if not unknown:
+        return
+
+    def named(key: str) -> str:
+        close = difflib.get_close_matches(key, known, n=1)
+        return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
+
+    raise PatchwheelError(
+        f"{path}: {where}unknown key{'s' if len(unknown) > 1 else ''} "
+        f"{', '.join(named(k) for k in unknown)}; known keys: {', '.join(known)}",
+        "correct or remove it: an unknown key is not ignored, since a misspelt one would leave "
+        "the default in place without a word",
+    )
 
 
 @dataclass(frozen=True)
@@ -53,9 +109,10 @@ class ReleaseLine:
         return f"{self.source_root}/{wheel_path}" if self.source_root else wheel_path
 
     def wheel_path(self, upstream_path: str) -> str | None:
-        """Inverse of :meth:`upstream_path`; None when the path is outside the shipped package."""
+        """Inverse of :meth:`upstream_path`; None when the path is outside the shipped package (or not a plain
+        relative path: ``src/demo/../../x`` starts with the package's folder but is not in it)."""
         prefix = f"{self.source_root}/" if self.source_root else ""
-        if not upstream_path.startswith(prefix):
+        if not upstream_path.startswith(prefix) or path_problem(upstream_path):
             return None
         rel = upstream_path[len(prefix) :]
         return rel if rel.split("/", 1)[0] == self.import_name else None
@@ -89,7 +146,7 @@ class Overlay:
                 return line
         raise PatchwheelError(
             f"no release line {pkg} {version}",
-            f"known lines: {', '.join(l.version for l in lines)}; add [release.\"{version}\"] to "
+            f'known lines: {", ".join(ln.version for ln in lines)}; add [release."{version}"] to '
             f"overlay/{pkg}/pins.toml and patches/{pkg}/{version}/series (or rebase onto it)",
         )
 
@@ -116,9 +173,7 @@ def _read_toml(path: Path) -> dict:
         raise PatchwheelError(f"{path}: not valid TOML ({exc})", "correct the syntax at the position given") from exc
 
 
-def _artifact(path: Path, version: str, kind: str, raw: object, required: bool) -> Artifact | None:
-    if raw is None and not required:
-        return None
+def _artifact(path: Path, version: str, kind: str, raw: object) -> Artifact:
     where = f"{path}: release {version!r} {kind}"
     if not isinstance(raw, dict) or set(raw) != {"filename", "sha256"}:
         raise PatchwheelError(
@@ -126,15 +181,31 @@ def _artifact(path: Path, version: str, kind: str, raw: object, required: bool) 
             f'write {kind} = {{ filename = "...", sha256 = "<64 hex digits from the index>" }}',
         )
     sha = str(raw["sha256"]).lower()
-    if not _SHA256.match(sha):
-        raise PatchwheelError(f"{where}: sha256 {raw['sha256']!r} is not 64 hex digits",
-                              "copy the sha256 shown next to the file on the package index")
+    if not SHA256.match(sha):
+        raise PatchwheelError(
+            f"{where}: sha256 {raw['sha256']!r} is not 64 hex digits",
+            "copy the sha256 shown next to the file on the package index",
+        )
     filename = str(raw["filename"])
+    if problem := file_name_problem(filename):
+        raise PatchwheelError(
+            f"{where}: filename {filename!r} {problem}", "pin the file name exactly as the package index lists it"
+        )
     if version not in filename:
-        raise PatchwheelError(f"{where}: filename {filename!r} does not carry version {version}",
-                              "pin the artifact of the same release as the table's name")
+        raise PatchwheelError(
+            f"{where}: filename {filename!r} does not carry version {version}",
+            "pin the artifact of the same release as the table's name",
+        )
     if kind == "wheel" and not filename.endswith(".whl"):
         raise PatchwheelError(f"{where}: {filename!r} is not a wheel", "pin the py3-none-any .whl file")
+    if kind == "wheel":
+        try:
+            parse_wheel_filename(filename)
+        except InvalidWheelFilename as exc:
+            raise PatchwheelError(
+                f"{where}: {filename!r} is not a valid wheel file name ({exc})",
+                "pin the py3-none-any .whl file exactly as the package index lists it",
+            ) from exc
     return Artifact(filename, sha)
 
 
@@ -147,56 +218,77 @@ def load(root: Path | str) -> Overlay:
     lines: dict[str, list[ReleaseLine]] = {}
     for pins in sorted(overlay_dir.glob("*/pins.toml")):
         data = _read_toml(pins)
+        check_keys(pins, data, PINS_KEYS)
         package = canonicalize_name(str(data.get("package", "")))
         if package != pins.parent.name:
-            raise PatchwheelError(f"{pins}: package = {data.get('package')!r} but the folder is {pins.parent.name!r}",
-                                  "make them agree")
+            raise PatchwheelError(
+                f"{pins}: package = {data.get('package')!r} but the folder is {pins.parent.name!r}", "make them agree"
+            )
         local = str(data.get("local-label", "fixed"))
         if not _LOCAL.match(local):
-            raise PatchwheelError(f"{pins}: local-label {local!r} is not a PEP 440 local label",
-                                  "use lower-case letters, digits and dots, e.g. 'fixed'")
+            raise PatchwheelError(
+                f"{pins}: local-label {local!r} is not a PEP 440 local label",
+                "use lower-case letters, digits and dots, e.g. 'fixed'",
+            )
         import_name = str(data.get("import-name", package.replace("-", "_")))
         source_root = str(data.get("source-root", "src")).strip("/")
         releases = data.get("release")
         if not isinstance(releases, dict) or not releases:
-            raise PatchwheelError(f"{pins}: no [release.\"X\"] table", "pin at least one upstream release")
+            raise PatchwheelError(f'{pins}: no [release."X"] table', "pin at least one upstream release")
         pkg_lines = []
         for version, raw in releases.items():
             try:
                 Version(version)
             except InvalidVersion as exc:
-                raise PatchwheelError(f"{pins}: {version!r} is not a version", "name the table after the "
-                                      "upstream release, e.g. [release.\"4.50.3\"]") from exc
+                raise PatchwheelError(
+                    f"{pins}: {version!r} is not a version",
+                    'name the table after the upstream release, e.g. [release."4.50.3"]',
+                ) from exc
             if not isinstance(raw, dict):
                 raise PatchwheelError(f"{pins}: release {version!r} must be a table", "see overlay/*/pins.toml")
-            unknown = set(raw) - {"wheel", "sdist"}
-            if unknown:
-                raise PatchwheelError(f"{pins}: release {version!r} has unknown keys {sorted(unknown)}",
-                                      "only 'wheel' and 'sdist' are allowed")
+            check_keys(pins, raw, RELEASE_KEYS, f"release {version!r}: ")
             patch_dir = root / "patches" / package / version
             if not (patch_dir / "series").is_file():
-                raise PatchwheelError(f"release line {package} {version} has no {patch_dir / 'series'}",
-                                      "create it (an empty series is allowed) or remove the pin")
-            pkg_lines.append(ReleaseLine(
-                package=package, version=version,
-                wheel=_artifact(pins, version, "wheel", raw.get("wheel"), True),
-                sdist=_artifact(pins, version, "sdist", raw.get("sdist"), False),
-                patch_dir=patch_dir, local_label=local, import_name=import_name, source_root=source_root,
-            ))
-        lines[package] = sorted(pkg_lines, key=lambda l: Version(l.version))
+                raise PatchwheelError(
+                    f"release line {package} {version} has no {patch_dir / 'series'}",
+                    "create it (an empty series is allowed) or remove the pin",
+                )
+            pkg_lines.append(
+                ReleaseLine(
+                    package=package,
+                    version=version,
+                    wheel=_artifact(pins, version, "wheel", raw.get("wheel")),
+                    sdist=None if raw.get("sdist") is None else _artifact(pins, version, "sdist", raw["sdist"]),
+                    patch_dir=patch_dir,
+                    local_label=local,
+                    import_name=import_name,
+                    source_root=source_root,
+                )
+            )
+        lines[package] = sorted(pkg_lines, key=lambda ln: Version(ln.version))
     if not lines:
         raise PatchwheelError(f"{overlay_dir} holds no <pkg>/pins.toml", "add overlay/<pkg>/pins.toml")
     for pkg_dir in sorted((root / "patches").glob("*/*")):
-        if pkg_dir.is_dir() and not any(l.patch_dir == pkg_dir for ls in lines.values() for l in ls):
-            raise PatchwheelError(f"{pkg_dir} has no pin in overlay/{pkg_dir.parent.name}/pins.toml",
-                                  f"add [release.\"{pkg_dir.name}\"] there or remove the folder")
+        if pkg_dir.is_dir() and not any(ln.patch_dir == pkg_dir for ls in lines.values() for ln in ls):
+            raise PatchwheelError(
+                f"{pkg_dir} has no pin in overlay/{pkg_dir.parent.name}/pins.toml",
+                f'add [release."{pkg_dir.name}"] there or remove the folder',
+            )
     sets: dict[str, dict[str, str]] = {}
     sets_file = overlay_dir / "sets.toml"
     if sets_file.is_file():
-        for name, members in _read_toml(sets_file).get("set", {}).items():
+        data = _read_toml(sets_file)
+        check_keys(sets_file, data, SETS_KEYS)
+        if not isinstance(data.get("set", {}), dict):
+            raise PatchwheelError(
+                f"{sets_file}: 'set' must be a table of sets", 'e.g. [set.default] transformers = "4.50.3"'
+            )
+        for name, members in data.get("set", {}).items():
             if not isinstance(members, dict) or not members:
-                raise PatchwheelError(f"{sets_file}: set {name!r} must map packages to versions",
-                                      'e.g. [set.default] transformers = "4.50.3"')
+                raise PatchwheelError(
+                    f"{sets_file}: set {name!r} must map packages to versions",
+                    'e.g. [set.default] transformers = "4.50.3"',
+                )
             ov = Overlay(root, lines)
             for pkg, version in members.items():
                 ov.line(pkg, str(version))  # raises a clear error when unknown

@@ -16,7 +16,7 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-from .config import Artifact
+from .config import SHA256, Artifact, file_name_problem
 from .errors import PatchwheelError
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -52,8 +52,9 @@ class _Links(HTMLParser):
 
 def _open(url: str, what: str, timeout: float = 60):
     try:
-        return urllib.request.urlopen(urllib.request.Request(url, headers={"User-Agent": "patchwheel"}),
-                                      timeout=timeout)
+        return urllib.request.urlopen(
+            urllib.request.Request(url, headers={"User-Agent": "patchwheel"}), timeout=timeout
+        )
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise PatchwheelError(
@@ -74,13 +75,28 @@ def _project_page(package: str, index: str | None = None) -> tuple[str, list[tup
     return page, parser.links
 
 
+def _listed_sha256(frag: str) -> str | None:
+    """The digest of a ``#sha256=<hex>`` fragment; None when the fragment names none, "" when it is not 64 lower-case
+    hex digits (a digest becomes a cache folder's name: ``sha256=../..`` must not)."""
+    if not frag.startswith("sha256="):
+        return None
+    sha = frag[len("sha256=") :]
+    return sha if SHA256.match(sha) else ""
+
+
 def project_links(package: str, index: str | None = None) -> dict[str, tuple[str, str | None]]:
-    """filename -> (absolute url without fragment, sha256 from the fragment or None)."""
+    """filename -> (absolute url without fragment, sha256 from the fragment or None). A malformed sha256 fragment
+    is an error: the index is broken or hostile."""
     page, links = _project_page(package, index)
     out = {}
     for text, href, _ in links:
         url, _, frag = urllib.parse.urljoin(page, href).partition("#")
-        sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
+        sha = _listed_sha256(frag)
+        if sha == "":
+            raise PatchwheelError(
+                f"the index page {page} lists {text} with the digest {frag!r}: not 64 lower-case hex digits",
+                "the index is broken or not trustworthy: point PATCHWHEEL_INDEX_URL at another PEP 503 index",
+            )
         out[text] = (url, sha)
     return out
 
@@ -90,7 +106,6 @@ def releases(package: str, index: str | None = None) -> list[tuple[str, Artifact
 
     The sha256 comes from the index listing (the pins of newer releases are what the index says they are)."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-    from packaging.version import Version
 
     page, links = _project_page(package, index)
     out = {}
@@ -101,10 +116,10 @@ def releases(package: str, index: str | None = None) -> list[tuple[str, Artifact
             _, version, _, _ = parse_wheel_filename(text)
         except InvalidWheelFilename:
             continue
-        frag = urllib.parse.urljoin(page, href).partition("#")[2]
-        if version.is_prerelease or version.is_devrelease or not frag.startswith("sha256="):
-            continue
-        out[version] = (str(version), Artifact(text, frag[len("sha256="):]), "data-yanked" in attrs)
+        sha = _listed_sha256(urllib.parse.urljoin(page, href).partition("#")[2])
+        if version.is_prerelease or version.is_devrelease or not sha or file_name_problem(text):
+            continue  # no usable digest or name: not a release this tool can pin
+        out[version] = (str(version), Artifact(text, sha), "data-yanked" in attrs)
     return [out[v] for v in sorted(out)]
 
 
@@ -125,9 +140,23 @@ def _mismatch(artifact: Artifact, got: str, source: str) -> PatchwheelError:
     )
 
 
-def fetch(package: str, artifact: Artifact, *, index: str | None = None, cache: Path | None = None,
-          log=None) -> Path:
+def _check_artifact(artifact: Artifact) -> None:
+    """Both parts of an artifact become a cache path: they must be a digest and a plain file name, whatever made
+    the artifact (a pin is checked when loaded; a rebase takes them from the index)."""
+    if not SHA256.match(artifact.sha256):
+        raise PatchwheelError(
+            f"{artifact.filename}: sha256 {artifact.sha256!r} is not 64 lower-case hex digits",
+            "pin the sha256 shown next to the file on the package index",
+        )
+    if problem := file_name_problem(artifact.filename):
+        raise PatchwheelError(
+            f"file name {artifact.filename!r} {problem}", "pin the file name exactly as the package index lists it"
+        )
+
+
+def fetch(package: str, artifact: Artifact, *, index: str | None = None, cache: Path | None = None, log=None) -> Path:
     """Return a local path to ``artifact``, verified against its pinned sha256."""
+    _check_artifact(artifact)
     cache = cache or cache_dir()
     target = cache / "sha256" / artifact.sha256 / artifact.filename
     if target.is_file():
@@ -152,8 +181,11 @@ def fetch(package: str, artifact: Artifact, *, index: str | None = None, cache: 
             total = int(resp.headers.get("Content-Length") or 0)
             done = 0
             if log:
-                log(f"downloading {artifact.filename} ({total / 1e6:.1f} MB)" if total else
-                    f"downloading {artifact.filename}")
+                log(
+                    f"downloading {artifact.filename} ({total / 1e6:.1f} MB)"
+                    if total
+                    else f"downloading {artifact.filename}"
+                )
             for chunk in iter(lambda: resp.read(_CHUNK), b""):
                 out.write(chunk)
                 h.update(chunk)

@@ -1,57 +1,127 @@
 """Small functions over git for patch import/export (after Electron's script/lib/git.py).
 
-Scratch repositories live in a temporary folder outside any work tree, with a fixed identity and no user or
-system configuration, so exports are byte-stable.
+Every git subprocess of the tool runs with :func:`git_env`: scratch repositories live in a temporary folder outside
+any work tree, with a fixed identity and none of the user's or the system's git configuration, so exports are
+byte-stable and ``git apply`` is as strict on every machine as it is here.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import PatchwheelError
 from .patches import FORMAT_PATCH_FLAGS
 
 IDENTITY = ("patchwheel maintainers", "maintainers@patchwheel.invalid")
+#: GIT_CONFIG_GLOBAL (2.32) and GIT_CONFIG_COUNT (2.31): an older git ignores them and reads the user's config.
+MIN_GIT = (2, 32)
+#: Settings given to every git call as command-line configuration, above any file.
+PINNED_CONFIG = (
+    ("core.hooksPath", os.devnull),  # no hook runs: `--no-verify` does not stop prepare-commit-msg or post-*
+    ("core.excludesFile", os.devnull),  # a global ignore file would drop files from `git add -A`
+    ("core.attributesFile", os.devnull),  # global attributes could make diffs binary or change whitespace rules
+)
 
 
-def _env(repo: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CEILING_DIRECTORIES=str(repo.parent), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull,
-               GIT_AUTHOR_NAME=IDENTITY[0], GIT_AUTHOR_EMAIL=IDENTITY[1], GIT_COMMITTER_NAME=IDENTITY[0],
-               GIT_COMMITTER_EMAIL=IDENTITY[1], TZ="UTC")
+@functools.cache
+def _check_version() -> None:
+    try:
+        out = subprocess.run(
+            ["git", "--version"],
+            env={"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"},
+            capture_output=True,
+            text=True,
+        ).stdout
+    except OSError as exc:
+        raise PatchwheelError(f"cannot run git: {exc}", "install git (2.32 or newer) and put it on PATH") from exc
+    m = re.search(r"(\d+)\.(\d+)", out)
+    if m and (int(m.group(1)), int(m.group(2))) < MIN_GIT:
+        raise PatchwheelError(
+            f"{out.strip()} is too old: patchwheel needs git {'.'.join(map(str, MIN_GIT))} or newer",
+            "an older git ignores GIT_CONFIG_GLOBAL and would apply patches with your own git "
+            "configuration (for example apply.ignoreWhitespace): upgrade git",
+        )
+
+
+def git_env(root: Path) -> dict[str, str]:
+    """The environment of every git subprocess of the tool, for a work tree or scratch folder at ``root``.
+
+    - The caller's ``GIT_*`` variables are removed (a GIT_DIR or GIT_INDEX_FILE from a hook would redirect us).
+    - ``GIT_CEILING_DIRECTORIES`` stops at ``root``'s parent: ``git apply`` inside another work tree silently skips
+      every file.
+    - No configuration file of the user or the system: ``GIT_CONFIG_NOSYSTEM`` and ``GIT_CONFIG_GLOBAL``. The
+      latter replaces both ``~/.gitconfig`` and ``$XDG_CONFIG_HOME/git/config``, so HOME and XDG_CONFIG_HOME are
+      left alone: the only other per-user files the commands we run read through them are the default ignore and
+      attributes files (``$XDG_CONFIG_HOME/git/ignore``, ``.../attributes``), which :data:`PINNED_CONFIG` points at
+      /dev/null, together with core.hooksPath. A user's ``apply.ignoreWhitespace`` would otherwise make
+      ``git apply`` take a patch whose context differs in whitespace: fuzz, which release builds never do.
+    - A fixed identity and ``TZ=UTC`` (commits and exports are byte-stable), and ``LC_ALL=C`` (which also makes
+      gettext ignore LANGUAGE), so the messages parsed by regex (``patch failed``, ``Hunk #1 succeeded``) are in
+      English.
+    """
+    _check_version()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "LANGUAGE"}
+    env.update(
+        GIT_CEILING_DIRECTORIES=str(root.parent),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_AUTHOR_NAME=IDENTITY[0],
+        GIT_AUTHOR_EMAIL=IDENTITY[1],
+        GIT_COMMITTER_NAME=IDENTITY[0],
+        GIT_COMMITTER_EMAIL=IDENTITY[1],
+        TZ="UTC",
+        LC_ALL="C",
+        GIT_CONFIG_COUNT=str(len(PINNED_CONFIG)),
+    )
+    for i, (key, value) in enumerate(PINNED_CONFIG):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
     return env
 
 
 def git(repo: Path, *args: str, input: bytes | None = None, env: dict | None = None) -> bytes:
-    res = subprocess.run(["git", *args], cwd=repo, env={**_env(repo), **(env or {})}, input=input,
-                         capture_output=True)
+    res = subprocess.run(
+        ["git", *args], cwd=repo, env={**git_env(repo), **(env or {})}, input=input, capture_output=True
+    )
     if res.returncode != 0:
-        raise PatchwheelError(f"git {' '.join(args)} failed in {repo}:\n{res.stderr.decode(errors='replace')}",
-                              "see git's message above")
+        raise PatchwheelError(
+            f"git {' '.join(args)} failed in {repo}:\n{res.stderr.decode(errors='replace')}", "see git's message above"
+        )
     return res.stdout
 
 
 def try_git(repo: Path, *args: str) -> tuple[int, str]:
     """Like :func:`git`, for commands whose failure is an answer (a patch that does not apply, a conflict)."""
-    res = subprocess.run(["git", *args], cwd=repo, env=_env(repo), capture_output=True, text=True)
+    res = subprocess.run(
+        ["git", *args], cwd=repo, env=git_env(repo), capture_output=True, text=True, encoding="utf-8", errors="replace"
+    )
     return res.returncode, res.stdout + res.stderr
 
 
-def scratch_repo(files: dict[str, bytes], message: str = "pristine") -> Path:
-    """A new repository under a temporary folder, with ``files`` committed as its first commit."""
-    repo = Path(tempfile.mkdtemp(prefix="patchwheel-git-")) / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    write_files(repo, files)
-    git(repo, "add", "-A")
-    commit(repo, message)
+def scratch_repo(files: Mapping[str, bytes], message: str = "pristine") -> Path:
+    """A new repository under a temporary folder, with ``files`` committed as its first commit. The caller removes
+    ``repo.parent``; when a step fails here, this function does."""
+    tmp = Path(tempfile.mkdtemp(prefix="patchwheel-git-"))
+    try:
+        repo = tmp / "repo"
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+        write_files(repo, files)
+        git(repo, "add", "-A")
+        commit(repo, message)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return repo
 
 
-def write_files(repo: Path, files: dict[str, bytes | None]) -> None:
+def write_files(repo: Path, files: Mapping[str, bytes | None]) -> None:
     for rel, data in files.items():
         p = repo / rel
         if data is None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from email import policy
 from email.parser import HeaderParser
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .config import ReleaseLine
+from .config import ReleaseLine, path_problem
 from .errors import PatchwheelError
 
 #: Flags that make ``git format-patch`` output byte-stable (Electron's choice).
@@ -96,10 +97,15 @@ class Patch:
         return "Feature-Test" in self.trailers
 
     @property
-    def test_module(self) -> str | None:
-        """The module of the Proof-Test or Feature-Test trailer (without ``::test``)."""
+    def test_module(self) -> str:
+        """The module of the Proof-Test or Feature-Test trailer (without ``::test``); lint requires one."""
         value = self.trailers.get("Proof-Test") or self.trailers.get("Feature-Test")
-        return value.split("::")[0] if value else None
+        if not value:
+            raise PatchwheelError(
+                f"{self.name} has neither a Proof-Test nor a Feature-Test trailer",
+                "add the one that names its test (`patchwheel lint` checks)",
+            )
+        return value.split("::")[0]
 
     @property
     def touched(self) -> list[str]:
@@ -120,7 +126,57 @@ def _strip_prefix(p: str, prefix: str) -> str | None:
         return None
     if not p.startswith(prefix):
         raise ValueError(f"path {p!r} lacks the {prefix!r} prefix")
-    return p[len(prefix):]
+    return p[len(prefix) :]
+
+
+def _git_line_paths(line: str) -> tuple[str, str] | None:
+    """The two paths of ``diff --git a/X b/Y``; None when they cannot be told apart (a path holding " b/")."""
+    rest = line[len("diff --git ") :]
+    if not rest.startswith("a/") or rest.count(" b/") != 1:
+        return None
+    a, b = rest[2:].split(" b/")
+    return a, b
+
+
+def _file_diff(path: Path, block: str) -> FileDiff:
+    """One ``diff --git`` section. Every path in it (``diff --git``, ---/+++, rename/copy from/to) must be a plain
+    relative path, and they must agree: ``git apply`` takes paths from all of them."""
+    lines = block.splitlines()
+    old = new = None  # "/dev/null" for a created (deleted) file's other side
+    named: list[tuple[str, str]] = []  # (header, path) of the extended headers: rename/copy from/to
+    hunks: list[Hunk] = []
+    for line in lines[1:]:
+        if line.startswith("--- ") and old is None and not hunks:
+            old = _strip_prefix(line[4:].rstrip("\t"), "a/")
+            old = "/dev/null" if old is None else old
+        elif line.startswith("+++ ") and new is None and not hunks:
+            new = _strip_prefix(line[4:].rstrip("\t"), "b/")
+            new = "/dev/null" if new is None else new
+        elif (h := _HUNK.match(line)) is not None:
+            hunks.append(Hunk(int(h.group(1)), line.split(" @@")[0] + " @@"))
+        elif old is None and (m := re.match(r"^(rename|copy) (from|to) (.*)$", line)):
+            named.append((f"{m.group(1)} {m.group(2)}", m.group(3)))
+    if old is None or new is None or not hunks:
+        raise ValueError(f"file section {lines[0]!r} has no ---/+++ header or no hunk")
+    old_path, new_path = (None if old == "/dev/null" else old), (None if new == "/dev/null" else new)
+    in_git_line = _git_line_paths(lines[0])
+    checked = [("---", old_path), ("+++", new_path)] + named + [("diff --git", p) for p in in_git_line or ()]
+    for where, p in checked:
+        if p is not None and (problem := path_problem(p)):
+            raise PatchwheelError(
+                f"{path}: path {p!r} (its '{where}' line) {problem}: a patch may only name "
+                "plain relative paths inside upstream's tree",
+                "regenerate the patch with `git format-patch` from a checkout of upstream",
+            )
+    for where, p in named:
+        side, side_path = ("---", old_path) if where.endswith("from") else ("+++", new_path)
+        if p != side_path:
+            raise ValueError(f"its '{where}' line names {p!r}, its {side} line {side_path!r}")
+    expected = (old_path or new_path, new_path or old_path)
+    if in_git_line != expected:
+        shown = " and ".join(map(repr, in_git_line)) if in_git_line else repr(lines[0])
+        raise ValueError(f"its 'diff --git' line names {shown}, its ---/+++ lines {expected[0]!r} and {expected[1]!r}")
+    return FileDiff(old_path, new_path, tuple(hunks))
 
 
 def parse_patch(path: Path) -> Patch:
@@ -136,15 +192,16 @@ def parse_patch(path: Path) -> Patch:
     head, sep, rest = text.partition("\n\n")
     if not sep:
         raise PatchwheelError(f"{path}: no blank line after the mail headers", hint)
-    headers = HeaderParser().parsestr(head.split("\n", 1)[1] if "\n" in head else "")
-    subject = " ".join((headers.get("Subject") or "").split())
+    # git encodes a non-ASCII subject (RFC 2047) and folds a long one: the default policy decodes and unfolds.
+    headers = HeaderParser(policy=policy.default).parsestr(head.split("\n", 1)[1] if "\n" in head else "")
+    subject = " ".join(str(headers.get("Subject") or "").split())
     if not subject:
         raise PatchwheelError(f"{path}: no Subject header", hint)
     # The message ends where git mailinfo ends it: an optional '---' line, then the first 'diff --git'.
     m = re.search(r"^(?:---\n)?(?=diff --git )", rest, re.M)
     if not m:
         raise PatchwheelError(f"{path}: no 'diff --git' section", hint)
-    message, diff = rest[: m.start()].rstrip("\n"), rest[m.end():]
+    message, diff = rest[: m.start()].rstrip("\n"), rest[m.end() :]
     paragraphs = [p for p in re.split(r"\n\s*\n", message.strip()) if p.strip()]
     trailers: dict[str, str] = {}
     if paragraphs:
@@ -156,21 +213,8 @@ def parse_patch(path: Path) -> Patch:
     files: list[FileDiff] = []
     try:
         for block in re.split(r"^(?=diff --git )", diff, flags=re.M):
-            if not block.startswith("diff --git "):
-                continue
-            old = new = None
-            hunks: list[Hunk] = []
-            for line in block.splitlines():
-                if line.startswith("--- ") and old is None and not hunks:
-                    old = _strip_prefix(line[4:].rstrip("\t"), "a/") or "/dev/null"
-                elif line.startswith("+++ ") and new is None and not hunks:
-                    new = _strip_prefix(line[4:].rstrip("\t"), "b/") or "/dev/null"
-                elif (h := _HUNK.match(line)) is not None:
-                    hunks.append(Hunk(int(h.group(1)), line.split(" @@")[0] + " @@"))
-            if old is None or new is None or not hunks:
-                raise ValueError(f"file section {block.splitlines()[0]!r} has no ---/+++ header or no hunk")
-            files.append(FileDiff(None if old == "/dev/null" else old, None if new == "/dev/null" else new,
-                                  tuple(hunks)))
+            if block.startswith("diff --git "):
+                files.append(_file_diff(path, block))
     except ValueError as exc:
         raise PatchwheelError(f"{path}: malformed diff: {exc}", hint) from exc
     if not files:
@@ -186,8 +230,10 @@ def series_names(line: ReleaseLine) -> list[str]:
         if not entry:
             continue
         if "/" in entry or " " in entry:
-            raise PatchwheelError(f"{line.patch_dir / 'series'}:{n}: {entry!r} is not a plain patch file name",
-                                  "list one NNNN-slug.patch name per line")
+            raise PatchwheelError(
+                f"{line.patch_dir / 'series'}:{n}: {entry!r} is not a plain patch file name",
+                "list one NNNN-slug.patch name per line",
+            )
         names.append(entry)
     return names
 
@@ -196,8 +242,10 @@ def load_series(line: ReleaseLine) -> list[Patch]:
     """The release line's patches in series order, after a strict lint (raises on the first report)."""
     problems = lint_line(line)
     if problems:
-        raise PatchwheelError(f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
-                              "fix each point above; `python -m patchwheel lint` re-checks")
+        raise PatchwheelError(
+            f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
+            "fix each point above; `python -m patchwheel lint` re-checks",
+        )
     return [parse_patch(line.patch_dir / n) for n in series_names(line)]
 
 
@@ -209,12 +257,16 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
             out.append(f"{patch.name}: missing trailer '{key}:' (add it to the last paragraph of the message)")
     tests = [k for k in TEST_TRAILERS if k in t]
     if len(tests) != 1:
-        out.append(f"{patch.name}: needs exactly one of 'Proof-Test:' (a fix, proven by a test that fails without "
-                   "it) and 'Feature-Test:' (a capability the patch adds)")
+        out.append(
+            f"{patch.name}: needs exactly one of 'Proof-Test:' (a fix, proven by a test that fails without "
+            "it) and 'Feature-Test:' (a capability the patch adds)"
+        )
     status = t.get("Upstream-Status", "")
     if "Upstream-Status" in t and not _STATUS.match(status):
-        out.append(f"{patch.name}: Upstream-Status {status!r} must be one of 'Pending', 'Submitted <url>', "
-                   "'Backport <pr>', 'Fixed-In <version>', 'Partial-Fix-In <version> <still-failing proof test>'")
+        out.append(
+            f"{patch.name}: Upstream-Status {status!r} must be one of 'Pending', 'Submitted <url>', "
+            "'Backport <pr>', 'Fixed-In <version>', 'Partial-Fix-In <version> <still-failing proof test>'"
+        )
     elif status.startswith(("Fixed-In ", "Partial-Fix-In ")):
         words = status.split()
         try:
@@ -230,13 +282,17 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
     drop = t.get("Drop-When")
     if drop == DROP_BY_BEHAVIOUR:
         if patch.is_feature:
-            out.append(f"{patch.name}: a feature cannot be dropped by '{DROP_BY_BEHAVIOUR}' (a release without "
-                       f"it has nothing for its test to call): use '{line.package}>=<version>' or "
-                       f"'{DROP_BY_PR} <PR url or pending>'")
+            out.append(
+                f"{patch.name}: a feature cannot be dropped by '{DROP_BY_BEHAVIOUR}' (a release without "
+                f"it has nothing for its test to call): use '{line.package}>=<version>' or "
+                f"'{DROP_BY_PR} <PR url or pending>'"
+            )
     elif drop is not None and drop.startswith(DROP_BY_PR + " "):
-        if not _PR.match(drop[len(DROP_BY_PR) + 1:]):
-            out.append(f"{patch.name}: Drop-When {drop!r} must be '{DROP_BY_PR} <https://github.com/o/r/pull/N>' "
-                       f"or '{DROP_BY_PR} pending'")
+        if not _PR.match(drop[len(DROP_BY_PR) + 1 :]):
+            out.append(
+                f"{patch.name}: Drop-When {drop!r} must be '{DROP_BY_PR} <https://github.com/o/r/pull/N>' "
+                f"or '{DROP_BY_PR} pending'"
+            )
     elif drop is not None:
         try:
             req = Requirement(drop)
@@ -245,8 +301,10 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
             for spec in req.specifier:
                 Version(spec.version)
         except (InvalidRequirement, InvalidVersion):
-            out.append(f"{patch.name}: Drop-When {drop!r} must be a version condition on {line.package}, e.g. "
-                       f"'{line.package}>=4.54.0', '{DROP_BY_BEHAVIOUR}' or '{DROP_BY_PR} <PR url or pending>'")
+            out.append(
+                f"{patch.name}: Drop-When {drop!r} must be a version condition on {line.package}, e.g. "
+                f"'{line.package}>=4.54.0', '{DROP_BY_BEHAVIOUR}' or '{DROP_BY_PR} <PR url or pending>'"
+            )
     for key in tests:
         out += _check_test_ref(patch, t[key], root, key)
     return out
@@ -295,10 +353,13 @@ def lint_line(line: ReleaseLine, root: Path | None = None) -> list[str]:
         problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
         for p in patch.touched:
             if line.wheel_path(p) is None:
-                problems.append(f"{name}: touches {p}, which is not under {line.upstream_path(line.import_name)}/ "
-                                "and so is not in the wheel")
+                problems.append(
+                    f"{name}: touches {p}, which is not under {line.upstream_path(line.import_name)}/ "
+                    "and so is not in the wheel"
+                )
     for stray in sorted(line.patch_dir.iterdir()):
         if stray.name != "series" and stray.name not in seen:
-            problems.append(f"{stray.name} is in {line.patch_dir} but not in its series "
-                            "(add it to series or delete it)")
+            problems.append(
+                f"{stray.name} is in {line.patch_dir} but not in its series (add it to series or delete it)"
+            )
     return problems

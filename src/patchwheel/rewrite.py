@@ -23,7 +23,9 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
-from .config import ReleaseLine
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from .config import ReleaseLine, path_problem
 from .errors import PatchwheelError
 
 MANIFEST_NAME = "overlay-fixes.json"
@@ -43,9 +45,21 @@ class WheelNames:
 
 
 def wheel_names(line: ReleaseLine) -> WheelNames:
-    name, version, rest = line.wheel.filename.split("-", 2)
+    """The upstream wheel's names and the +fixed wheel's, from the pinned file name.
+
+    packaging validates the name; its parts are then taken as upstream wrote them (packaging normalizes the
+    project name and returns the tags as a set), so the +fixed wheel differs only in its version."""
+    filename = line.wheel.filename
+    try:
+        parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        raise PatchwheelError(
+            f"{filename} is not a valid wheel file name ({exc})",
+            "pin the upstream .whl file exactly as the package index lists it",
+        ) from exc
+    name, version, rest = filename.split("-", 2)  # a valid name has no '-' in its project or version part
     if version != line.version:
-        raise PatchwheelError(f"wheel {line.wheel.filename} is not version {line.version}", "fix the pin")
+        raise PatchwheelError(f"wheel {filename} is not version {line.version}", "fix the pin")
     fixed = line.fixed_version
     return WheelNames(name, f"{name}-{version}.dist-info", f"{name}-{fixed}.dist-info", f"{name}-{fixed}-{rest}")
 
@@ -53,8 +67,10 @@ def wheel_names(line: ReleaseLine) -> WheelNames:
 def _replace_once(data: bytes, pattern: str, repl: str, what: str) -> bytes:
     new, n = re.subn(pattern.encode(), repl.encode(), data, flags=re.M)
     if n != 1:
-        raise PatchwheelError(f"expected exactly one {what}, found {n}",
-                              "upstream changed its layout: extend patchwheel.rewrite for this release")
+        raise PatchwheelError(
+            f"expected exactly one {what}, found {n}",
+            "upstream changed its layout: extend patchwheel.rewrite for this release",
+        )
     return new
 
 
@@ -79,8 +95,9 @@ def _info(template: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
     return zi
 
 
-def plan(line: ReleaseLine, upstream: list[Entry], patched: dict[str, bytes | None],
-         manifest: dict) -> tuple[WheelNames, list[Entry]]:
+def plan(
+    line: ReleaseLine, upstream: list[Entry], patched: dict[str, bytes | None], manifest: dict
+) -> tuple[WheelNames, list[Entry]]:
     """Pure: the +fixed wheel's entries, in order, from upstream's entries and the patched package files.
 
     ``patched`` maps wheel paths (``transformers/x.py``) to new bytes, None meaning deleted.
@@ -94,13 +111,17 @@ def plan(line: ReleaseLine, upstream: list[Entry], patched: dict[str, bytes | No
     for e in upstream:
         name, data, raw = e.name, e.data, e.raw
         if name.startswith(names.old_distinfo + "/"):
-            name = names.new_distinfo + name[len(names.old_distinfo):]
+            name = names.new_distinfo + name[len(names.old_distinfo) :]
             if name == f"{names.new_distinfo}/RECORD":
                 record_at, record_info = len(out), e.info
                 continue
             if name == f"{names.new_distinfo}/METADATA":
-                data = _replace_once(data, rf"^Version: {esc}\r?$", f"Version: {line.fixed_version}",
-                                     f"'Version: {line.version}' line in METADATA")
+                data = _replace_once(
+                    data,
+                    rf"^Version: {esc}\r?$",
+                    f"Version: {line.fixed_version}",
+                    f"'Version: {line.version}' line in METADATA",
+                )
                 metadata_info = e.info
             if created and not any(o.name.startswith(names.new_distinfo) for o in out):
                 # files new to the package go right before the dist-info folder
@@ -110,12 +131,18 @@ def plan(line: ReleaseLine, upstream: list[Entry], patched: dict[str, bytes | No
                 continue
             data = patched[e.name]  # type: ignore[assignment]
         if e.name == f"{line.import_name}/__init__.py":
-            data = _replace_once(data, rf"""^__version__\s*=\s*(['"]){esc}\1""",
-                                 f'__version__ = "{line.fixed_version}"', f"__version__ = \"{line.version}\"")
+            data = _replace_once(
+                data,
+                rf"""^__version__\s*=\s*(['"]){esc}\1""",
+                f'__version__ = "{line.fixed_version}"',
+                f'__version__ = "{line.version}"',
+            )
         out.append(Entry(_info(e.info, name), data, raw if data is e.data else None))
     if record_at is None or metadata_info is None or record_info is None:
-        raise PatchwheelError(f"{line.wheel.filename} has no {names.old_distinfo}/RECORD or METADATA",
-                              "the pinned file is not a valid wheel")
+        raise PatchwheelError(
+            f"{line.wheel.filename} has no {names.old_distinfo}/RECORD or METADATA",
+            "the pinned file is not a valid wheel",
+        )
     manifest_bytes = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     out.insert(record_at, Entry(_info(metadata_info, f"{names.new_distinfo}/{MANIFEST_NAME}"), manifest_bytes))
     rows = io.StringIO()
@@ -160,15 +187,37 @@ def write(entries: list[Entry], dest) -> None:
             crc = zlib.crc32(e.data)
             offset = fh.tell()
             if max(len(raw), len(e.data), offset) >= _LIMIT:
-                raise PatchwheelError(f"{zi.filename}: needs zip64, which this writer does not do",
-                                      "extend patchwheel.rewrite.write")
+                raise PatchwheelError(
+                    f"{zi.filename}: needs zip64, which this writer does not do", "extend patchwheel.rewrite.write"
+                )
             t, d = _dos(zi.date_time)
             fh.write(_LOCAL.pack(b"PK\x03\x04", 20, 0, flags, method, t, d, crc, len(raw), len(e.data), len(name), 0))
             fh.write(name)
             fh.write(raw)
-            central.append(_CENTRAL.pack(b"PK\x01\x02", 20, zi.create_system, 20, 0, flags, method, t, d, crc,
-                                         len(raw), len(e.data), len(name), 0, 0, 0, 0, zi.external_attr, offset)
-                           + name)
+            central.append(
+                _CENTRAL.pack(
+                    b"PK\x01\x02",
+                    20,
+                    zi.create_system,
+                    20,
+                    0,
+                    flags,
+                    method,
+                    t,
+                    d,
+                    crc,
+                    len(raw),
+                    len(e.data),
+                    len(name),
+                    0,
+                    0,
+                    0,
+                    0,
+                    zi.external_attr,
+                    offset,
+                )
+                + name
+            )
         start = fh.tell()
         for c in central:
             fh.write(c)
@@ -176,13 +225,29 @@ def write(entries: list[Entry], dest) -> None:
 
 
 def read(path) -> list[Entry]:
-    """Every member with its content and its compressed bytes, CRC-checked."""
+    """Every member with its content and its compressed bytes, CRC-checked. A member name that is not a plain
+    relative path is refused: the +fixed wheel would carry it to every installer (zip slip)."""
+    try:
+        return _read(path)
+    except (zipfile.BadZipFile, zlib.error, struct.error, EOFError) as exc:
+        raise PatchwheelError(f"{path}: not a readable zip file ({exc})", "the file is damaged") from exc
+
+
+def _read(path) -> list[Entry]:
     out = []
     with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
         for zi in zf.infolist():
+            if problem := path_problem(zi.filename):
+                raise PatchwheelError(
+                    f"{path}: member {zi.filename!r} {problem}: an installer would write it "
+                    "outside its folder or where it does not belong (zip slip)",
+                    "do not build from this file: check the pin and the index it came from",
+                )
             if zi.flag_bits & 0x1 or zi.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise PatchwheelError(f"{path}: {zi.filename} is encrypted or uses compression {zi.compress_type}",
-                                      "only stored or deflated members are supported")
+                raise PatchwheelError(
+                    f"{path}: {zi.filename} is encrypted or uses compression {zi.compress_type}",
+                    "only stored or deflated members are supported",
+                )
             fh.seek(zi.header_offset)
             head = fh.read(_LOCAL.size)
             if head[:4] != b"PK\x03\x04":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,8 +38,13 @@ class TextResult:
     conflicts: list[str] = field(default_factory=list)
 
 
-def classify(patches: list[Patch], old_files: dict[str, bytes], new_files: dict[str, bytes | None],
-             *, keep_repo: Path | None = None) -> list[TextResult]:
+def classify(
+    patches: list[Patch],
+    old_files: Mapping[str, bytes],
+    new_files: Mapping[str, bytes | None],
+    *,
+    keep_repo: Path | None = None,
+) -> list[TextResult]:
     """Text result per patch, in series order. ``old_files``/``new_files``: upstream-tree path -> bytes (the
     new release's None means the file is gone). With ``keep_repo`` the scratch repository is moved there (for a
     human to resolve conflicts) instead of deleted."""
@@ -54,7 +60,7 @@ def classify(patches: list[Patch], old_files: dict[str, bytes], new_files: dict[
         gitops.git(repo, "add", "-A")
         gitops.commit(repo, "new upstream release")
         results = []
-        for p, commit in zip(patches, commits):
+        for p, commit in zip(patches, commits, strict=True):
             results.append(carry(repo, p, commit))
         if keep_repo is not None:
             shutil.move(str(repo), keep_repo)

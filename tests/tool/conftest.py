@@ -10,8 +10,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import shutil
 import sys
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +37,19 @@ def add(a, b):
     return a + b
 '''
 INIT = b'"""demo."""\n\n__version__ = "1.0.0"\n\nfrom .core import add, greet\n'
+
+
+@pytest.fixture(autouse=True)
+def scratch_temp(tmp_path_factory, monkeypatch) -> Iterator[Path]:
+    """Every test gets its own temporary folder (``tempfile`` and TMPDIR); a ``patchwheel-*`` scratch folder the
+    tool or the test leaves there fails it. Only the tool's own prefix counts, so other temporary files are fine."""
+    folder = tmp_path_factory.mktemp("tempdir")
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.setenv("TMPDIR", str(folder))
+    yield folder
+    left = sorted(p.name for p in folder.glob("patchwheel-*"))
+    if left:
+        pytest.fail(f"temporary folders left behind in {folder}: {', '.join(left)}", pytrace=False)
 
 
 def make_wheel(path: Path, files: dict[str, bytes], name="demo", version="1.0.0") -> Path:
@@ -60,11 +76,14 @@ def make_wheel(path: Path, files: dict[str, bytes], name="demo", version="1.0.0"
 def make_patch(files: dict[str, bytes], edit, subject: str, trailers: dict[str, str]) -> bytes:
     """A real format-patch: commit ``files`` (upstream-tree paths), apply ``edit``, commit, export."""
     repo = gitops.scratch_repo(files)
-    gitops.write_files(repo, edit(dict(files)))
-    gitops.git(repo, "add", "-A")
-    body = "\n".join(f"{k}: {v}" for k, v in trailers.items())
-    gitops.commit(repo, f"{subject}\n\nWhy the change is needed.\n\n{body}\n")
-    return gitops.format_patch(repo)
+    try:
+        gitops.write_files(repo, edit(dict(files)))
+        gitops.git(repo, "add", "-A")
+        body = "\n".join(f"{k}: {v}" for k, v in trailers.items())
+        gitops.commit(repo, f"{subject}\n\nWhy the change is needed.\n\n{body}\n")
+        return gitops.format_patch(repo)
+    finally:
+        shutil.rmtree(repo.parent)
 
 
 TRAILERS = {
@@ -96,7 +115,8 @@ class Demo:
         (self.root / "overlay" / "demo").mkdir(parents=True, exist_ok=True)
         (self.root / "overlay" / "demo" / "pins.toml").write_text(
             'package = "demo"\nimport-name = "demo"\nsource-root = "src"\nlocal-label = "fixed"\n\n'
-            f'[release."1.0.0"]\nwheel = {{ filename = "{self.upstream.name}", sha256 = "{sha256 or self.sha256}" }}\n')
+            f'[release."1.0.0"]\nwheel = {{ filename = "{self.upstream.name}", sha256 = "{sha256 or self.sha256}" }}\n'
+        )
 
     def set_series(self, *patches: tuple[str, bytes]) -> None:
         for old in self.patch_dir.glob("*.patch"):
@@ -107,6 +127,7 @@ class Demo:
 
     def load(self):
         from patchwheel import config
+
         return config.load(self.root)
 
     def add_release(self, version: str, core: bytes) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
 from patchwheel import config, patches
 from patchwheel.errors import PatchwheelError
+
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
@@ -20,7 +21,7 @@ def _problems(demo):
 
 def test_the_repository_series_are_clean():
     overlay = config.load(ROOT)
-    assert {l.key for l in overlay.all_lines()} >= {"transformers/4.50.3", "accelerate/1.6.0"}
+    assert {ln.key for ln in overlay.all_lines()} >= {"transformers/4.50.3", "accelerate/1.6.0"}
     for line in overlay.all_lines():
         assert patches.lint_line(line, ROOT) == [], line.key
 
@@ -33,19 +34,23 @@ def test_demo_is_clean(demo_project):
 def test_missing_trailer(demo_project, missing):
     trailers = {k: v for k, v in TRAILERS.items() if k != missing}
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", trailers)))
-    assert _problems(demo_project) == [f"0001-x.patch: missing trailer '{missing}:' "
-                                       "(add it to the last paragraph of the message)"]
+    assert _problems(demo_project) == [
+        f"0001-x.patch: missing trailer '{missing}:' (add it to the last paragraph of the message)"
+    ]
 
 
-@pytest.mark.parametrize("key,value,expect", [
-    ("Upstream-Status", "Maybe later", "must be one of"),
-    ("Upstream-Issue", "see the forum", "is not an issue URL"),
-    ("Drop-When", "transformers>=4.54", "must be a version condition on demo"),
-    ("Drop-When", "demo", "must be a version condition on demo"),
-    ("Proof-Test", "tests/test_x.py", "must be tests/proof/<file>.py"),
-    ("Proof-Test", "tests/proof/test_nope.py", "does not exist"),
-    ("Proof-Test", "tests/proof/test_demo.py::test_other", "is not defined in"),
-])
+@pytest.mark.parametrize(
+    "key,value,expect",
+    [
+        ("Upstream-Status", "Maybe later", "must be one of"),
+        ("Upstream-Issue", "see the forum", "is not an issue URL"),
+        ("Drop-When", "transformers>=4.54", "must be a version condition on demo"),
+        ("Drop-When", "demo", "must be a version condition on demo"),
+        ("Proof-Test", "tests/test_x.py", "must be tests/proof/<file>.py"),
+        ("Proof-Test", "tests/proof/test_nope.py", "does not exist"),
+        ("Proof-Test", "tests/proof/test_demo.py::test_other", "is not defined in"),
+    ],
+)
 def test_bad_trailer_values(demo_project, key, value, expect):
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, key: value})))
     (problem,) = _problems(demo_project)
@@ -53,8 +58,9 @@ def test_bad_trailer_values(demo_project, key, value, expect):
 
 
 def test_drop_when_by_behaviour_is_accepted(demo_project):
-    demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X",
-                                                         {**TRAILERS, "Drop-When": patches.DROP_BY_BEHAVIOUR})))
+    demo_project.set_series(
+        ("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, "Drop-When": patches.DROP_BY_BEHAVIOUR}))
+    )
     assert _problems(demo_project) == []
 
 
@@ -69,8 +75,9 @@ def test_series_entry_without_file_and_file_not_in_series(demo_project):
 def test_numbering_duplicates_and_names(demo_project):
     data = (demo_project.patch_dir / "0001-greet-comma.patch").read_bytes()
     (demo_project.patch_dir / "0002-Bad_Name.patch").write_bytes(data)
-    (demo_project.patch_dir / "series").write_text("0002-Bad_Name.patch\n0001-greet-comma.patch\n"
-                                                   "0001-greet-comma.patch\n")
+    (demo_project.patch_dir / "series").write_text(
+        "0002-Bad_Name.patch\n0001-greet-comma.patch\n0001-greet-comma.patch\n"
+    )
     problems = _problems(demo_project)
     assert any("not named NNNN-slug.patch" in p for p in problems)
     assert any("is number 2 in the series; renumber it 0002-greet-comma.patch" in p for p in problems)
@@ -88,8 +95,7 @@ def test_malformed_patch_and_series(demo_project):
 
 def test_patch_outside_the_package_is_rejected(demo_project):
     files = {**FILES, "setup.py": b"x = 1\n"}
-    demo_project.set_series(("0001-x.patch", make_patch(files, lambda f: {**f, "setup.py": b"x = 2\n"}, "X",
-                                                         TRAILERS)))
+    demo_project.set_series(("0001-x.patch", make_patch(files, lambda f: {**f, "setup.py": b"x = 2\n"}, "X", TRAILERS)))
     assert "touches setup.py, which is not under src/demo/" in _problems(demo_project)[0]
 
 

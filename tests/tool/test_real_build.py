@@ -4,6 +4,7 @@ first; the upstream wheels come from the verified cache)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -28,7 +29,7 @@ def built_dist():
     return json.loads((DIST / build_mod.BUILD_MANIFEST).read_text())
 
 
-@pytest.mark.parametrize("line", LINES, ids=[l.key for l in LINES])
+@pytest.mark.parametrize("line", LINES, ids=[ln.key for ln in LINES])
 def test_series_regenerates_byte_for_byte(line):
     """git am the series in order onto upstream's files; format-patch with the pinned flags gives each patch's
     committed bytes (its `index` line names the blob the previous patches left)."""
@@ -37,33 +38,38 @@ def test_series_regenerates_byte_for_byte(line):
     with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as zf:
         files = {p: zf.read(line.wheel_path(p)) for p in touched if line.wheel_path(p) in zf.namelist()}
     repo = gitops.scratch_repo(files)
-    for patch in series:
-        gitops.am(repo, patch.path)
-        assert gitops.format_patch(repo) == patch.raw, patch.name
+    try:
+        for patch in series:
+            gitops.am(repo, patch.path)
+            assert gitops.format_patch(repo) == patch.raw, patch.name
+    finally:
+        shutil.rmtree(repo.parent)
 
 
-@pytest.mark.parametrize("line", LINES, ids=[l.key for l in LINES])
+@pytest.mark.parametrize("line", LINES, ids=[ln.key for ln in LINES])
 def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
     names = wheel_names(line)
     wheel = DIST / names.filename
-    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path), str(wheel)], check=True,
-                   capture_output=True)  # an independent RECORD check
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path), str(wheel)], check=True, capture_output=True
+    )  # an independent RECORD check
     series = patches.load_series(line)
     touched = {line.wheel_path(p) for s in series for p in s.touched}
     with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as up, zipfile.ZipFile(wheel) as new:
         old = {n.replace(names.old_distinfo, names.new_distinfo): up.read(n) for n in up.namelist()}
         ours = {n: new.read(n) for n in new.namelist()}
         created = sorted(touched - set(up.namelist()))
-        assert [n.replace(names.old_distinfo, names.new_distinfo) for n in up.namelist()] == \
-            [n for n in new.namelist() if not n.endswith(MANIFEST_NAME) and n not in created], \
-            "same entries, same order, plus what the patches create"
+        assert [n.replace(names.old_distinfo, names.new_distinfo) for n in up.namelist()] == [
+            n for n in new.namelist() if not n.endswith(MANIFEST_NAME) and n not in created
+        ], "same entries, same order, plus what the patches create"
         assert all(n in ours for n in created)
         for n in up.namelist():
             a, b = up.getinfo(n), new.getinfo(n.replace(names.old_distinfo, names.new_distinfo))
             assert (a.date_time, a.external_attr) == (b.date_time, b.external_attr), n
     changed = {n for n in old if old[n] != ours[n]}
-    expected = {f"{line.import_name}/__init__.py", f"{names.new_distinfo}/METADATA",
-                f"{names.new_distinfo}/RECORD"} | (touched - set(created))
+    expected = {f"{line.import_name}/__init__.py", f"{names.new_distinfo}/METADATA", f"{names.new_distinfo}/RECORD"} | (
+        touched - set(created)
+    )
     assert changed == expected
     manifest = json.loads(ours[f"{names.new_distinfo}/{MANIFEST_NAME}"])
     assert [p["name"] for p in manifest["patches"]] == [p.name for p in series]

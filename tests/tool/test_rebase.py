@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
+import shutil
 import zipfile
-from pathlib import Path
 
 import pytest
-from conftest import CORE, INIT
 
 from patchwheel import build as build_mod
-from patchwheel import export, fetch, gitops, patches, rebase, textcheck, upstream
+from patchwheel import export, gitops, patches, rebase, textcheck, upstream
 from patchwheel.errors import PatchwheelError
+
+from conftest import CORE, INIT
 
 FIX = b'"hello, " + name'
 
@@ -20,18 +20,22 @@ def _files(core):
     return {"src/demo/core.py": core, "src/demo/__init__.py": INIT}
 
 
-@pytest.mark.parametrize("new_core,status", [
-    (CORE, "clean"),
-    (b"# a new first line\n# and another\n" + CORE, "offset"),
-    (CORE.replace(b'"hello " + name', FIX), "already-upstream"),
-    (CORE.replace(b"def add(a, b):", b"def add(a, b):  # a context line of the hunk"), "3-way"),
-    (CORE.replace(b'"hello " + name', b'"hi " + name'), "conflict"),
-])
+@pytest.mark.parametrize(
+    "new_core,status",
+    [
+        (CORE, "clean"),
+        (b"# a new first line\n# and another\n" + CORE, "offset"),
+        (CORE.replace(b'"hello " + name', FIX), "already-upstream"),
+        (CORE.replace(b"def add(a, b):", b"def add(a, b):  # a context line of the hunk"), "3-way"),
+        (CORE.replace(b'"hello " + name', b'"hi " + name'), "conflict"),
+    ],
+)
 def test_text_classes(demo_project, new_core, status):
     series = patches.load_series(demo_project.load().line("demo"))
     (result,) = textcheck.classify(series, _files(CORE), _files(new_core))
     assert result.status == status, result
     if status in ("clean", "offset", "3-way"):
+        assert result.rebased is not None
         assert FIX in result.rebased and b"diff --git a/src/demo/core.py" in result.rebased
 
 
@@ -52,11 +56,13 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     assert (new_dir / "series").read_text().splitlines()[-1] == "0001-greet-comma.patch"
     assert not (demo_project.root / ".rebase").exists()
     overlay = demo_project.load()
-    assert [l.version for l in overlay.lines["demo"]] == ["1.0.0", "1.1.0"]
+    assert [ln.version for ln in overlay.lines["demo"]] == ["1.0.0", "1.1.0"]
     assert patches.lint_line(overlay.line("demo", "1.1.0"), demo_project.root) == []
     built = build_mod.build(overlay, demo_project.root / "dist", log=lambda m: None)  # both lines build
-    assert sorted(b.filename for b in built) == ["demo-1.0.0+fixed-py3-none-any.whl",
-                                                 "demo-1.1.0+fixed-py3-none-any.whl"]
+    assert sorted(b.filename for b in built) == [
+        "demo-1.0.0+fixed-py3-none-any.whl",
+        "demo-1.1.0+fixed-py3-none-any.whl",
+    ]
     with zipfile.ZipFile(demo_project.root / "dist" / "demo-1.1.0+fixed-py3-none-any.whl") as zf:
         assert b'"hi, " + name' in zf.read("demo/core.py")
 
@@ -99,8 +105,11 @@ def test_export_verifies_with_git_am(demo_project, tmp_path):
     assert (out / "reproducer" / "test_demo.py").is_file() and (out / "reproducer" / "conftest.py").is_file()
     assert "# Greet with a comma" in (out / "PR.md").read_text()
     repo = gitops.scratch_repo({"src/demo/core.py": b"# moved\n" + CORE})  # an independent git am
-    gitops.am(repo, patch)
-    assert FIX in (repo / "src" / "demo" / "core.py").read_bytes()
+    try:
+        gitops.am(repo, patch)
+        assert FIX in (repo / "src" / "demo" / "core.py").read_bytes()
+    finally:
+        shutil.rmtree(repo.parent)
 
 
 def test_export_refuses_a_conflicting_patch(demo_project, tmp_path):
