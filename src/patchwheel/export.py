@@ -15,6 +15,8 @@ import re
 import shutil
 from pathlib import Path
 
+from packaging.version import Version
+
 from . import fetch, gitops
 from .config import Overlay
 from .errors import PatchwheelError
@@ -26,12 +28,12 @@ from .upstream import upstream_files
 def find(overlay: Overlay, slug: str):
     """The newest line carrying a patch with this slug (or file name), and the patch."""
     want = re.sub(r"^\d{4}-|\.patch$", "", slug.split("/")[-1])
-    for line in reversed([l for pkg in overlay.packages() for l in overlay.lines[pkg]]):
+    for line in reversed([ln for pkg in overlay.packages() for ln in overlay.lines[pkg]]):
         series = load_series(line)
         for i, p in enumerate(series):
             if p.slug == want:
                 return line, series[: i + 1]
-    known = sorted({p.slug for l in overlay.all_lines() for p in load_series(l)})
+    known = sorted({p.slug for ln in overlay.all_lines() for p in load_series(ln)})
     raise PatchwheelError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")
 
 
@@ -59,7 +61,8 @@ def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print)
             raise PatchwheelError(
                 f"{patch.name} does not carry onto {line.package} {version} (the newest release): {result.status}"
                 f" ({result.detail})",
-                f"rebase the line first (`nox -s rebase -- {line.package} {version}`), then export from it")
+                f"rebase the line first (`nox -s rebase -- {line.package} {version}`), then export from it",
+            )
         mbox = gitops.format_patch(repo)
     finally:
         shutil.rmtree(repo.parent, ignore_errors=True)
@@ -82,10 +85,13 @@ def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print)
         '    config.addinivalue_line("markers", "proof(package, signatures): the bug this test proves")\n'
         '    config.addinivalue_line("markers", "feature(package): the capability this test checks")\n'
         '    config.addinivalue_line("markers", "may_skip(reason): may skip for this reason")\n'
-        '    config.addinivalue_line("markers", "regression: must pass with and without the fix")\n')
+        '    config.addinivalue_line("markers", "regression: must pass with and without the fix")\n'
+    )
     (out / "PR.md").write_text(_description(overlay, line, patch, version, result.status, proof.name))
-    log(f"wrote {out}/: {patch_file.name} ({result.status} onto {line.package} {version}, verified with git am), "
-        f"reproducer/, PR.md")
+    log(
+        f"wrote {out}/: {patch_file.name} ({result.status} onto {line.package} {version}, verified with git am), "
+        f"reproducer/, PR.md"
+    )
     return out
 
 
@@ -101,30 +107,51 @@ def _helpers(module: Path, seen: set[Path] | None = None) -> list[Path]:
 
 
 def _description(overlay, line, patch, version, text_status, proof_name) -> str:
-    body = "\n".join(l for l in patch.message.splitlines() if not re.match(r"^[A-Za-z-]+: ", l)).strip()
-    affected, fixed = [], []
+    body = "\n".join(t for t in patch.message.splitlines() if not re.match(r"^[A-Za-z-]+: ", t)).strip()
+    affected: list[str] = []
+    fixed: list[str] = []
     status = overlay.root / "patches" / "STATUS.json"
     if status.is_file():
-        for l in json.loads(status.read_text())["lines"]:
-            if l["line"].split("/")[0] != line.package:
+        for entry in json.loads(status.read_text())["lines"]:
+            if entry["line"].split("/")[0] != line.package:
                 continue
-            for p in l["patches"]:
+            for p in entry["patches"]:
                 if p["name"].split("-", 1)[1] == patch.name.split("-", 1)[1]:
                     for v, cell in p["cells"].items():
-                        (affected if cell.get("behaviour") == "fails" else
-                         fixed if cell.get("behaviour") == "passes" else []).append(v)
-    affected = sorted(set(affected), key=lambda v: [int(x) for x in v.split(".")])
-    return "\n".join([
-        f"# {patch.subject}", "",
-        f"Fixes {patch.trailers.get('Upstream-Issue', '')}", "",
-        "## Problem, root cause and fix", "", body, "",
-        "## Reproducer", "",
-        f"`reproducer/{proof_name}` is a standalone pytest module (tiny random models built in the test, CPU only,"
-        " real gloo process groups on 127.0.0.1 where it is distributed):", "",
-        "```sh", f"pip install {line.package}=={version} torch pytest", f"pytest reproducer/{proof_name}   "
-        "# fails without this patch, passes with it", "```", "",
-        "## Versions affected", "",
-        f"- this patch applies to {line.package} {version} ({text_status}); it was first written for "
-        f"{line.package} {line.version}",
-        f"- the reproducer fails on: {', '.join(affected) or 'not measured'}",
-        f"- the reproducer passes on: {', '.join(sorted(set(fixed))) or 'none measured'}", ""])
+                        (
+                            affected
+                            if cell.get("behaviour") == "fails"
+                            else fixed
+                            if cell.get("behaviour") == "passes"
+                            else []
+                        ).append(v)
+    affected, fixed = sorted(set(affected), key=Version), sorted(set(fixed), key=Version)  # 1.9 < 1.10, .post1
+    return "\n".join(
+        [
+            f"# {patch.subject}",
+            "",
+            f"Fixes {patch.trailers.get('Upstream-Issue', '')}",
+            "",
+            "## Problem, root cause and fix",
+            "",
+            body,
+            "",
+            "## Reproducer",
+            "",
+            f"`reproducer/{proof_name}` is a standalone pytest module (tiny random models built in the test, CPU only,"
+            " real gloo process groups on 127.0.0.1 where it is distributed):",
+            "",
+            "```sh",
+            f"pip install {line.package}=={version} torch pytest",
+            f"pytest reproducer/{proof_name}   # fails without this patch, passes with it",
+            "```",
+            "",
+            "## Versions affected",
+            "",
+            f"- this patch applies to {line.package} {version} ({text_status}); it was first written for "
+            f"{line.package} {line.version}",
+            f"- the reproducer fails on: {', '.join(affected) or 'not measured'}",
+            f"- the reproducer passes on: {', '.join(fixed) or 'none measured'}",
+            "",
+        ]
+    )

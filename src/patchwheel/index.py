@@ -5,14 +5,16 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+from .errors import PatchwheelError
 
 
 def write_simple(root: Path, wheels: dict[str, str]) -> None:
     """``wheels`` maps wheel file names (in ``root``) to sha256. Pages link ``../../<file>#sha256=…``."""
     by_project: dict[str, list[str]] = {}
     for name in sorted(wheels):
-        by_project.setdefault(canonicalize_name(name.split("-", 1)[0]), []).append(name)
+        by_project.setdefault(_project(name), []).append(name)
     simple = root / "simple"
     simple.mkdir()
     top = [f'<a href="{p}/">{p}</a><br/>' for p in sorted(by_project)]
@@ -23,6 +25,21 @@ def write_simple(root: Path, wheels: dict[str, str]) -> None:
         (simple / project / "index.html").write_text(_page(f"Links for {project}", links))
 
 
+def _project(filename: str) -> str:
+    """The canonical project a wheel belongs to, read as the wheel spec says (pip looks it up under that name). A
+    name pip cannot read is refused here, rather than published on a page pip never asks for."""
+    try:
+        return str(parse_wheel_filename(filename)[0])
+    except InvalidWheelFilename as exc:
+        raise PatchwheelError(
+            f"{filename!r} is not a valid wheel file name ({exc})",
+            "a wheel is named <name>-<version>(-<build>)-<tags>.whl, with '_' for '-' in the "
+            "name: check local-label and the package name in overlay/<pkg>/pins.toml",
+        ) from exc
+
+
 def _page(title: str, body: list[str]) -> str:
-    return ("<!DOCTYPE html>\n<html>\n<head><meta name=\"pypi:repository-version\" content=\"1.0\">"
-            f"<title>{title}</title></head>\n<body>\n<h1>{title}</h1>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html>\n<head><meta name="pypi:repository-version" content="1.0">'
+        f"<title>{title}</title></head>\n<body>\n<h1>{title}</h1>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+    )

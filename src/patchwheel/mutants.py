@@ -12,13 +12,9 @@ reverse no longer applies because a later patch rewrote its lines is *entangled*
 from __future__ import annotations
 
 import io
-import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
@@ -27,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import fetch, proofenv, rewrite
-from .apply import ScratchTree, apply_series, git_env
+from .apply import ScratchTree, apply_series
 from .build import wheel_manifest
 from .config import Overlay, ReleaseLine
 from .errors import PatchwheelError
+from .gitops import git_env
 from .patches import Patch, load_series
 
 PROOF_TIMEOUT = 600.0
@@ -40,6 +37,7 @@ _NOTE = re.compile(r"^Mutant-Survives:\s*#(\d+)\s+(\S.*)$")
 
 
 # --- splitting a patch into single-hunk diffs ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class HunkRef:
@@ -66,7 +64,7 @@ def hunks(patch: Patch) -> list[HunkRef]:
     """Each hunk of ``patch`` as a diff of its own, numbered across the patch in file order."""
     raw = patch.raw
     start = re.search(rb"^diff --git ", raw, re.M)
-    lines = io.BytesIO(raw[start.start():] if start else b"").readlines()
+    lines = io.BytesIO(raw[start.start() :] if start else b"").readlines()
     files = iter(patch.files)
     out: list[HunkRef] = []
     head: list[bytes] = []  # the current file's header lines: diff --git, index, new file mode, ---, +++
@@ -77,7 +75,7 @@ def hunks(patch: Patch) -> list[HunkRef]:
             i += 1
         elif _HUNK_HEAD.match(lines[i]):
             n = _hunk_length(lines, i)
-            out.append(HunkRef(len(out) + 1, path, lines[i].decode().rstrip("\n"), b"".join(head + lines[i:i + n])))
+            out.append(HunkRef(len(out) + 1, path, lines[i].decode().rstrip("\n"), b"".join(head + lines[i : i + n])))
             in_head = False
             i += n
         else:  # a header line, or what follows the last hunk (a signature), which no hunk takes
@@ -88,6 +86,7 @@ def hunks(patch: Patch) -> list[HunkRef]:
 
 
 # --- mutant files ------------------------------------------------------------------------------------------------
+
 
 class Entangled(Exception):
     """The hunk cannot be reverted alone in the fully patched files."""
@@ -104,8 +103,13 @@ def patched_files(line: ReleaseLine, series: list[Patch]) -> dict[str, bytes | N
     return apply_series(series, read_upstream, where=f"{line.package} {line.version}")
 
 
-def mutant_files(line: ReleaseLine, series: list[Patch], patch_index: int, hunk: HunkRef,
-                 patched: dict[str, bytes | None] | None = None) -> dict[str, bytes | None]:
+def mutant_files(
+    line: ReleaseLine,
+    series: list[Patch],
+    patch_index: int,
+    hunk: HunkRef,
+    patched: dict[str, bytes | None] | None = None,
+) -> dict[str, bytes | None]:
     """The fully patched file of ``hunk`` with that hunk alone reverted, keyed by its path in the wheel.
 
     ``patch_index`` is the 0-based position in ``series`` of the patch ``hunk`` belongs to; ``patched`` is
@@ -117,16 +121,22 @@ def mutant_files(line: ReleaseLine, series: list[Patch], patch_index: int, hunk:
     with ScratchTree({hunk.path: current} if current is not None else {}) as tree:
         diff = tree.root.parent / "hunk.diff"
         diff.write_bytes(hunk.diff)
-        res = subprocess.run(["git", "apply", "--reverse", "--whitespace=nowarn", str(diff)], cwd=tree.root,
-                             env=git_env(tree.root), capture_output=True, text=True)
+        res = subprocess.run(
+            ["git", "apply", "--reverse", "--whitespace=nowarn", str(diff)],
+            cwd=tree.root,
+            env=git_env(tree.root),
+            capture_output=True,
+            text=True,
+        )
         if res.returncode != 0:
-            later = [p.name for p in series[patch_index + 1:] if hunk.path in p.touched]
+            later = [p.name for p in series[patch_index + 1 :] if hunk.path in p.touched]
             why = f"later patch {', '.join(later)} rewrote it" if later else res.stderr.strip().splitlines()[0]
             raise Entangled(f"its reverse does not apply to the patched {hunk.path} ({why})")
         return {line.wheel_path(hunk.path): tree.read([hunk.path])[hunk.path]}  # type: ignore[dict-item]
 
 
 # --- verdicts (pure) ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -176,9 +186,10 @@ def survival_notes(patch: Patch) -> dict[int, str]:
         if text.startswith("Mutant-Survives:"):
             m = _NOTE.match(text.strip())
             if not m:
-                raise PatchwheelError(f"{patch.name}: {text.strip()!r} is not 'Mutant-Survives: #<n> <reason>'",
-                                      "name the hunk as #n (its number in this check's table) and say why no test "
-                                      "needs it")
+                raise PatchwheelError(
+                    f"{patch.name}: {text.strip()!r} is not 'Mutant-Survives: #<n> <reason>'",
+                    "name the hunk as #n (its number in this check's table) and say why no test needs it",
+                )
             notes[int(m.group(1))] = m.group(2).strip()
     return notes
 
@@ -195,11 +206,15 @@ def stale_notes(patch: Patch, notes: dict[int, str], results: list[Result]) -> l
     for n in sorted(notes):
         r = by_index.get(n)
         if r is None:
-            out.append(f"{patch.name}: Mutant-Survives names hunk #{n}, which the patch does not have "
-                       f"(it has {len(results)}): renumber or remove the note")
+            out.append(
+                f"{patch.name}: Mutant-Survives names hunk #{n}, which the patch does not have "
+                f"(it has {len(results)}): renumber or remove the note"
+            )
         elif r.outcome.verdict == "killed":
-            out.append(f"{patch.name}: hunk #{n} is killed by {r.outcome.by}, yet carries 'Mutant-Survives: "
-                       f"#{n}': remove the stale note")
+            out.append(
+                f"{patch.name}: hunk #{n} is killed by {r.outcome.by}, yet carries 'Mutant-Survives: "
+                f"#{n}': remove the stale note"
+            )
     return out
 
 
@@ -209,31 +224,38 @@ def exit_code(results: list[Result]) -> int:
 
 def _cell(text: str, width: int = 100) -> str:
     text = " ".join(text.split())
-    text = text if len(text) <= width else text[:width - 1] + "…"
+    text = text if len(text) <= width else text[: width - 1] + "…"
     return text.replace("|", "\\|")
 
 
 def describe(r: Result) -> str:
     o = r.outcome
-    return f"{r.line} {r.patch} hunk #{r.hunk.index} ({r.hunk.path} {r.hunk.header}): " + \
-        (f"killed by {o.by}" if o.verdict == "killed" else f"{o.verdict} ({o.by})")
+    return f"{r.line} {r.patch} hunk #{r.hunk.index} ({r.hunk.path} {r.hunk.header}): " + (
+        f"killed by {o.by}" if o.verdict == "killed" else f"{o.verdict} ({o.by})"
+    )
 
 
 def markdown(results: list[Result]) -> str:
     rows = ["| line | patch | hunk | file | verdict | by | seconds |", "|---|---|---|---|---|---|---:|"]
-    rows += [f"| {r.line} | {r.patch} | #{r.hunk.index} {_cell(r.hunk.header, 60)} | {r.hunk.path} | "
-             f"{r.outcome.verdict} | {_cell(r.outcome.by)} | {r.seconds:.1f} |" for r in results]
+    rows += [
+        f"| {r.line} | {r.patch} | #{r.hunk.index} {_cell(r.hunk.header, 60)} | {r.hunk.path} | "
+        f"{r.outcome.verdict} | {_cell(r.outcome.by)} | {r.seconds:.1f} |"
+        for r in results
+    ]
     return "\n".join(rows) + "\n"
 
 
 def summary(results: list[Result], seconds: float) -> str:
     count = {v: sum(r.outcome.verdict == v for r in results) for v in ("killed", "justified", "survived")}
     other = len(results) - sum(count.values())
-    return (f"{len(results)} hunks: {count['killed']} killed, {count['justified']} justified, "
-            f"{count['survived']} survived, {other} entangled/could-not-judge in {seconds:.0f} s")
+    return (
+        f"{len(results)} hunks: {count['killed']} killed, {count['justified']} justified, "
+        f"{count['survived']} survived, {other} entangled/could-not-judge in {seconds:.0f} s"
+    )
 
 
-# --- environments and proof runs (I/O) ---------------------------------------------------------------------------
+# --- the +fixed wheels and site-packages (I/O; environments and proof runs are proofenv's) ---------------------
+
 
 def dist_wheel(overlay: Overlay, line: ReleaseLine) -> Path:
     """The line's +fixed wheel in ``<root>/dist``, checked to carry the line's current patches."""
@@ -245,19 +267,6 @@ def dist_wheel(overlay: Overlay, line: ReleaseLine) -> Path:
     if built != [(p.name, p.sha256) for p in load_series(line)]:
         raise PatchwheelError(f"{path} was built from other patches than patches/{line.key}/ holds now", hint)
     return path
-
-
-def fixed_env(cache: Path, wheels: list[Path]) -> Path:
-    """A cached environment with these local +fixed wheels (and their dependencies) on top of the base env."""
-    base = proofenv.base_env(cache)
-    name = "mutants-" + "+".join("-".join(w.name.split("-")[:2]) for w in wheels)
-    marker = json.dumps({"torch": proofenv.torch_version(), "wheels": {w.name: fetch.sha256_file(w) for w in wheels}})
-
-    def build(env: Path) -> None:
-        (proofenv._site(env) / "patchwheel-base.pth").write_text(str(proofenv._site(base)) + "\n")
-        proofenv._pip(env, *[str(w) for w in wheels])
-
-    return proofenv._make(cache / "envs" / name, marker, build)
 
 
 def _read(path: Path) -> bytes | None:
@@ -299,46 +308,8 @@ def reset(site: Path, wheel: Path, paths: list[str]) -> list[str]:
     return sorted(stale)
 
 
-@dataclass(frozen=True)
-class ProofRun:
-    cases: list[dict] | None  # the proof report; None when pytest wrote none
-    detail: str  # why there is no report (output tail, timeout)
-    seconds: float
-
-
-def run_proof(python: Path, root: Path, proof: str, timeout: float = PROOF_TIMEOUT) -> ProofRun:
-    """Run one proof module (regression guards included) and read its report. On timeout the whole process group
-    dies, spawned ranks included."""
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="patchwheel-mutant-") as tmp:
-        report, log = Path(tmp) / "report.json", Path(tmp) / "output.txt"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([str(python), "-m", "pytest", proof, "-q", "-p", "no:cacheprovider",
-                                     "--proof-expect=observe"], cwd=root, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)},
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout=timeout)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:  # also on Ctrl-C; and ranks left behind by a finished run must not hold the machine
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-        seconds = time.perf_counter() - t0
-        if timed_out:
-            return ProofRun(None, f"timed out after {timeout:.0f} s", seconds)
-        try:
-            return ProofRun(json.loads(report.read_text()), "", seconds)
-        except (OSError, ValueError):
-            tail = log.read_text(errors="replace").strip().splitlines()
-            return ProofRun(None, tail[-1][:200] if tail else f"pytest exited {proc.returncode}", seconds)
-
-
 # --- the command ------------------------------------------------------------------------------------------------
+
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -348,19 +319,24 @@ def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record,
     """Judge every hunk of one release line, handing each :class:`Result` to ``record``; returns warnings."""
     own = dist_wheel(overlay, line)
     others = [dist_wheel(overlay, overlay.lines[pkg][-1]) for pkg in overlay.packages() if pkg != line.package]
-    env = fixed_env(fetch.cache_dir(), [own] + others)
+    env = proofenv.fixed_env(fetch.cache_dir(), [own] + others)
     site, python = proofenv._site(env), env / "bin" / "python"
     patched = patched_files(line, series)
-    if repaired := reset(site, own, sorted(line.wheel_path(p) for p in patched)):  # type: ignore[type-var]
+    if repaired := reset(site, own, sorted(w for p in patched if (w := line.wheel_path(p)) is not None)):
         log(f"{line.key}: restored {', '.join(repaired)} in {env} (left mutated by an interrupted run)")
     baselines: dict[str, Outcome] = {}
 
+    def prove(proof: str) -> proofenv.ProofRun:
+        """Regression guards included: a mutant that breaks one is killed."""
+        return proofenv.run_report(python, overlay.root, proof, timeout=PROOF_TIMEOUT, guards=True)
+
     def baseline(proof: str) -> Outcome:
         if proof not in baselines:
-            ran = run_proof(python, overlay.root, proof)
+            ran = prove(proof)
             baselines[proof] = judge(ran.cases, ran.detail)
-            log(f"{line.key}: baseline {proof}: {baselines[proof].verdict} ({baselines[proof].by}, "
-                f"{ran.seconds:.1f} s)")
+            log(
+                f"{line.key}: baseline {proof}: {baselines[proof].verdict} ({baselines[proof].by}, {ran.seconds:.1f} s)"
+            )
         return baselines[proof]
 
     def outcome(i: int, hunk: HunkRef, proof: str) -> tuple[Outcome, float]:
@@ -373,12 +349,12 @@ def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record,
         except Entangled as exc:
             return Outcome("entangled", str(exc)), 0.0
         with mutated(site, files):
-            ran = run_proof(python, overlay.root, proof)
+            ran = prove(proof)
         return judge(ran.cases, ran.detail), ran.seconds
 
     warnings: list[str] = []
     for i, patch in enumerate(series):
-        notes, proof = survival_notes(patch), patch.test_module or ""
+        notes, proof = survival_notes(patch), patch.test_module
         done = []
         for hunk in hunks(patch):
             found, seconds = outcome(i, hunk, proof)

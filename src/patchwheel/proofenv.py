@@ -4,10 +4,17 @@ A base environment holds torch (pinned: TORCH_VERSION, default 2.13.0) and pytes
 small venv whose ``.pth`` file appends the base environment's site-packages: pip sees torch as installed and
 installs only the release's own wheel (sha256-verified from the cache) and its light dependencies, which take
 precedence over the base's. Environments live under ``<cache>/envs/`` and are reused.
+
+Environments are shared: by the worker threads of one upstream check, and by processes (a rebase next to an
+upstream check, two CI jobs on one cache). One environment is built by one builder at a time, under a lock per
+path (a thread lock, and ``flock`` on ``<cache>/envs/.<name>.lock``), and appears by rename, complete.
+
+This module is also the one place that spawns proof runs, and kills them with everything they started.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -17,17 +24,42 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
 import venv
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from . import fetch
 from .config import Artifact
 from .errors import PatchwheelError
 
+MARKER = "patchwheel-env.json"
+_path_locks: dict[str, threading.Lock] = {}
+_path_locks_guard = threading.Lock()
+
 
 def torch_version() -> str:
     return os.environ.get("TORCH_VERSION", "2.13.0")
+
+
+def wheel_name_version(filename: str) -> tuple[str, str]:
+    """(canonical project name, normalized version) of a wheel file name, read as the wheel spec says: a name
+    split by hand takes a build tag, a stray hyphen or an unnormalized version for something else."""
+    try:
+        name, version, _, _ = parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        hint = "pin or build a wheel named <name>-<version>(-<build>)-<tags>.whl, as pip writes it"
+        raise PatchwheelError(f"{filename!r} is not a valid wheel file name ({exc})", hint) from exc
+    return str(name), str(version)
+
+
+def wheel_version(filename: str) -> str:
+    return wheel_name_version(filename)[1]
 
 
 def _site(env: Path) -> Path:
@@ -36,48 +68,108 @@ def _site(env: Path) -> Path:
 
 
 def _pip(env: Path, *args: str) -> None:
-    res = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                          "--no-input", *args], capture_output=True, text=True)
+    res = subprocess.run(
+        [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-input", *args],
+        capture_output=True,
+        text=True,
+    )
     if res.returncode != 0:
-        raise PatchwheelError(f"pip install {' '.join(args)} failed in {env}:\n{res.stderr[-2000:]}",
-                              "check the network and the package index")
+        raise PatchwheelError(
+            f"pip install {' '.join(args)} failed in {env}:\n{res.stderr[-2000:]}",
+            "check the network and the package index",
+        )
 
 
-def _make(env: Path, marker: str, build) -> Path:
-    """Create ``env`` with ``build(tmp_env)`` unless it exists with the same marker; atomic by rename."""
-    if (env / "patchwheel-env.json").is_file() and (env / "patchwheel-env.json").read_text() == marker:
-        return env
-    env.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{env.name}-", dir=env.parent))
+def _ready(env: Path, marker: str) -> bool:
     try:
-        venv.create(tmp, with_pip=True, symlinks=True)
-        build(tmp)
-        (tmp / "patchwheel-env.json").write_text(marker)
-        shutil.rmtree(env, ignore_errors=True)
-        os.replace(tmp, env)
-        # venv scripts hold absolute paths: we only ever run `<env>/bin/python -m ...`, which is safe after a move
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return (env / MARKER).read_text() == marker
+    except OSError:
+        return False
+
+
+@contextmanager
+def _env_lock(env: Path) -> Iterator[None]:
+    """Hold the build lock of ``env``: a thread lock for this process's workers, then ``flock`` on a lock file
+    beside it for other processes (the thread lock too, because where ``flock`` is emulated with per-process
+    ``fcntl`` locks, e.g. on NFS, it would not keep two threads of one process apart). The lock file is never
+    removed: removing it would let two holders lock two different files."""
+    with _path_locks_guard:
+        lock = _path_locks.setdefault(str(env.absolute()), threading.Lock())
+    with lock:
+        env.parent.mkdir(parents=True, exist_ok=True)
+        with open(env.parent / f".{env.name}.lock", "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+            yield
+
+
+def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
+    """Create ``env`` with ``build(tmp_env)`` unless it exists with the same marker.
+
+    Built in a private temporary folder under the lock, then renamed into place: a ready environment (right
+    marker) is never touched, and whoever waited for the lock finds the environment another builder made instead
+    of building it again. Only an environment with another marker (stale) is replaced."""
+    if _ready(env, marker):
+        return env
+    with _env_lock(env):
+        if _ready(env, marker):  # built by another thread or process while this one waited
+            return env
+        for orphan in env.parent.iterdir():  # left by a builder that died: only a lock holder makes them
+            if orphan.name.startswith((f".{env.name}.building-", f".{env.name}.stale-")):
+                shutil.rmtree(orphan, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{env.name}.building-", dir=env.parent))
+        old = tmp.with_name(tmp.name.replace(".building-", ".stale-"))
+        try:
+            venv.create(tmp, with_pip=True, symlinks=True)
+            build(tmp)
+            (tmp / MARKER).write_text(marker)
+            if env.exists():
+                os.replace(env, old)
+            os.replace(tmp, env)
+            # venv scripts hold absolute paths: we only ever run `<env>/bin/python -m ...`, which is safe after a move
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(old, ignore_errors=True)
     return env
+
+
+def _env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list[str]]) -> Path:
+    """An environment ``<cache>/envs/<name>`` that sees the base environment's packages and has ``install()``
+    (pip arguments, computed only when it is built) installed on top."""
+    base = base_env(cache)
+
+    def build(env: Path) -> None:
+        (_site(env) / "patchwheel-base.pth").write_text(str(_site(base)) + "\n")
+        _pip(env, *install())
+
+    return _make(cache / "envs" / name, json.dumps({"torch": torch_version(), **marker}), build)
 
 
 def base_env(cache: Path) -> Path:
     torch = torch_version()
-    return _make(cache / "envs" / f"base-torch-{torch}", json.dumps({"torch": torch}),
-                 lambda env: _pip(env, f"torch=={torch}", "pytest"))
+    return _make(
+        cache / "envs" / f"base-torch-{torch}",
+        json.dumps({"torch": torch}),
+        lambda env: _pip(env, f"torch=={torch}", "pytest"),
+    )
 
 
 def release_env(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
     """An environment with exactly these upstream wheels (package, artifact) on top of the base."""
-    base = base_env(cache)
-    name = "+".join(f"{pkg}-{art.filename.split('-')[1]}" for pkg, art in wheels)
-    marker = json.dumps({"torch": torch_version(), "wheels": [a.sha256 for _, a in wheels]})
+    name = "+".join(f"{pkg}-{wheel_version(art.filename)}" for pkg, art in wheels)
+    return _env_on_base(
+        cache,
+        name,
+        {"wheels": [a.sha256 for _, a in wheels]},
+        lambda: [str(fetch.fetch(pkg, art)) for pkg, art in wheels],
+    )
 
-    def build(env: Path) -> None:
-        (_site(env) / "patchwheel-base.pth").write_text(str(_site(base)) + "\n")
-        _pip(env, *[str(fetch.fetch(pkg, art)) for pkg, art in wheels])
 
-    return _make(cache / "envs" / name, marker, build)
+def fixed_env(cache: Path, wheels: list[Path]) -> Path:
+    """A cached environment with these local +fixed wheels (and their dependencies) on top of the base env."""
+    name = "mutants-" + "+".join("-".join(wheel_name_version(w.name)) for w in wheels)
+    return _env_on_base(
+        cache, name, {"wheels": {w.name: fetch.sha256_file(w) for w in wheels}}, lambda: [str(w) for w in wheels]
+    )
 
 
 @dataclass
@@ -86,29 +178,78 @@ class ProofOutcome:
     detail: str
 
 
+@dataclass(frozen=True)
+class ProofRun:
+    cases: list[dict] | None  # the proof report (one entry per judged test phase); None when pytest wrote none
+    detail: str  # why there is no report: the output's last line, or the timeout
+    seconds: float
+
+
+def run_report(python: Path, root: Path, proof_file: str, *, timeout: float, guards: bool = False) -> ProofRun:
+    """Run one proof module with ``--proof-expect=observe`` and read its report. The one place that spawns proof
+    runs (the upstream check, rebase and the mutation check all come here).
+
+    ``guards``: run the regression guards too. The mutation check needs them (a mutant that breaks a guard is
+    killed); the upstream check and rebase leave them out, since they judge the bug, not the guards.
+    pytest runs in a session of its own with its output in a file (a pipe would wait for any rank that inherited
+    it), and its whole process group is killed when pytest exits, times out, or this process is interrupted:
+    ranks or servers a test left running must not outlive the run and hold the machine."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="patchwheel-proof-") as tmp:
+        report, log = Path(tmp) / "report.json", Path(tmp) / "output.txt"
+        cmd = [str(python), "-m", "pytest", proof_file, "-q", "-p", "no:cacheprovider", "--proof-expect=observe"]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                cmd + ([] if guards else ["-m", "not regression"]),
+                cwd=root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)},
+            )
+            try:
+                finished = _exited(proc.pid, timeout)
+            finally:
+                _kill_group(proc)
+        seconds = time.perf_counter() - t0
+        if not finished:
+            return ProofRun(None, f"timed out after {timeout:.0f} s", seconds)
+        try:
+            return ProofRun(json.loads(report.read_text()), "", seconds)
+        except (OSError, ValueError):
+            tail = log.read_text(errors="replace").strip().splitlines()
+            return ProofRun(None, tail[-1][:200] if tail else f"pytest exited {proc.returncode}", seconds)
+
+
+def _exited(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` for the child to exit, without reaping it: until it is reaped its pid, which names
+    its process group, cannot be taken by an unrelated process that :func:`_kill_group` would then hit."""
+    deadline, delay = time.monotonic() + timeout, 0.001
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return True
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL pytest's process group (pytest, the ranks it spawned, whatever a test left running), then reap."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def run_proof(env: Path, root: Path, proof_file: str, timeout: float = 900) -> ProofOutcome:
-    """Run one proof module in ``env`` with --proof-expect=observe (regression guards left out).
+    """Run one proof module in ``env`` with --proof-expect=observe (regression guards left out) and judge it.
 
     ``passes``: every test ran and passed (the bug is gone). ``fails``: a test failed with the bug's signature (see
     tests/proof/conftest.py). ``error``: could not judge: a test failed otherwise, could not observe, was skipped
     or could not be set up, or nothing ran (e.g. an API the test uses changed on this release)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        cmd = [str(env / "bin" / "python"), "-m", "pytest", proof_file, "-q", "-p", "no:cacheprovider",
-               "--proof-expect=observe", "-m", "not regression"]
-        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)}, start_new_session=True)
-        try:
-            output, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # pytest and the ranks it spawned
-            proc.communicate()
-            return ProofOutcome("error", f"timed out after {timeout:.0f} s")
-        if not report.is_file():
-            tail = output.strip().splitlines()
-            return ProofOutcome("error", tail[-1][:200] if tail else f"pytest exited {proc.returncode}")
-        cases = json.loads(report.read_text())
-    return judge(cases)
+    ran = run_report(env / "bin" / "python", root, proof_file, timeout=timeout)
+    return judge(ran.cases) if ran.cases is not None else ProofOutcome("error", ran.detail)
 
 
 def judge(cases: list[dict]) -> ProofOutcome:

@@ -17,14 +17,21 @@ import re
 import shutil
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
 
 from . import fetch, gitops, proofenv
 from .config import Artifact, Overlay
 from .errors import PatchwheelError
-from .patches import Patch, load_series, parse_patch
+from .patches import load_series, parse_patch
 from .textcheck import carry
-from .upstream import upstream_files, companions
+from .upstream import companions, upstream_files
 
 _SLUG = re.compile(r"^\d{4}-(.+)\.patch$")
 
@@ -33,22 +40,47 @@ def _work(overlay: Overlay, package: str, version: str) -> Path:
     return overlay.root / ".rebase" / f"{package}-{version}"
 
 
+def _version(text: str) -> str:
+    """The release number as typed, checked and normalized (``1.0-post1`` -> ``1.0.post1``), so that the line's
+    folder, its pin and the wheel's file name spell it alike."""
+    try:
+        return str(Version(text))
+    except InvalidVersion as exc:
+        raise PatchwheelError(
+            f"{text!r} is not a version", "give the upstream release as the package index lists it, e.g. 5.23.0"
+        ) from exc
+
+
 def _artifacts(package: str, version: str) -> tuple[Artifact, Artifact | None]:
-    """The new release's wheel and sdist, with the sha256 the index lists (one read of the index page)."""
+    """The new release's wheel and sdist, with the sha256 the index lists (one read of the index page). File
+    names are read as the wheel and sdist specs say: a project ``foo-bar`` publishes ``foo_bar-1.0-….whl``."""
     links = fetch.project_links(package)
+    want = (canonicalize_name(package), _version(version))  # spelled alike: 1.1 is not taken for 1.1.0
     wheel = sdist = None
     for name, (_, sha) in links.items():
-        if sha and name == f"{package}-{version}-py3-none-any.whl":
-            wheel = Artifact(name, sha)
-        elif sha and name == f"{package}-{version}.tar.gz":
-            sdist = Artifact(name, sha)
+        if not sha:
+            continue
+        try:
+            if name.endswith(".whl"):
+                project, release, _, tags = parse_wheel_filename(name)
+                if (project, str(release)) == want and any(str(t) == "py3-none-any" for t in tags):
+                    wheel = Artifact(name, sha)
+            else:
+                project, release = parse_sdist_filename(name)
+                if (project, str(release)) == want:
+                    sdist = Artifact(name, sha)
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            continue  # not a file of any release: nothing to pick
     if wheel is None:
-        raise PatchwheelError(f"{package} {version} has no py3-none-any wheel on {fetch.index_url()}",
-                              "pick a released version (see `patchwheel upstream --text-only`)")
+        raise PatchwheelError(
+            f"{package} {version} has no py3-none-any wheel on {fetch.index_url()}",
+            "pick a released version (see `patchwheel upstream --text-only`)",
+        )
     return wheel, sdist
 
 
 def start(overlay: Overlay, package: str, version: str, *, behaviour: bool = True, log=print) -> int:
+    version = _version(version)
     old = overlay.line(package)
     if Version(version) <= Version(old.version):
         raise PatchwheelError(f"{version} is not newer than the newest line {old.key}", "rebase onto a newer release")
@@ -57,8 +89,10 @@ def start(overlay: Overlay, package: str, version: str, *, behaviour: bool = Tru
         raise PatchwheelError(f"{target} already exists", f"remove it to rebase again (git rm -r {target})")
     work = _work(overlay, package, version)
     if work.exists():
-        raise PatchwheelError(f"a rebase onto {package} {version} is in progress in {work}",
-                              f"finish it with `nox -s rebase -- {package} {version} --continue`, or delete {work}")
+        raise PatchwheelError(
+            f"a rebase onto {package} {version} is in progress in {work}",
+            f"finish it with `nox -s rebase -- {package} {version} --continue`, or delete {work}",
+        )
     wheel, sdist = _artifacts(package, version)
     series = load_series(old)
     dropped: dict[str, str] = {}
@@ -92,24 +126,37 @@ def start(overlay: Overlay, package: str, version: str, *, behaviour: bool = Tru
     gitops.git(repo, "add", "-A")
     gitops.commit(repo, f"pristine {package} {version}")
     onto = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
-    state = {"package": package, "from": old.version, "to": version, "onto": onto,
-             "wheel": [wheel.filename, wheel.sha256], "sdist": [sdist.filename, sdist.sha256] if sdist else None,
-             "todo": [[p.name, commits[p.name], str(p.path)] for p in keep], "done": {}, "dropped": dropped}
+    state = {
+        "package": package,
+        "from": old.version,
+        "to": version,
+        "onto": onto,
+        "wheel": [wheel.filename, wheel.sha256],
+        "sdist": [sdist.filename, sdist.sha256] if sdist else None,
+        "todo": [[p.name, commits[p.name], str(p.path)] for p in keep],
+        "done": {},
+        "dropped": dropped,
+    }
     return _proceed(overlay, work, state, log)
 
 
 def resume(overlay: Overlay, package: str, version: str, *, log=print) -> int:
+    version = _version(version)
     work = _work(overlay, package, version)
     state_file = work / "state.json"
     if not state_file.is_file():
-        raise PatchwheelError(f"no rebase onto {package} {version} is in progress",
-                              f"start one with `nox -s rebase -- {package} {version}`")
+        raise PatchwheelError(
+            f"no rebase onto {package} {version} is in progress",
+            f"start one with `nox -s rebase -- {package} {version}`",
+        )
     state = json.loads(state_file.read_text())
     repo = work / "repo"
     unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
     if unmerged:
-        raise PatchwheelError(f"still unresolved in {repo}: {', '.join(unmerged)}",
-                              f"edit them, `git -C {repo} add <file>`, then run --continue again")
+        raise PatchwheelError(
+            f"still unresolved in {repo}: {', '.join(unmerged)}",
+            f"edit them, `git -C {repo} add <file>`, then run --continue again",
+        )
     if (repo / ".git" / "CHERRY_PICK_HEAD").exists():
         gitops.git(repo, "-c", "core.editor=true", "cherry-pick", "--continue")
     name = state["todo"].pop(0)[0]
@@ -156,13 +203,17 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
     tmp.mkdir(parents=True)
     names = list(state["done"])
     if len(revs) != len(names):
-        raise PatchwheelError(f"{len(revs)} commits in {repo} but {len(names)} carried patches",
-                              "the work repository was changed by hand beyond the conflict; start over")
+        raise PatchwheelError(
+            f"{len(revs)} commits in {repo} but {len(names)} carried patches",
+            "the work repository was changed by hand beyond the conflict; start over",
+        )
     lines = [f"# Patch series for {package} {version}, rebased from {state['from']} by `patchwheel rebase`."]
     for name, why in state["dropped"].items():
         lines.append(f"# dropped {name}: {why}")
-    for i, (rev, name) in enumerate(zip(revs, names), 1):
-        new_name = f"{i:04d}-{_SLUG.match(name).group(1)}.patch"
+    for i, (rev, name) in enumerate(zip(revs, names, strict=True), 1):  # lengths checked above
+        slug = _SLUG.match(name)
+        assert slug is not None, name  # the series was linted
+        new_name = f"{i:04d}-{slug.group(1)}.patch"
         (tmp / new_name).write_bytes(gitops.format_patch(repo, rev))
         lines.append(new_name)
     (tmp / "series").write_text("\n".join(lines) + "\n")
@@ -174,12 +225,13 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
         text += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
     pins.write_text(text)
     log(f"wrote {target}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pins}")
-    log(f"next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
+    log("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
 
 
 def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:
     """Re-export a line's patches through `git am` onto the pristine release and `git format-patch`, so that a
     patch edited by hand gets correct `index` lines (and the ones after it too). Nothing else changes."""
+    _version(version)  # a clear error for a typo; the line itself is named as its pin names it
     line = overlay.line(package, version)
     series = load_series(line)
     touched = sorted({t for p in series for t in p.touched})

@@ -11,13 +11,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CORE, INIT, TRAILERS, make_patch, make_wheel
 
 from patchwheel import build as build_mod
 from patchwheel import mutants, patches, proofenv
 from patchwheel.apply import ScratchTree, git_env
 from patchwheel.errors import PatchwheelError
 from patchwheel.mutants import HunkRef, Outcome, Result
+
+from conftest import CORE, INIT, TRAILERS, make_patch, make_wheel
 
 LONG = CORE + b"".join(f"\n\ndef f{i}(x):\n    return x + {i}\n".encode() for i in range(12))
 UP = {"src/demo/core.py": LONG, "src/demo/__init__.py": INIT}
@@ -42,8 +43,9 @@ def _use_long_core(demo) -> None:
     """Republish demo 1.0.0 with a core.py long enough for hunks far apart."""
     whl = make_wheel(demo.upstream.parent, {"demo/__init__.py": INIT, "demo/core.py": LONG})
     sha = hashlib.sha256(whl.read_bytes()).hexdigest()
-    (demo.index / "demo" / "index.html").write_text(f'<a href="../../upstream/{whl.name}#sha256={sha}">{whl.name}'
-                                                    "</a>\n")
+    (demo.index / "demo" / "index.html").write_text(
+        f'<a href="../../upstream/{whl.name}#sha256={sha}">{whl.name}</a>\n'
+    )
     demo.write_pins(sha)
 
 
@@ -60,8 +62,9 @@ def _series(demo, second_edit, first_trailers=None, second_trailers=None):
 def _apply(tree: ScratchTree, diff: bytes, *extra: str) -> subprocess.CompletedProcess:
     path = tree.root.parent / "one.diff"
     path.write_bytes(diff)
-    return subprocess.run(["git", "apply", *extra, str(path)], cwd=tree.root, env=git_env(tree.root),
-                          capture_output=True, text=True)
+    return subprocess.run(
+        ["git", "apply", *extra, str(path)], cwd=tree.root, env=git_env(tree.root), capture_output=True, text=True
+    )
 
 
 def test_hunks_split_a_multi_hunk_multi_file_patch(tmp_path):
@@ -69,8 +72,11 @@ def test_hunks_split_a_multi_hunk_multi_file_patch(tmp_path):
     path.write_bytes(make_patch(UP, edit_two_far_hunks_and_a_file, "Two hunks and a file", TRAILERS))
     patch = patches.parse_patch(path)
     hs = mutants.hunks(patch)
-    assert [(h.index, h.path) for h in hs] == [(1, "src/demo/core.py"), (2, "src/demo/core.py"),
-                                               (3, "src/demo/extra.py")]
+    assert [(h.index, h.path) for h in hs] == [
+        (1, "src/demo/core.py"),
+        (2, "src/demo/core.py"),
+        (3, "src/demo/extra.py"),
+    ]
     assert hs[1].header.startswith("@@ -") and hs[1].header.endswith("def f9(x):")  # function context kept
     assert hs[2].header == "@@ -0,0 +1,3 @@" and b"\nnew file mode 100644\n" in hs[2].diff
     for h in hs:
@@ -82,7 +88,7 @@ def test_hunks_split_a_multi_hunk_multi_file_patch(tmp_path):
         head, body = h.diff.split(b"\n@@ ", 1)
         rebuilt += (head + b"\n" if head != last_head else b"") + b"@@ " + body
         last_head = head
-    assert rebuilt == patch.raw[patch.raw.index(b"diff --git "):]
+    assert rebuilt == patch.raw[patch.raw.index(b"diff --git ") :]
     with ScratchTree(UP) as tree:  # and applied one by one, they make the patched files
         for h in hs:
             assert _apply(tree, h.diff).returncode == 0
@@ -94,14 +100,17 @@ def test_mutant_files_revert_exactly_one_hunk(demo_project):
     full = edit_f5(edit_two_far_hunks_and_a_file(dict(UP)))["src/demo/core.py"]
     greet, f10, extra = mutants.hunks(series[0])
     assert mutants.mutant_files(line, series, 0, greet) == {
-        "demo/core.py": full.replace(b'"hello, " + name', b'"hello " + name')}
+        "demo/core.py": full.replace(b'"hello, " + name', b'"hello " + name')
+    }
     patched = mutants.patched_files(line, series)
     assert mutants.mutant_files(line, series, 0, f10, patched) == {
-        "demo/core.py": full.replace(b"return x + 100\n", b"return x + 10\n")}
+        "demo/core.py": full.replace(b"return x + 100\n", b"return x + 10\n")
+    }
     assert mutants.mutant_files(line, series, 0, extra, patched) == {"demo/extra.py": None}  # created: absent
     (f5,) = mutants.hunks(series[1])
     assert mutants.mutant_files(line, series, 1, f5, patched) == {
-        "demo/core.py": full.replace(b"return x - 5\n", b"return x + 5\n")}
+        "demo/core.py": full.replace(b"return x - 5\n", b"return x + 5\n")
+    }
 
 
 def test_a_hunk_a_later_patch_rewrote_is_entangled(demo_project):
@@ -109,24 +118,35 @@ def test_a_hunk_a_later_patch_rewrote_is_entangled(demo_project):
     greet, f10, _ = mutants.hunks(series[0])
     with pytest.raises(mutants.Entangled, match=r"src/demo/core.py \(later patch 0002-on-top.patch rewrote it\)"):
         mutants.mutant_files(line, series, 0, greet)
-    assert b"return x + 10\n" in mutants.mutant_files(line, series, 0, f10)["demo/core.py"]
+    assert b"return x + 10\n" in (mutants.mutant_files(line, series, 0, f10)["demo/core.py"] or b"")
 
 
 def _case(test, outcome, error=""):
     return {"test": test, "outcome": outcome, "bug": False, "error": error}
 
 
-@pytest.mark.parametrize("cases,detail,verdict,by", [
-    ([_case("test_a", "passed"), _case("test_b", "failed", "AssertionError: assert 1 == 2\nmore")], "",
-     "killed", "test_b (AssertionError: assert 1 == 2)"),
-    ([_case("test_a", "passed"), _case("test_b", "passed")], "", "survived", "2 passed"),
-    ([_case("test_a", "passed"), _case("test_gpu", "skipped")], "", "survived", "1 passed, 1 skipped"),
-    ([_case("test_a", "passed"), _case("test_b", "error", "OSError: no port")], "", "could-not-judge",
-     "1 passed, 1 error: test_b OSError: no port"),
-    ([_case("test_gpu", "skipped")], "", "could-not-judge", "1 skipped"),
-    ([], "", "could-not-judge", "no test ran"),
-    (None, "timed out after 600 s", "could-not-judge", "timed out after 600 s"),
-])
+@pytest.mark.parametrize(
+    "cases,detail,verdict,by",
+    [
+        (
+            [_case("test_a", "passed"), _case("test_b", "failed", "AssertionError: assert 1 == 2\nmore")],
+            "",
+            "killed",
+            "test_b (AssertionError: assert 1 == 2)",
+        ),
+        ([_case("test_a", "passed"), _case("test_b", "passed")], "", "survived", "2 passed"),
+        ([_case("test_a", "passed"), _case("test_gpu", "skipped")], "", "survived", "1 passed, 1 skipped"),
+        (
+            [_case("test_a", "passed"), _case("test_b", "error", "OSError: no port")],
+            "",
+            "could-not-judge",
+            "1 passed, 1 error: test_b OSError: no port",
+        ),
+        ([_case("test_gpu", "skipped")], "", "could-not-judge", "1 skipped"),
+        ([], "", "could-not-judge", "no test ran"),
+        (None, "timed out after 600 s", "could-not-judge", "timed out after 600 s"),
+    ],
+)
 def test_judge(cases, detail, verdict, by):
     assert mutants.judge(cases, detail) == Outcome(verdict, by)
 
@@ -141,12 +161,13 @@ def _result(index: int, verdict: str, by: str = "", patch="0001-x.patch") -> Res
 
 
 def test_survival_notes_justify_and_stale_notes():
-    patch = _patch("Subject body.\n\nProof-Test: tests/proof/test_demo.py\nMutant-Survives: #2 only a log message\n"
-                   "Mutant-Survives: #4  a guard for torch<2.5, which the suite does not install\n"
-                   "Mutant-Survives: #7 gone")
+    patch = _patch(
+        "Subject body.\n\nProof-Test: tests/proof/test_demo.py\nMutant-Survives: #2 only a log message\n"
+        "Mutant-Survives: #4  a guard for torch<2.5, which the suite does not install\n"
+        "Mutant-Survives: #7 gone"
+    )
     notes = mutants.survival_notes(patch)
-    assert notes == {2: "only a log message", 4: "a guard for torch<2.5, which the suite does not install",
-                     7: "gone"}
+    assert notes == {2: "only a log message", 4: "a guard for torch<2.5, which the suite does not install", 7: "gone"}
     assert mutants.justify(Outcome("survived", "3 passed"), notes.get(2)) == Outcome("justified", "only a log message")
     assert mutants.justify(Outcome("survived", "3 passed"), notes.get(1)) == Outcome("survived", "3 passed")
     assert mutants.justify(Outcome("killed", "test_a"), notes.get(4)) == Outcome("killed", "test_a")
@@ -164,15 +185,21 @@ def test_exit_code_table_and_summary():
     assert mutants.exit_code(ok) == 0
     for verdict in ("survived", "entangled", "could-not-judge"):
         assert mutants.exit_code(ok + [_result(3, verdict)]) == 1
-    results = ok + [_result(3, "survived", "2 passed"), _result(4, "entangled", "x"),
-                    _result(5, "could-not-judge", "E" * 300)]
+    results = ok + [
+        _result(3, "survived", "2 passed"),
+        _result(4, "entangled", "x"),
+        _result(5, "could-not-judge", "E" * 300),
+    ]
     table = mutants.markdown(results).splitlines()
     assert table[0] == "| line | patch | hunk | file | verdict | by | seconds |"
-    assert table[2] == ("| demo/1.0.0 | 0001-x.patch | #1 @@ -1,3 +1,3 @@ def f(a\\|b): | src/demo/core.py | killed "
-                        "| test_a (AssertionError: x) | 1.2 |")
+    assert table[2] == (
+        "| demo/1.0.0 | 0001-x.patch | #1 @@ -1,3 +1,3 @@ def f(a\\|b): | src/demo/core.py | killed "
+        "| test_a (AssertionError: x) | 1.2 |"
+    )
     assert len(table) == 7 and "E" * 99 + "…" in table[6] and "E" * 100 not in table[6]
-    assert mutants.summary(results, 12.4) == ("5 hunks: 1 killed, 1 justified, 1 survived, "
-                                              "2 entangled/could-not-judge in 12 s")
+    assert mutants.summary(results, 12.4) == (
+        "5 hunks: 1 killed, 1 justified, 1 survived, 2 entangled/could-not-judge in 12 s"
+    )
 
 
 def test_mutated_always_restores(tmp_path):
@@ -196,8 +223,10 @@ def test_reset_puts_back_the_wheels_bytes(tmp_path):
     (site / "demo" / "__init__.py").write_bytes(INIT)
     (site / "demo" / "core.py").write_bytes(b"left mutated\n")
     (site / "demo" / "extra.py").write_bytes(b"not in the wheel\n")
-    assert mutants.reset(site, whl, ["demo/__init__.py", "demo/core.py", "demo/extra.py"]) == \
-        ["demo/core.py", "demo/extra.py"]
+    assert mutants.reset(site, whl, ["demo/__init__.py", "demo/core.py", "demo/extra.py"]) == [
+        "demo/core.py",
+        "demo/extra.py",
+    ]
     assert (site / "demo" / "core.py").read_bytes() == CORE and not (site / "demo" / "extra.py").exists()
     assert mutants.reset(site, whl, ["demo/core.py"]) == []
 
@@ -214,7 +243,7 @@ def test_dist_wheel_must_be_built_from_the_current_series(demo_project):
         mutants.dist_wheel(demo_project.load(), demo_project.load().line("demo"))
 
 
-REPORTING_CONFTEST = '''
+REPORTING_CONFTEST = """
 import json, os
 from pathlib import Path
 
@@ -233,17 +262,19 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     Path(os.environ["PATCHWHEEL_PROOF_REPORT"]).write_text(json.dumps(_report))
-'''
+"""
 
 
-def test_run_proof_kills_the_whole_process_group_on_timeout(tmp_path):
+def test_proof_runs_kill_the_whole_process_group_on_timeout(tmp_path):
+    """The mutation check's proof runs (proofenv.run_report, guards included, as check_line runs them)."""
     (tmp_path / "conftest.py").write_text(REPORTING_CONFTEST)
     pid_file = tmp_path / "child.pid"
     (tmp_path / "test_slow.py").write_text(
         "import subprocess, time\n\ndef test_slow():\n"
         f"    child = subprocess.Popen(['sleep', '60'])\n    open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
-        "    time.sleep(60)\n")
-    ran = mutants.run_proof(Path(sys.executable), tmp_path, "test_slow.py", timeout=3)
+        "    time.sleep(60)\n"
+    )
+    ran = proofenv.run_report(Path(sys.executable), tmp_path, "test_slow.py", timeout=3, guards=True)
     assert ran.cases is None and ran.detail == "timed out after 3 s" and ran.seconds < 30
     child = int(pid_file.read_text())
     for _ in range(50):  # killed; a zombie at most until init reaps it
@@ -256,7 +287,8 @@ def test_run_proof_kills_the_whole_process_group_on_timeout(tmp_path):
 
 
 def _fake_fixed_env(site_root: Path):
-    """Stand-in for fixed_env: the wheels unpacked into a folder, run by this interpreter via PYTHONPATH."""
+    """Stand-in for proofenv.fixed_env: the wheels unpacked into a folder, run by this interpreter via PYTHONPATH."""
+
     def make(cache: Path, wheels: list[Path]) -> Path:
         env = site_root / "env"
         if (env / "bin" / "python").exists():  # cached, as the real one is
@@ -269,20 +301,27 @@ def _fake_fixed_env(site_root: Path):
             with zipfile.ZipFile(w) as zf:
                 zf.extractall(site)
         return env
+
     return make
 
 
 def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
     proof = demo_project.root / "tests" / "proof"
     (proof / "conftest.py").write_text(REPORTING_CONFTEST)
-    (proof / "test_demo.py").write_text("from demo.core import f5, greet\n\n\ndef test_greet():\n"
-                                        "    assert greet('x') == 'hello, x'\n\n\ndef test_f5():\n"
-                                        "    assert f5(1) == -4\n")
-    _series(demo_project, edit_f5, {**TRAILERS, "Mutant-Survives": "#2 f10 is not the fix, only kept in step"},
-            {**TRAILERS, "Mutant-Survives": "#1 a stale note"})
+    (proof / "test_demo.py").write_text(
+        "from demo.core import f5, greet\n\n\ndef test_greet():\n"
+        "    assert greet('x') == 'hello, x'\n\n\ndef test_f5():\n"
+        "    assert f5(1) == -4\n"
+    )
+    _series(
+        demo_project,
+        edit_f5,
+        {**TRAILERS, "Mutant-Survives": "#2 f10 is not the fix, only kept in step"},
+        {**TRAILERS, "Mutant-Survives": "#1 a stale note"},
+    )
     overlay = demo_project.load()
     build_mod.build(overlay, demo_project.root / "dist", log=lambda m: None)
-    monkeypatch.setattr(mutants, "fixed_env", _fake_fixed_env(tmp_path))
+    monkeypatch.setattr(proofenv, "fixed_env", _fake_fixed_env(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(proofenv._site(tmp_path / "env")))
     core = proofenv._site(tmp_path / "env") / "demo" / "core.py"
     log: list[str] = []
@@ -295,13 +334,18 @@ def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
         ("0001-two-hunks.patch", "#1", "src/demo/core.py", "killed"),
         ("0001-two-hunks.patch", "#2", "src/demo/core.py", "justified"),
         ("0001-two-hunks.patch", "#3", "src/demo/extra.py", "survived"),
-        ("0002-on-top.patch", "#1", "src/demo/core.py", "killed")]
+        ("0002-on-top.patch", "#1", "src/demo/core.py", "killed"),
+    ]
     assert rows[0][5].startswith("test_greet (AssertionError: assert 'hello x' == 'hello, x'")
     assert "4 hunks: 2 killed, 1 justified, 1 survived, 0 entangled/could-not-judge in" in text
     assert "warning: 0002-on-top.patch: hunk #1 is killed by test_f5" in text
     assert any(m.startswith("demo/1.0.0: baseline tests/proof/test_demo.py: survived (2 passed") for m in log)
-    assert any(m.startswith("[1/4 ") and "0001-two-hunks.patch hunk #1 (src/demo/core.py @@ " in m and
-               "killed by test_greet" in m for m in log)
+    assert any(
+        m.startswith("[1/4 ")
+        and "0001-two-hunks.patch hunk #1 (src/demo/core.py @@ " in m
+        and "killed by test_greet" in m
+        for m in log
+    )
     assert core.read_bytes() == edit_f5(edit_two_far_hunks_and_a_file(dict(UP)))["src/demo/core.py"]  # restored
     assert (core.parent / "extra.py").read_bytes() == EXTRA
 

@@ -1,0 +1,414 @@
+"""The upstream check's machinery under load and under bad input: shared environments built once however many
+threads or processes ask, verdicts judged once per run, wheel names and versions read with ``packaging``, user
+errors instead of tracebacks, and one place that spawns (and kills) proof runs. Nothing here makes a real
+virtual environment: ``venv.create`` and ``proofenv._pip`` are faked."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from packaging.utils import parse_wheel_filename
+
+from patchwheel import cli, export, fetch, index, mutants, proofenv, rebase, upstream
+from patchwheel.config import Artifact
+from patchwheel.errors import PatchwheelError
+
+from conftest import CORE
+
+# --- 1. shared environments and the verdict cache ------------------------------------------------------------------
+
+
+class FakeBuilds:
+    """``venv.create`` makes only the site-packages folder; ``_pip`` sleeps (so builds overlap) and counts."""
+
+    def __init__(self, monkeypatch, seconds: float = 0.3) -> None:
+        self.lock, self.seconds = threading.Lock(), seconds
+        self.installs: list[str] = []
+        monkeypatch.setattr(proofenv.venv, "create", lambda path, **kw: proofenv._site(Path(path)).mkdir(parents=True))
+        monkeypatch.setattr(proofenv, "_pip", self.pip)
+
+    def pip(self, env: Path, *args: str) -> None:
+        time.sleep(self.seconds)
+        with self.lock:
+            self.installs.append("base" if any(a.startswith("torch==") for a in args) else "release")
+
+    def count(self, kind: str) -> int:
+        return self.installs.count(kind)
+
+
+def _ino(path: Path) -> int:
+    return os.stat(path).st_ino
+
+
+def test_release_env_is_built_once_for_concurrent_threads(demo_project, monkeypatch):
+    builds = FakeBuilds(monkeypatch)
+    wheels = [("demo", demo_project.load().line("demo").wheel)]
+    start, seen, errors = threading.Barrier(4), [], []
+
+    def worker() -> None:
+        try:
+            start.wait()
+            env = proofenv.release_env(demo_project.cache, wheels)
+            base = demo_project.cache / "envs" / f"base-torch-{proofenv.torch_version()}"
+            seen.append((_ino(env), _ino(base)))
+            time.sleep(0.5)  # "run proofs" while the others finish: nobody may replace what this thread uses
+            seen.append((_ino(env), _ino(base)))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert (builds.count("base"), builds.count("release")) == (1, 1), builds.installs
+    assert len(set(seen)) == 1, "a thread's environment was deleted and replaced under it"
+    env = demo_project.cache / "envs" / "demo-1.0.0"
+    assert (proofenv._site(env) / "patchwheel-base.pth").is_file()
+    leftovers = [p.name for p in env.parent.iterdir() if p.is_dir() and p.name.startswith(".")]
+    assert leftovers == [], leftovers
+
+
+def test_make_waits_for_a_build_in_another_process(tmp_path, monkeypatch):
+    """Another process holds the environment's lock file while it builds: this one waits, then uses its work."""
+    builds = FakeBuilds(monkeypatch, seconds=0)
+    env, marker = tmp_path / "envs" / "shared", '{"torch": "x"}'
+    env.parent.mkdir(parents=True)
+    other = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import fcntl, os, sys, time\n"
+                f"env = {str(env)!r}\n"
+                f"lock = open({str(env.parent / '.shared.lock')!r}, 'a')\n"
+                "fcntl.flock(lock, fcntl.LOCK_EX)\n"
+                "print('locked', flush=True)\n"
+                "time.sleep(1.0)\n"
+                "os.makedirs(env)\n"
+                "open(os.path.join(env, 'built-by'), 'w').write('the other process')\n"
+                f"open(os.path.join(env, 'patchwheel-env.json'), 'w').write({marker!r})\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "locked"
+        got = proofenv._make(env, marker, lambda e: proofenv._pip(e, "torch==0"))
+    finally:
+        other.wait(timeout=30)
+    assert got == env and (env / "built-by").read_text() == "the other process"
+    assert builds.installs == []
+
+
+def test_make_removes_what_a_dead_builder_left(tmp_path, monkeypatch):
+    FakeBuilds(monkeypatch, seconds=0)
+    envs = tmp_path / "envs"
+    for name in (".shared.building-dead1", ".shared.stale-dead1", ".shared-other.building-alive", "shared-keep"):
+        (envs / name).mkdir(parents=True)
+    proofenv._make(envs / "shared", "{}", lambda e: proofenv._pip(e, "x"))
+    assert sorted(p.name for p in envs.iterdir()) == [
+        ".shared-other.building-alive",
+        ".shared.lock",
+        "shared",
+        "shared-keep",
+    ]
+
+
+def _fake_proofs(monkeypatch, tmp_path) -> dict[tuple[str, str], int]:
+    """release_env: a folder per release; run_proof: slow, counted per (env, proof)."""
+    runs: dict[tuple[str, str], int] = {}
+    lock = threading.Lock()
+
+    def release_env(cache, wheels):
+        env = tmp_path / "envs" / "+".join(f"{pkg}-{parse_wheel_filename(a.filename)[1]}" for pkg, a in wheels)
+        env.mkdir(parents=True, exist_ok=True)
+        return env
+
+    def run_proof(env, root, proof, timeout=900):
+        time.sleep(0.2)
+        with lock:
+            runs[(Path(env).name, proof)] = runs.get((Path(env).name, proof), 0) + 1
+        return proofenv.ProofOutcome("fails", "test_greet: the bug")
+
+    monkeypatch.setattr(proofenv, "release_env", release_env)
+    monkeypatch.setattr(proofenv, "run_proof", run_proof)
+    return runs
+
+
+def test_judged_cache_runs_each_proof_once_across_concurrent_lines(demo_project, monkeypatch, tmp_path):
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+    demo_project.add_release("1.2.0", b"# moved again\n" + CORE)
+    runs = _fake_proofs(monkeypatch, tmp_path)
+    overlay = demo_project.load()
+    line, sel = overlay.line("demo"), upstream.Selection.parse([])
+    judged = upstream.Judged()
+    results, errors = [], []
+
+    def check() -> None:
+        try:
+            results.append(upstream.check_line(overlay, line, sel, sel, workers=2, judged=judged))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=check) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert runs == {("demo-1.1.0", "tests/proof/test_demo.py"): 1, ("demo-1.2.0", "tests/proof/test_demo.py"): 1}
+    for r in results:
+        assert {v: c["behaviour"] for v, c in r["patches"][0]["cells"].items()} == {"1.1.0": "fails", "1.2.0": "fails"}
+    assert not hasattr(upstream, "_judged"), "the verdict cache must belong to a run, not to the module"
+
+
+def test_each_run_judges_afresh(demo_project, monkeypatch, tmp_path):
+    """A second run in the same process (a test suite, a long-lived caller) must not reuse the first's verdicts."""
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+    runs = _fake_proofs(monkeypatch, tmp_path)
+    overlay, sel = demo_project.load(), upstream.Selection.parse([])
+    assert upstream.run(overlay, sel, sel, check=False, workers=2) == 0
+    assert upstream.run(overlay, sel, sel, check=True, workers=2) == 0
+    assert runs == {("demo-1.1.0", "tests/proof/test_demo.py"): 2}
+
+
+# --- 2. wheel names and versions through packaging -----------------------------------------------------------------
+
+
+def test_export_sorts_versions_with_packaging(demo_project, tmp_path):
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+    cells = {
+        v: {"behaviour": b}
+        for v, b in [
+            ("1.10.0", "fails"),
+            ("1.2.0.post1", "fails"),
+            ("1.2.0", "fails"),
+            ("1.1.0", "fails"),
+            ("1.10.1", "passes"),
+            ("1.9.0", "passes"),
+            ("1.3.0rc1", "error"),
+        ]
+    }
+    (demo_project.root / "patches" / "STATUS.json").write_text(
+        json.dumps({"lines": [{"line": "demo/1.0.0", "patches": [{"name": "0001-greet-comma.patch", "cells": cells}]}]})
+    )
+    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None)
+    pr = (out / "PR.md").read_text()
+    assert "- the reproducer fails on: 1.1.0, 1.2.0, 1.2.0.post1, 1.10.0\n" in pr, pr
+    assert "- the reproducer passes on: 1.9.0, 1.10.1\n" in pr, pr
+
+
+def test_index_groups_by_the_wheels_project_and_refuses_bad_names(tmp_path):
+    wheels = {
+        "Foo_Bar-1.0.post1-py3-none-any.whl": "a" * 64,
+        "foo.bar-2.0-py3-none-any.whl": "b" * 64,
+        "demo-1.0.0+fixed-py3-none-any.whl": "c" * 64,
+    }
+    index.write_simple(tmp_path, wheels)
+    assert sorted(p.name for p in (tmp_path / "simple").iterdir()) == ["demo", "foo-bar", "index.html"]
+    page = (tmp_path / "simple" / "foo-bar" / "index.html").read_text()
+    assert "Foo_Bar-1.0.post1-py3-none-any.whl" in page and "foo.bar-2.0-py3-none-any.whl" in page
+    (tmp_path / "again").mkdir()
+    with pytest.raises(PatchwheelError, match=r"'foo-bar-1\.0-py3-none-any\.whl' is not a valid wheel file name"):
+        index.write_simple(tmp_path / "again", {"foo-bar-1.0-py3-none-any.whl": "d" * 64})  # would land under foo/
+    assert not (tmp_path / "again" / "simple" / "foo").exists()
+
+
+def test_rebase_finds_the_wheel_of_a_hyphenated_project_and_a_post_release(monkeypatch):
+    links = {
+        name: (f"https://example.invalid/{name}", sha)
+        for name, sha in [
+            ("foo_bar-1.0.post1-py3-none-any.whl", "a" * 64),
+            ("foo_bar-1.0.post1.tar.gz", "b" * 64),
+            ("foo_bar-1.0-py3-none-any.whl", "c" * 64),
+            ("foo_bar-1.0.post1-cp311-cp311-linux_x86_64.whl", "d" * 64),
+        ]
+    }
+    monkeypatch.setattr(fetch, "project_links", lambda package, index=None: links)
+    wheel, sdist = rebase._artifacts("foo-bar", "1.0.post1")
+    assert wheel == Artifact("foo_bar-1.0.post1-py3-none-any.whl", "a" * 64)
+    assert sdist == Artifact("foo_bar-1.0.post1.tar.gz", "b" * 64)
+
+
+def test_environment_names_come_from_parsed_wheel_names(tmp_path, monkeypatch):
+    FakeBuilds(monkeypatch, seconds=0)
+    monkeypatch.setattr(fetch, "fetch", lambda package, artifact, **kw: tmp_path / artifact.filename)
+    env = proofenv.release_env(
+        tmp_path,
+        [
+            ("foo-bar", Artifact("Foo_Bar-1.0.POST1-1-py3-none-any.whl", "a" * 64)),
+            ("demo", Artifact("demo-2.0-py3-none-any.whl", "b" * 64)),
+        ],
+    )
+    assert env.name == "foo-bar-1.0.post1+demo-2.0"
+    with pytest.raises(PatchwheelError, match="'demo.whl' is not a valid wheel file name"):
+        proofenv.release_env(tmp_path, [("demo", Artifact("demo.whl", "c" * 64))])
+    (tmp_path / "foo_bar-1.0+fixed-py3-none-any.whl").write_bytes(b"x")
+    env = proofenv.fixed_env(tmp_path, [tmp_path / "foo_bar-1.0+fixed-py3-none-any.whl"])
+    assert env.name == "mutants-foo-bar-1.0+fixed"
+
+
+# --- 3. bad input: a user error, never a traceback ----------------------------------------------------------------
+
+
+def _main(capsys, root: Path, *args: str) -> tuple[int, str]:
+    code = cli.main(["--root", str(root), *args])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    return code, captured.err
+
+
+@pytest.mark.parametrize("extra", [[], ["--continue"], ["--refresh"]])
+def test_rebase_onto_not_a_version(demo_project, capsys, extra):
+    code, err = _main(capsys, demo_project.root, "rebase", "demo", "notaversion", *extra)
+    assert code == 2
+    assert err.startswith("error: 'notaversion' is not a version\n  fix: ") and "e.g. 5.23.0" in err, err
+    assert not (demo_project.root / ".rebase").exists()
+
+
+@pytest.mark.parametrize(
+    "args,message,hint",
+    [
+        (["--behaviour", "bogus"], "error: unknown package 'bogus' in --behaviour", "known packages: demo"),
+        (["nosuchpkg==1.0"], "error: unknown package 'nosuchpkg' in the release selection", "known packages: demo"),
+        (
+            ["--behaviour", "demo==1.1.0", "--behaviour", "1.1.0"],
+            "error: '1.1.0' in --behaviour names no package",
+            "e.g. demo==1.1.0",
+        ),
+        (["demo>=1.1", "1.2.0"], "error: '1.2.0' in the release selection names no package", "e.g. demo==1.2.0"),
+    ],
+)
+def test_upstream_selection_of_an_unknown_package(demo_project, capsys, args, message, hint):
+    code, err = _main(capsys, demo_project.root, "upstream", *args)
+    assert code == 2 and err.startswith(message + "\n  fix: ") and hint in err, err
+    assert not (demo_project.root / "patches" / "STATUS.json").exists()
+
+
+def test_upstream_behaviour_with_text_only_is_refused(demo_project, capsys):
+    """``--text-only`` runs no proof, so a ``--behaviour`` selection beside it was dropped unread (even a bogus one)."""
+    code, err = _main(capsys, demo_project.root, "upstream", "--text-only", "--behaviour", "bogus")
+    assert code == 2 and err.startswith(
+        "error: --behaviour selects releases for proof runs, and --text-only runs none\n  fix: "
+    ), err
+    assert not (demo_project.root / "patches" / "STATUS.json").exists()
+
+
+def test_upstream_behaviour_outside_the_release_selection(demo_project):
+    """``upstream demo==1.1.0 --behaviour other==1`` would judge nothing: said, not silently skipped."""
+    overlay = demo_project.load()
+    overlay = dataclasses.replace(overlay, lines={**overlay.lines, "other": overlay.lines["demo"]})
+    with pytest.raises(PatchwheelError, match="--behaviour names other, which the release selection leaves out"):
+        upstream.run(
+            overlay,
+            upstream.Selection.parse(["demo==1.1.0"]),
+            upstream.Selection.parse(["other==1"]),
+            check=False,
+            workers=1,
+        )
+
+
+def test_selection_names_are_canonical():
+    sel = upstream.Selection.parse(["Demo_Pkg==1.1.0"])
+    assert sel.wants("demo-pkg", "1.1.0") and not sel.wants("demo-pkg", "1.2.0")
+
+
+# --- 4. one place spawns and kills proof runs ---------------------------------------------------------------------
+
+REPORTING_CONFTEST = """
+import json, os
+from pathlib import Path
+
+_report = []
+
+
+def pytest_addoption(parser):
+    parser.addoption("--proof-expect", default="auto")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "regression: a guard")
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        error = report.longrepr.reprcrash.message if report.failed else ""
+        _report.append({"test": report.nodeid.split("::")[-1], "outcome": report.outcome, "bug": False,
+                        "error": error})
+
+
+def pytest_sessionfinish(session):
+    Path(os.environ["PATCHWHEEL_PROOF_REPORT"]).write_text(json.dumps(_report))
+"""
+
+
+def _fake_env(tmp_path: Path) -> Path:
+    """An "environment" whose python is this interpreter (a wrapper script: a symlink would lose the venv)."""
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").write_text(f'#!/bin/sh\nexec {sys.executable!r} "$@"\n')
+    (env / "bin" / "python").chmod(0o755)
+    return env
+
+
+def _gone(pid: int, seconds: float = 5) -> bool:
+    for _ in range(int(seconds * 10)):  # killed; a zombie at most until init reaps it
+        stat = Path(f"/proc/{pid}/stat")
+        if not stat.exists() or stat.read_text().split(")")[1].split()[0] == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_run_proof_leaves_no_process_behind(tmp_path):
+    """A passing proof whose test started a process (a rank, a server) and left it running: the verdict comes
+    at once, and the process dies with the run."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "conftest.py").write_text(REPORTING_CONFTEST)
+    pid_file = tmp_path / "child.pid"
+    (root / "test_leaves.py").write_text(
+        "import subprocess\n\ndef test_leaves_a_child():\n"
+        f"    child = subprocess.Popen(['sleep', '60'])\n    open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+    )
+    t0 = time.perf_counter()
+    outcome = proofenv.run_proof(_fake_env(tmp_path), root, "test_leaves.py", timeout=20)
+    child = int(pid_file.read_text())
+    try:
+        assert outcome == proofenv.ProofOutcome("passes", "1 passed") and time.perf_counter() - t0 < 15
+        assert _gone(child), f"the proof's child {child} outlived the run"
+    finally:
+        if not _gone(child, 0):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_run_report_runs_regression_guards_only_when_asked(tmp_path):
+    (tmp_path / "conftest.py").write_text(REPORTING_CONFTEST)
+    (tmp_path / "test_guard.py").write_text(
+        "import pytest\n\ndef test_proof():\n    pass\n\n@pytest.mark.regression\ndef test_guard():\n    pass\n"
+    )
+    python = Path(sys.executable)
+    observe = proofenv.run_report(python, tmp_path, "test_guard.py", timeout=60)
+    guarded = proofenv.run_report(python, tmp_path, "test_guard.py", timeout=60, guards=True)
+    assert observe.cases is not None and guarded.cases is not None
+    assert [c["test"] for c in observe.cases] == ["test_proof"]
+    assert [c["test"] for c in guarded.cases] == ["test_proof", "test_guard"]
+    assert guarded.detail == "" and guarded.seconds > 0
+
+
+def test_mutants_spawns_proofs_only_through_proofenv():
+    source = Path(mutants.__file__).read_text()
+    assert not hasattr(mutants, "run_proof") and not hasattr(mutants, "fixed_env")
+    assert "Popen" not in source and "killpg" not in source and "proofenv.run_report(" in source
