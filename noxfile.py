@@ -38,10 +38,19 @@ def build(session: nox.Session) -> None:
     tool(session, "build", *session.posargs)
 
 
-@nox.session(venv_backend="none")
+#: mypy checks each folder on its own: the test folders are not packages, and each has its own conftest module.
+MYPY_TARGETS = ["src/patchwheel", "tests/tool", "tests/proof", "tests/e2e", "noxfile.py", "bench"]
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
-    """Check every patch series: names, files, trailers."""
+    """Every patch series (names, files, trailers, the committed matrix); ruff (lint, format) and mypy on the code."""
     tool(session, "lint")
+    session.install("-e", ".[lint]")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    for target in MYPY_TARGETS:
+        session.run("mypy", target)
 
 
 @nox.session(venv_backend="none")
@@ -101,8 +110,14 @@ def e2e(session: nox.Session) -> None:
     """Publish to a real pypiserver on 127.0.0.1 and pip install the +fixed set into a fresh environment."""
     tool(session, "build")
     session.install("-e", ".[e2e]")
-    session.run("pytest", "tests/e2e", "-p", "no:cacheprovider", *session.posargs,
-                env={"PATCHWHEEL_DIST": str(ROOT / "dist"), "TORCH_VERSION": TORCH.split("==")[1]})
+    session.run(
+        "pytest",
+        "tests/e2e",
+        "-p",
+        "no:cacheprovider",
+        *session.posargs,
+        env={"PATCHWHEEL_DIST": str(ROOT / "dist"), "TORCH_VERSION": TORCH.split("==")[1]},
+    )
 
 
 @nox.session(venv_backend="none")
@@ -117,5 +132,9 @@ def mutants(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks (results in the README): wheel rewrite vs patched sdist, nox -s build cold and warm."""
     session.install("packaging", "setuptools", "wheel")
-    session.run("python", "bench/bench.py", *session.posargs, env={"PATH": f"{Path(sys.executable).parent}:"
-                                                                           f"{os.environ.get('PATH', '')}"})
+    session.run(
+        "python",
+        "bench/bench.py",
+        *session.posargs,
+        env={"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+    )

@@ -29,8 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from patchwheel import build as build_mod  # noqa: E402
-from patchwheel import config, fetch, patches  # noqa: E402
-from patchwheel import textcheck  # noqa: E402
+from patchwheel import (  # noqa: E402
+    config,
+    fetch,
+    patches,
+    textcheck,  # noqa: E402
+)
 from patchwheel.apply import git_env  # noqa: E402
 from patchwheel.upstream import upstream_files  # noqa: E402
 
@@ -53,13 +57,28 @@ def sdist_route(line, series, work: Path) -> None:
     (src,) = [p for p in work.iterdir() if p.is_dir()]
     for p in series:
         subprocess.run(["git", "apply", str(p.path)], cwd=src, env=git_env(src), check=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(work / "out"), str(src)], check=True, env={**os.environ, "PIP_NO_INDEX": "1"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(work / "out"),
+            str(src),
+        ],
+        check=True,
+        env={**os.environ, "PIP_NO_INDEX": "1"},
+    )
 
 
 def _env(name: str, wheels: list[str]) -> str:
     """A virtual environment under bench/.venvs/ with torch and the given wheels (made once, then reused)."""
     import venv
+
     path = ROOT / "bench" / ".venvs" / name
     py = path / "bin" / "python"
     marker = path / "installed.txt"
@@ -77,23 +96,33 @@ def load_overhead(tmp: Path, rounds: int) -> tuple[float, float]:
     overlay = config.load(ROOT)
     line = overlay.line("transformers", overlay.sets["default"]["transformers"])
     acc = overlay.line("accelerate", overlay.sets["default"]["accelerate"])
-    pristine = _env("pristine", [str(fetch.fetch(l.package, l.wheel)) for l in (line, acc)])
+    pristine = _env("pristine", [str(fetch.fetch(ln.package, ln.wheel)) for ln in (line, acc)])
     built = build_mod.build(overlay, tmp / "dist", log=lambda m: None)
     fixed = _env("fixed", [str(tmp / "dist" / b.filename) for b in built if b.line in (line, acc)])
     ckpt = tmp / "ckpt"
-    subprocess.run([pristine, "-c", f"""
+    subprocess.run(
+        [
+            pristine,
+            "-c",
+            f"""
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=8000, hidden_size=512, intermediate_size=1376, num_hidden_layers=6,
                   num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False)
 LlamaForCausalLM(cfg).save_pretrained({str(ckpt)!r})
-"""], check=True, capture_output=True)
-    p, f = [], []
+""",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    p: list[float] = []
+    f: list[float] = []
     for _ in range(rounds):  # alternate, so drift hits both alike
         for py, out in ((pristine, p), (fixed, f)):
-            res = subprocess.run([py, str(ROOT / "bench" / "load_time.py"), str(ckpt), "5"], check=True,
-                                 capture_output=True, text=True)
+            res = subprocess.run(
+                [py, str(ROOT / "bench" / "load_time.py"), str(ckpt), "5"], check=True, capture_output=True, text=True
+            )
             out.append(float(res.stdout.strip().splitlines()[-1]))
     return statistics.median(p), statistics.median(f)
 
@@ -110,14 +139,15 @@ def main() -> int:
     series = patches.load_series(line)
     fetch.fetch(line.package, line.wheel)  # warm the cache: route 1 is timed from a warm cache
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         fast = timed(lambda: build_mod.build_line(line, _fresh(tmp / "w"), log=lambda m: None), args.repeat)
         slow = timed(lambda: sdist_route(line, series, tmp / "s"), args.sdist_repeat)
         f, s = statistics.median(fast), statistics.median(slow)
         rows.append(("transformers wheel, warm cache: rewrite (this build)", f"{f:.2f} s", f"median of {len(fast)}"))
-        rows.append(("transformers wheel, warm cache: patched sdist + pip wheel", f"{s:.2f} s",
-                     f"median of {len(slow)}"))
+        rows.append(
+            ("transformers wheel, warm cache: patched sdist + pip wheel", f"{s:.2f} s", f"median of {len(slow)}")
+        )
         rows.append(("speed-up of the rewrite", f"{s / f:.1f}x", "target: at least 5x, rewrite at most 2 s"))
         target = {v: a for v, a, _ in fetch.releases(line.package)}["4.53.3"]
         touched = sorted({t for p in series for t in p.touched})
@@ -128,22 +158,53 @@ def main() -> int:
             textcheck.classify(series, old, upstream_files(line.package, target, line, touched))
 
         tc = statistics.median(timed(classify, args.repeat))
-        rows.append((f"text classification, {len(series)}-patch {line.key} series vs 4.53.3, warm cache",
-                     f"{tc:.2f} s", f"median of {args.repeat}; target: at most 2 s"))
+        rows.append(
+            (
+                f"text classification, {len(series)}-patch {line.key} series vs 4.53.3, warm cache",
+                f"{tc:.2f} s",
+                f"median of {args.repeat}; target: at most 2 s",
+            )
+        )
         if args.nox:
             env = {**os.environ, "PATCHWHEEL_CACHE": str(tmp / "cold-cache")}
             dist = tmp / "dist"
-            cold = timed(lambda: subprocess.run([args.nox, "-s", "build", "--", "--dist", str(dist)], cwd=ROOT,
-                                                env=env, check=True, capture_output=True), 1)[0]
-            warm = timed(lambda: subprocess.run([args.nox, "-s", "build", "--", "--dist", str(dist)], cwd=ROOT,
-                                                env=env, check=True, capture_output=True), 3)
+            cold = timed(
+                lambda: subprocess.run(
+                    [args.nox, "-s", "build", "--", "--dist", str(dist)],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                ),
+                1,
+            )[0]
+            warm = timed(
+                lambda: subprocess.run(
+                    [args.nox, "-s", "build", "--", "--dist", str(dist)],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                ),
+                3,
+            )
             rows.append(("`nox -s build`, cold (empty cache: downloads the pinned wheels)", f"{cold:.2f} s", "1 run"))
-            rows.append(("`nox -s build`, warm (every line built and verified, index, pins)",
-                         f"{statistics.median(warm):.2f} s", "median of 3"))
+            rows.append(
+                (
+                    "`nox -s build`, warm (every line built and verified, index, pins)",
+                    f"{statistics.median(warm):.2f} s",
+                    "median of 3",
+                )
+            )
         if args.load_rounds:
             p, f = load_overhead(tmp, args.load_rounds)
-            rows.append(("`from_pretrained(device_map=\"auto\")`, 100 MB Llama: pristine 4.50.3", f"{p * 1000:.0f} ms",
-                         f"median of {args.load_rounds} rounds x 5 loads"))
+            rows.append(
+                (
+                    '`from_pretrained(device_map="auto")`, 100 MB Llama: pristine 4.50.3',
+                    f"{p * 1000:.0f} ms",
+                    f"median of {args.load_rounds} rounds x 5 loads",
+                )
+            )
             rows.append(("... the same on 4.50.3+fixed", f"{f * 1000:.0f} ms", "same checkpoint, alternating"))
             rows.append(("load-time ratio fixed / pristine", f"{f / p:.3f}", "within noise: about 1"))
     print(f"\nbenchmark on {os.cpu_count()} cores, Python {sys.version.split()[0]}\n")

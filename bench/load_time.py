@@ -1,6 +1,6 @@
 """Run inside one environment: median wall time of `from_pretrained(ckpt, device_map="auto")` (no trigger set).
 
-    python bench/load_time.py CKPT REPEAT    -> prints one float (seconds)
+python bench/load_time.py CKPT REPEAT    -> prints one float (seconds)
 """
 
 import os

@@ -13,13 +13,16 @@ def main() -> int:
     try:
         from accelerate.utils.diagnose import diagnose_model, format_findings
     except ImportError:
-        print("error: this environment's accelerate has no dispatch diagnosis\n"
-              "  fix: install the +fixed build (pip install accelerate==<version>+fixed); "
-              "`patchwheel status --python ...` shows what is installed", file=sys.stderr)
+        print(
+            "error: this environment's accelerate has no dispatch diagnosis\n"
+            "  fix: install the +fixed build (pip install accelerate==<version>+fixed); "
+            "`patchwheel status --python ...` shows what is installed",
+            file=sys.stderr,
+        )
         return 2
     from transformers import AutoModelForCausalLM
 
-    kwargs = {"device_map": "auto"}
+    kwargs: dict[str, object] = {"device_map": "auto"}
     if max_memory:
         kwargs["max_memory"] = {int(k) if k.isdigit() else k: v for k, v in max_memory.items()}
     if offload:

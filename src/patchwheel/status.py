@@ -21,27 +21,33 @@ def inspect(name: str) -> dict:
         dist = metadata.distribution(name)
     except metadata.PackageNotFoundError:
         return {"package": name, "installed": False}
-    info = {"package": name, "installed": True, "version": dist.version, "fixed": False, "patches": [],
-            "problems": []}
+    problems: list[str] = []
+    info = {
+        "package": name,
+        "installed": True,
+        "version": dist.version,
+        "fixed": False,
+        "patches": [],
+        "problems": problems,
+    }
     raw = dist.read_text(MANIFEST_NAME)
     if raw is None:
         if "+" in dist.version:
-            info["problems"].append(f"version {dist.version} has a local label but no {MANIFEST_NAME}: "
-                                    "not a patchwheel build")
+            problems.append(f"version {dist.version} has a local label but no {MANIFEST_NAME}: not a patchwheel build")
         return info
     manifest = json.loads(raw)
     info.update(fixed=True, upstream=manifest["upstream"], patches=manifest["patches"])
     if manifest.get("version") != dist.version:
-        info["problems"].append(f"manifest says {manifest.get('version')}, installed metadata {dist.version}")
+        problems.append(f"manifest says {manifest.get('version')}, installed metadata {dist.version}")
     for rel, sha in manifest.get("patched_files", {}).items():
-        path = dist.locate_file(rel)
         try:
-            got = hashlib.sha256(open(path, "rb").read()).hexdigest()
+            with open(str(dist.locate_file(rel)), "rb") as fh:
+                got = hashlib.sha256(fh.read()).hexdigest()
         except OSError:
-            info["problems"].append(f"patched file {rel} is missing")
+            problems.append(f"patched file {rel} is missing")
             continue
         if got != sha:
-            info["problems"].append(f"patched file {rel} was modified after install")
+            problems.append(f"patched file {rel} was modified after install")
     return info
 
 
@@ -58,8 +64,10 @@ def render(rep: dict) -> str:
         if p["fixed"]:
             up = p["upstream"]
             state = "INTACT" if not p["problems"] else "DAMAGED"
-            out.append(f"  {p['package']:<13} {p['version']:<16} +fixed build of {up['version']} "
-                       f"(upstream wheel sha256 {up['sha256'][:12]}…), {len(p['patches'])} fix(es), {state}")
+            out.append(
+                f"  {p['package']:<13} {p['version']:<16} +fixed build of {up['version']} "
+                f"(upstream wheel sha256 {up['sha256'][:12]}…), {len(p['patches'])} fix(es), {state}"
+            )
             for patch in p["patches"]:
                 out.append(f"      {patch['name']}")
                 out.append(f"          {patch['subject']}")

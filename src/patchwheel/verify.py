@@ -15,9 +15,9 @@ import json
 import re
 from pathlib import Path
 
+from .apply import reverse_series
 from .config import ReleaseLine
 from .errors import PatchwheelError
-from .apply import reverse_series
 from .patches import Patch
 from .rewrite import MANIFEST_NAME, Entry, read, record_hash, wheel_names
 
@@ -39,10 +39,10 @@ def check_record(entries: list[Entry], record_name: str) -> list[str]:
     for name, d in data.items():
         if name == record_name:
             continue
-        row = listed.get(name)
-        if row is None:
+        found = listed.get(name)
+        if found is None:
             problems.append(f"{name} is not in RECORD")
-        elif row[1] != record_hash(d) or row[2] != str(len(d)):
+        elif found[1] != record_hash(d) or found[2] != str(len(d)):
             problems.append(f"RECORD hash or size of {name} is wrong")
     problems += [f"RECORD lists {n}, which is not in the wheel" for n in listed if n not in data]
     return problems
@@ -59,14 +59,18 @@ def verify(line: ReleaseLine, built: Path, upstream_wheel: Path, patches: list[P
     problems = check_record(new, f"{names.new_distinfo}/RECORD")
 
     def renamed(n: str) -> str:
-        return names.new_distinfo + n[len(names.old_distinfo):] if n.startswith(names.old_distinfo + "/") else n
+        return names.new_distinfo + n[len(names.old_distinfo) :] if n.startswith(names.old_distinfo + "/") else n
 
     old_data = {renamed(e.name): e.data for e in old}
     manifest_path = f"{names.new_distinfo}/{MANIFEST_NAME}"
     manifest = json.loads(new_data.get(manifest_path, b"{}") or b"{}")
-    patched_paths = {line.wheel_path(p) for patch in patches for p in patch.touched}
-    expected_changed = {f"{line.import_name}/__init__.py", f"{names.new_distinfo}/METADATA",
-                        f"{names.new_distinfo}/RECORD"} | patched_paths
+    # (lint guarantees every touched path maps into the wheel)
+    patched_paths = {w for patch in patches for p in patch.touched if (w := line.wheel_path(p)) is not None}
+    expected_changed = {
+        f"{line.import_name}/__init__.py",
+        f"{names.new_distinfo}/METADATA",
+        f"{names.new_distinfo}/RECORD",
+    } | patched_paths
     added = set(new_data) - set(old_data)
     removed = set(old_data) - set(new_data)
     problems += [f"unexpected new entry {n}" for n in sorted(added - patched_paths - {manifest_path})]
@@ -99,9 +103,12 @@ def verify(line: ReleaseLine, built: Path, upstream_wheel: Path, patches: list[P
         problems.append(f"{line.import_name}/__init__.py does not set __version__ = {line.fixed_version!r}")
     want = [p.name for p in patches]
     if [p.get("name") for p in manifest.get("patches", [])] != want:
-        problems.append(f"the manifest lists patches {[p.get('name') for p in manifest.get('patches', [])]}, "
-                        f"the series {want}")
+        problems.append(
+            f"the manifest lists patches {[p.get('name') for p in manifest.get('patches', [])]}, the series {want}"
+        )
     if problems:
-        raise PatchwheelError(f"verification of {built.name} failed:\n  - " + "\n  - ".join(problems),
-                              "do not publish this wheel; rebuild from a clean cache and report the problem")
+        raise PatchwheelError(
+            f"verification of {built.name} failed:\n  - " + "\n  - ".join(problems),
+            "do not publish this wheel; rebuild from a clean cache and report the problem",
+        )
     return manifest

@@ -7,7 +7,6 @@ The server binds to 127.0.0.1 on a free port, needs htpasswd credentials to uplo
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import socket
@@ -47,9 +46,27 @@ def server(tmp_path_factory):
     ht.save()
     port = _free_port()
     log = (base / "server.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "--host", "127.0.0.1", "--port", str(port),
-                             "--passwords", str(base / "htpasswd"), "--authenticate", "update",
-                             "--hash-algo", "sha256", str(packages)], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pypiserver",
+            "run",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--passwords",
+            str(base / "htpasswd"),
+            "--authenticate",
+            "update",
+            "--hash-algo",
+            "sha256",
+            str(packages),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -72,15 +89,34 @@ def server(tmp_path_factory):
 
 
 def _twine(url, files, user=USER, password=PASSWORD):
-    return subprocess.run([sys.executable, "-m", "twine", "upload", "--non-interactive", "--disable-progress-bar",
-                           "--repository-url", f"{url}/", "-u", user, "-p", password, *map(str, files)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "twine",
+            "upload",
+            "--non-interactive",
+            "--disable-progress-bar",
+            "--repository-url",
+            f"{url}/",
+            "-u",
+            user,
+            "-p",
+            password,
+            *map(str, files),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _wheels():
     overlay = config.load(ROOT)
-    names = [f"{pkg}-{ver}+{overlay.line(pkg, ver).local_label}-py3-none-any.whl"
-             for pkg, ver in overlay.sets["default"].items()]
+    names = [
+        f"{pkg}-{ver}+{overlay.line(pkg, ver).local_label}-py3-none-any.whl"
+        for pkg, ver in overlay.sets["default"].items()
+    ]
     wheels = [DIST / n for n in names]
     missing = [w for w in wheels if not w.is_file()]
     if missing:
@@ -116,8 +152,9 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
     other.parent.mkdir()
     shutil.copy(wheels[1], other)
     res = _twine(url, [other], password="wrong")
-    assert res.returncode != 0 and ("403" in res.stdout + res.stderr or "401" in res.stdout + res.stderr), \
+    assert res.returncode != 0 and ("403" in res.stdout + res.stderr or "401" in res.stdout + res.stderr), (
         res.stdout + res.stderr
+    )
     assert {p.name: sha256_file(p) for p in packages.iterdir()} == served, "nothing replaced, nothing added"
 
     # A consumer environment that already has pristine 4.50.3 (it satisfies ==4.50.3 and would be kept).
@@ -129,21 +166,41 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
     subprocess.run(pip + ["--no-deps", f"transformers=={tline.version}"], check=True, capture_output=True)
 
     pins = [f"{pkg}=={overlay.line(pkg, ver).fixed_version}" for pkg, ver in overlay.sets["default"].items()]
-    res = subprocess.run(pip + ["--extra-index-url", f"{url}/simple/", *pins, TORCH, "pytest"],
-                         capture_output=True, text=True, timeout=900)
+    res = subprocess.run(
+        pip + ["--extra-index-url", f"{url}/simple/", *pins, TORCH, "pytest"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
-    status = subprocess.run([sys.executable, "-m", "patchwheel", "status", "--python", py], capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    status = subprocess.run(
+        [sys.executable, "-m", "patchwheel", "status", "--python", py],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     print(status.stdout)
     assert status.returncode == 0, status.stdout + status.stderr
-    for pkg, ver in overlay.sets["default"].items():
+    for ver in overlay.sets["default"].values():
         assert f"+fixed build of {ver}" in status.stdout
     assert "0001-warmup-none-tp-plan.patch" in status.stdout and "INTACT" in status.stdout
 
-    proof = subprocess.run([py, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                            str(ROOT / "tests" / "proof" / "test_t1_warmup_tp_plan.py")],
-                           capture_output=True, text=True, cwd=ROOT, timeout=600)
+    proof = subprocess.run(
+        [
+            py,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(ROOT / "tests" / "proof" / "test_t1_warmup_tp_plan.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     print(proof.stdout[-2000:])
     assert proof.returncode == 0 and "2 passed" in proof.stdout, proof.stdout[-3000:] + proof.stderr[-2000:]
     assert "carrying 0001-warmup-none-tp-plan.patch: passed" in proof.stdout

@@ -49,8 +49,15 @@ from patchwheel import status  # noqa: E402  (standard library only)
 SYMPTOM = "BugSymptom"
 NO_OBSERVATION = {"CouldNotObserve", "RanksLost", "ImportError", "ModuleNotFoundError"}
 # Types that say nothing about a bug: a generic assertion (use BugSymptom), the harness's and pytest's own.
-NOT_A_SIGNATURE = NO_OBSERVATION | {"AssertionError", "Exception", "BaseException", "RankFailed", "Failed",
-                                    "Skipped", "XFailed"}
+NOT_A_SIGNATURE = NO_OBSERVATION | {
+    "AssertionError",
+    "Exception",
+    "BaseException",
+    "RankFailed",
+    "Failed",
+    "Skipped",
+    "XFailed",
+}
 
 _outcomes: list[tuple[str, str, str]] = []
 _not_run: list[str] = []
@@ -72,8 +79,12 @@ class Observed:
 
 
 def pytest_addoption(parser):
-    parser.addoption("--proof-expect", choices=("auto", "pass", "fail", "observe"), default="auto",
-                     help="what proof tests must do (auto: pass on a +fixed build carrying the fix, else fail)")
+    parser.addoption(
+        "--proof-expect",
+        choices=("auto", "pass", "fail", "observe"),
+        default="auto",
+        help="what proof tests must do (auto: pass on a +fixed build carrying the fix, else fail)",
+    )
 
 
 def pytest_configure(config):
@@ -116,14 +127,14 @@ def _series_naming(package: str, version: str, module: str) -> tuple[str | None,
 
     def naming(line):
         for p in series[line]:
-            if _names_module(p.trailers.get("Proof-Test"), module) or \
-                    _names_module(p.trailers.get("Feature-Test"), module):
+            if _names_module(p.trailers.get("Proof-Test"), module) or _names_module(
+                p.trailers.get("Feature-Test"), module
+            ):
                 return p.name
         return None
 
     current = applicable[-1]
-    older = next((f"{n} ({line.key})" for line in reversed(lines[: lines.index(current)]) if (n := naming(line))),
-                 None)
+    older = next((f"{n} ({line.key})" for line in reversed(lines[: lines.index(current)]) if (n := naming(line))), None)
     return naming(current), older
 
 
@@ -136,10 +147,14 @@ def _expectation(item) -> Expect:
     if not info["installed"]:
         raise pytest.UsageError(f"{pkg} is not installed in {sys.executable}")
     module = _module(item)
-    carried = [p["name"] for p in info["patches"]
-               if _names_module(p.get("proof_test"), module) or _names_module(p.get("feature_test"), module)]
-    where = f"{pkg} {info['version']}" + (f" carrying {carried[0]}" if carried else
-                                         (" (+fixed, without this patch)" if info["fixed"] else " (pristine)"))
+    carried = [
+        p["name"]
+        for p in info["patches"]
+        if _names_module(p.get("proof_test"), module) or _names_module(p.get("feature_test"), module)
+    ]
+    where = f"{pkg} {info['version']}" + (
+        f" carrying {carried[0]}" if carried else (" (+fixed, without this patch)" if info["fixed"] else " (pristine)")
+    )
     if item.get_closest_marker("regression") is not None:
         return Expect("observe" if mode == "observe" else "pass", where + ", regression guard", "regression")
     if feature is not None:
@@ -153,27 +168,34 @@ def _expectation(item) -> Expect:
     if current is not None:
         return Expect("fail", where)
     if older is not None:
-        return Expect("pass", f"{where}, regression guard: upstream fixed it, so the line dropped {older}",
-                      "regression")
+        return Expect(
+            "pass", f"{where}, regression guard: upstream fixed it, so the line dropped {older}", "regression"
+        )
     raise pytest.UsageError(f"{item.nodeid}: no patch of {pkg} names {module} in its Proof-Test or Feature-Test")
 
 
 def _check_marker(item) -> None:
     proof, feature = item.get_closest_marker("proof"), item.get_closest_marker("feature")
     if (proof is None) == (feature is None):
-        raise pytest.UsageError(f"{item.nodeid}: every test under tests/proof needs exactly one of "
-                                "@pytest.mark.proof(package=..., signatures=[...]) and "
-                                "@pytest.mark.feature(package=...)")
+        raise pytest.UsageError(
+            f"{item.nodeid}: every test under tests/proof needs exactly one of "
+            "@pytest.mark.proof(package=..., signatures=[...]) and "
+            "@pytest.mark.feature(package=...)"
+        )
     if proof is None:
         return
     signatures = proof.kwargs.get("signatures")
     if not signatures or not all(isinstance(s, tuple) and len(s) == 2 for s in signatures):
-        raise pytest.UsageError(f"{item.nodeid}: proof(signatures=[(exception type name, message regex), ...]) "
-                                "names the bug's own exception")
+        raise pytest.UsageError(
+            f"{item.nodeid}: proof(signatures=[(exception type name, message regex), ...]) "
+            "names the bug's own exception"
+        )
     for kind, regex in signatures:
         if kind in NOT_A_SIGNATURE:
-            raise pytest.UsageError(f"{item.nodeid}: {kind} is not a bug's signature (it says the test could not "
-                                    "look, or nothing specific); raise BugSymptom for an observed effect")
+            raise pytest.UsageError(
+                f"{item.nodeid}: {kind} is not a bug's signature (it says the test could not "
+                "look, or nothing specific); raise BugSymptom for an observed effect"
+            )
         re.compile(regex)
 
 
@@ -251,8 +273,10 @@ def pytest_runtest_makereport(item, call):
     if call.excinfo is None:
         if expect.what == "fail":
             rep.outcome = "failed"
-            rep.longrepr = (f"[XPASS(strict)] proof test passed on {expect.where}: the bug is not reproduced "
-                            "here, so this test proves nothing (or upstream fixed it)")
+            rep.longrepr = (
+                f"[XPASS(strict)] proof test passed on {expect.where}: the bug is not reproduced "
+                "here, so this test proves nothing (or upstream fixed it)"
+            )
             _record(item, expect, "passed", None, "", "PASSED, but the bug was expected")
         else:
             _record(item, expect, "passed", None, "", "passed")
@@ -285,16 +309,26 @@ def _judge_skip(item, rep, expect: Expect) -> None:
         _not_run.append(f"{item.nodeid}: skipped ({reason}); allowed: {allowed.kwargs.get('reason', '')}")
     else:
         rep.outcome = "failed"
-        rep.longrepr = (f"[SKIP] {item.nodeid} skipped in {rep.when} ({reason}) on {expect.where}: a test that "
-                        "does not run proves nothing. If this skip is legitimate, mark the test "
-                        "@pytest.mark.may_skip(reason=...) naming why")
+        rep.longrepr = (
+            f"[SKIP] {item.nodeid} skipped in {rep.when} ({reason}) on {expect.where}: a test that "
+            "does not run proves nothing. If this skip is legitimate, mark the test "
+            "@pytest.mark.may_skip(reason=...) naming why"
+        )
         _record(item, expect, "skipped", None, reason, f"SKIPPED, which proves nothing: {reason}")
 
 
 def _record(item, expect: Expect, outcome: str, kind: str | None, error: str, verdict: str) -> None:
     _outcomes.append((item.nodeid, expect.where, verdict))
-    _report.append({"test": item.name, "role": expect.role, "outcome": outcome, "bug": kind == "bug",
-                    "kind": kind, "error": error[:300]})
+    _report.append(
+        {
+            "test": item.name,
+            "role": expect.role,
+            "outcome": outcome,
+            "bug": kind == "bug",
+            "kind": kind,
+            "error": error[:300],
+        }
+    )
 
 
 def pytest_sessionfinish(session):

@@ -35,8 +35,11 @@ def _chunk_scatter(tensor, devices, chunk_sizes=None, dim=0, streams=None, *, ou
 
 def _cat_gather(target_device, dim, *inputs):
     if all(t.dim() == 0 for t in inputs) and dim == 0:
-        warnings.warn("Was asked to gather along dimension 0, but all input tensors were scalars; will instead "
-                      "unsqueeze and return a vector.")  # torch's Gather does the same
+        warnings.warn(
+            "Was asked to gather along dimension 0, but all input tensors were scalars; will instead "
+            "unsqueeze and return a vector.",
+            stacklevel=2,
+        )  # torch's Gather does the same
         inputs = tuple(t.view(1) for t in inputs)
     return torch.cat(inputs, dim)
 
@@ -73,7 +76,8 @@ class SimulatedDataParallel(nn.DataParallel):
     def parallel_apply(self, replicas, inputs, kwargs):
         seen = []
         outputs = []
-        for module, args, kw in zip(replicas, inputs, kwargs):
+        # as torch's parallel_apply: as many replicas run as there are inputs
+        for module, args, kw in zip(replicas, inputs, kwargs, strict=False):
             seen.append({k: (v.clone() if torch.is_tensor(v) else v) for k, v in kw.items()})
             outputs.append(module(*args, **kw))
         type(self).log.append(seen)

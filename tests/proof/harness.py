@@ -43,8 +43,14 @@ def free_port() -> int:
 
 def _child(fn, rank, world_size, port, args, env, results, init_group):
     os.environ.update(env)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+    )
     try:
         if init_group:
             import torch.distributed as dist
@@ -63,8 +69,9 @@ def _child(fn, rank, world_size, port, args, env, results, init_group):
         results.put((rank, "error", (type(exc).__name__, str(exc), files, traceback.format_exc())))
 
 
-def run_ranks(fn, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 240.0,
-              init_group: bool = True) -> list:
+def run_ranks(
+    fn, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 240.0, init_group: bool = True
+) -> list:
     """Results of ``fn`` on each rank, in rank order; raises RankFailed with the first rank's error, RanksLost
     when a rank exits without a word or the run exceeds ``timeout``.
 
@@ -74,9 +81,10 @@ def run_ranks(fn, world_size: int, *args, env: dict[str, str] | None = None, tim
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, args, env or {}, results, init_group),
-                         daemon=True)
-             for r in range(world_size)]
+    procs = [
+        ctx.Process(target=_child, args=(fn, r, world_size, port, args, env or {}, results, init_group), daemon=True)
+        for r in range(world_size)
+    ]
     for p in procs:
         p.start()
     got: dict[int, tuple] = {}
@@ -89,10 +97,11 @@ def run_ranks(fn, world_size: int, *args, env: dict[str, str] | None = None, tim
                 dead = [r for r, p in enumerate(procs) if r not in got and not p.is_alive()]
                 if dead:  # a rank that exits without reporting (crash, os._exit, failed import) fails the run now
                     codes = {r: procs[r].exitcode for r in dead}
-                    raise RanksLost(f"ranks {dead} exited without a result (exit codes {codes})")
+                    raise RanksLost(f"ranks {dead} exited without a result (exit codes {codes})") from None
                 if time.monotonic() > deadline:
-                    raise RanksLost(f"ranks {sorted(set(range(world_size)) - set(got))} gave no result in "
-                                     f"{timeout} s")
+                    raise RanksLost(
+                        f"ranks {sorted(set(range(world_size)) - set(got))} gave no result in {timeout} s"
+                    ) from None
                 continue
             got[rank] = (kind, payload)
             if kind == "error":

@@ -16,7 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from a1_models import CPU_JOB, model as _model, shard as _shard
+from a1_models import CPU_JOB
+from a1_models import model as _model
+from a1_models import shard as _shard
 from harness import run_ranks
 
 pytestmark = pytest.mark.feature(package="accelerate")
@@ -46,9 +48,13 @@ def _prepare_with_tp_plugin(rank, world_size):
     x = torch.arange(24.0).reshape(3, 8) / 24  # the same batch on every rank of the TP group
     out = prepared(x)
     accelerator.backward(out.sum())
-    return {"type": type(prepared).__name__, "distributed_type": accelerator.distributed_type.value,
-            "sharded": isinstance(prepared.up.weight, DTensor), "out": out.detach().clone(),
-            "up_grad": prepared.up.weight.grad.full_tensor().clone()}
+    return {
+        "type": type(prepared).__name__,
+        "distributed_type": accelerator.distributed_type.value,
+        "sharded": isinstance(prepared.up.weight, DTensor),
+        "out": out.detach().clone(),
+        "up_grad": prepared.up.weight.grad.full_tensor().clone(),
+    }
 
 
 def test_explicit_tp_config_prepares_without_ddp():

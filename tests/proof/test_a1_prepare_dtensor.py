@@ -20,16 +20,20 @@ Real runs: 2 spawned ranks, gloo on 127.0.0.1, CPU device mesh, no transformers 
 from __future__ import annotations
 
 import pytest
-import torch
 
-from a1_models import CPU_JOB, model as _model, shard as _shard
+from a1_models import CPU_JOB
+from a1_models import model as _model
+from a1_models import shard as _shard
 from harness import run_ranks
 from proofkit import BugSymptom
 
-pytestmark = pytest.mark.proof(package="accelerate", signatures=[
-    ("RuntimeError", r"got mixed torch\.Tensor and DTensor"),
-    ("BugSymptom", r"wrapped a tensor-parallel sharded model in DistributedDataParallel"),
-])
+pytestmark = pytest.mark.proof(
+    package="accelerate",
+    signatures=[
+        ("RuntimeError", r"got mixed torch\.Tensor and DTensor"),
+        ("BugSymptom", r"wrapped a tensor-parallel sharded model in DistributedDataParallel"),
+    ],
+)
 
 
 def _prepare_without_tp_config(rank, world_size, where):
@@ -45,8 +49,10 @@ def _prepare_without_tp_config(rank, world_size, where):
     except ValueError as exc:
         return str(exc)
     if type(prepared).__name__ == "DistributedDataParallel":
-        raise BugSymptom("prepare wrapped a tensor-parallel sharded model in DistributedDataParallel, whose start-up "
-                         "broadcast overwrites the other ranks' shards with rank 0's")
+        raise BugSymptom(
+            "prepare wrapped a tensor-parallel sharded model in DistributedDataParallel, whose start-up "
+            "broadcast overwrites the other ranks' shards with rank 0's"
+        )
     return f"prepare returned a {type(prepared).__name__} without complaint"
 
 

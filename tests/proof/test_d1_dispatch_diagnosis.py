@@ -29,7 +29,7 @@ def _diagnose():
 
 def _llama_stages(devices):
     names = ["model.embed_tokens"] + [f"model.layers.{i}" for i in range(4)] + ["model.norm", "lm_head"]
-    return list(zip(names, devices))
+    return list(zip(names, devices, strict=True))
 
 
 def test_split_across_gpus_although_it_fits_on_one():
@@ -61,8 +61,12 @@ def test_offload_to_cpu_and_disk_is_streamed_per_token():
 def test_no_peer_access_between_consecutive_stages():
     d = _diagnose()
     stages = _llama_stages(["cuda:0"] * 3 + ["cuda:1"] * 4)
-    p = d.Placement(stages, {n: 30 * GiB for n, _ in stages}, capacity={"cuda:0": 80 * GiB, "cuda:1": 80 * GiB},
-                    peer_access={("cuda:0", "cuda:1"): False})
+    p = d.Placement(
+        stages,
+        {n: 30 * GiB for n, _ in stages},
+        capacity={"cuda:0": 80 * GiB, "cuda:1": 80 * GiB},
+        peer_access={("cuda:0", "cuda:1"): False},
+    )
     kinds = [f.kind for f in d.diagnose(p)]
     assert kinds == ["split", "peer-access"]
 
@@ -70,11 +74,12 @@ def test_no_peer_access_between_consecutive_stages():
 def test_meta_without_hook_and_inputs_on_the_wrong_device():
     d = _diagnose()
     stages = _llama_stages(["cuda:1"] * 7)
-    p = d.Placement(stages, {n: GiB for n, _ in stages}, unhooked_meta=["model.rotary_emb.inv_freq"],
-                    input_devices=["cpu"])
+    p = d.Placement(
+        stages, {n: GiB for n, _ in stages}, unhooked_meta=["model.rotary_emb.inv_freq"], input_devices=["cpu"]
+    )
     found = {f.kind: f.message for f in d.diagnose(p)}
     assert "model.rotary_emb.inv_freq" in found["meta"]
-    assert 'inputs are on cpu but the first module (model.embed_tokens) runs on cuda:1' in found["inputs"]
+    assert "inputs are on cpu but the first module (model.embed_tokens) runs on cuda:1" in found["inputs"]
 
 
 def test_a_single_device_model_is_fine():
@@ -89,9 +94,16 @@ def checkpoint(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     path = tmp_path_factory.mktemp("llama")
     LlamaForCausalLM(config).save_pretrained(path)
     return path
@@ -103,8 +115,9 @@ def test_real_disk_offload_is_reported_and_greedy_output_is_unchanged(checkpoint
     d = _diagnose()
     whole = AutoModelForCausalLM.from_pretrained(checkpoint)
     with caplog.at_level(logging.WARNING):
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", max_memory={"cpu": "90KB"},
-                                                     offload_folder=str(tmp_path))
+        model = AutoModelForCausalLM.from_pretrained(
+            checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path)
+        )
         greedy = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
         assert torch.equal(model.generate(INPUT, **greedy), whole.generate(INPUT, **greedy))
         model.generate(INPUT, **greedy)
@@ -121,10 +134,12 @@ def test_warning_once_per_model(checkpoint, tmp_path, caplog):
 
     d = _diagnose()
     with caplog.at_level(logging.WARNING):
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", max_memory={"cpu": "90KB"},
-                                                     offload_folder=str(tmp_path / "a"))
+        model = AutoModelForCausalLM.from_pretrained(
+            checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path / "a")
+        )
         d.warn_once_after_dispatch(model, logging.getLogger("accelerate.big_modeling"))  # a second dispatch
-        other = AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", max_memory={"cpu": "90KB"},
-                                                     offload_folder=str(tmp_path / "b"))
+        other = AutoModelForCausalLM.from_pretrained(
+            checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path / "b")
+        )
     warnings = [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
     assert len(warnings) == 2 and other is not model, "one warning per model, two models"

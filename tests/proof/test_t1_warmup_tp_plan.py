@@ -28,10 +28,13 @@ from harness import run_ranks
 from proofkit import BugSymptom, CouldNotObserve
 
 # 4.50 - 4.53 crash; from 4.54 upstream's `or []` compiles the empty regex and halves the warm-up.
-pytestmark = pytest.mark.proof(package="transformers", signatures=[
-    ("TypeError", r"^'NoneType' object is not iterable$"),
-    ("BugSymptom", r"warm-up reserved \d+ bytes, 1/2 of the \d+-byte model"),
-])
+pytestmark = pytest.mark.proof(
+    package="transformers",
+    signatures=[
+        ("TypeError", r"^'NoneType' object is not iterable$"),
+        ("BugSymptom", r"warm-up reserved \d+ bytes, 1/2 of the \d+-byte model"),
+    ],
+)
 
 
 def _tiny_checkpoint(path):
@@ -39,9 +42,16 @@ def _tiny_checkpoint(path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(config)
     model.save_pretrained(path)
     return {k: v.clone() for k, v in model.state_dict().items()}
@@ -112,6 +122,8 @@ def test_warmup_reserves_whole_model_on_two_ranks(tmp_path):
         if not reserved:
             raise CouldNotObserve(f"rank {rank}: the spy saw no warm-up allocation (was the warm-up renamed?)")
         if reserved == [whole // 4 * 2]:
-            raise BugSymptom(f"rank {rank}: warm-up reserved {reserved[0]} bytes, 1/2 of the {whole}-byte model: "
-                             "an empty tensor-parallel plan divided every size by the world size")
+            raise BugSymptom(
+                f"rank {rank}: warm-up reserved {reserved[0]} bytes, 1/2 of the {whole}-byte model: "
+                "an empty tensor-parallel plan divided every size by the world size"
+            )
         assert reserved == [whole // 2 * 2], f"rank {rank}: warm-up reserved {reserved} bytes for a {whole}-byte model"

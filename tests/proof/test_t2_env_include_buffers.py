@@ -19,9 +19,12 @@ import torch
 
 import tiny_llama
 
-pytestmark = pytest.mark.proof(package="transformers", signatures=[
-    ("NotImplementedError", r"^Cannot copy out of meta tensor; no data!"),
-])
+pytestmark = pytest.mark.proof(
+    package="transformers",
+    signatures=[
+        ("NotImplementedError", r"^Cannot copy out of meta tensor; no data!"),
+    ],
+)
 
 
 @pytest.fixture(scope="module", params=["single-file", "sharded"])

@@ -20,9 +20,12 @@ import torch
 
 import tiny_llama
 
-pytestmark = pytest.mark.proof(package="transformers", signatures=[
-    ("NotImplementedError", r"^Cannot copy out of meta tensor; no data!"),
-])
+pytestmark = pytest.mark.proof(
+    package="transformers",
+    signatures=[
+        ("NotImplementedError", r"^Cannot copy out of meta tensor; no data!"),
+    ],
+)
 INPUT = tiny_llama.INPUT
 
 
@@ -57,8 +60,9 @@ def test_partial_disk_offload_still_loads_and_generates_the_same(checkpoint, tmp
     from transformers import AutoModelForCausalLM
 
     reference = AutoModelForCausalLM.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto", max_memory={"cpu": "90KB"},
-                                                 offload_folder=str(tmp_path))
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path)
+    )
     assert "disk" in set(model.hf_device_map.values()), model.hf_device_map
     greedy = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
     assert torch.equal(model.generate(INPUT, **greedy), reference.generate(INPUT, **greedy))

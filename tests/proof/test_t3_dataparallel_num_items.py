@@ -33,10 +33,13 @@ from dataparallel_sim import SimulatedDataParallel
 from proofkit import BugSymptom
 
 # 4.50.x crashes; 4.51 - 4.56 run one replica only; a fix that scales the mean gets the last batch wrong.
-pytestmark = pytest.mark.proof(package="transformers", signatures=[
-    ("RuntimeError", r"^chunk expects at least a 1-dimensional tensor"),
-    ("BugSymptom", r"replicas ran|times the one-device loss"),
-])
+pytestmark = pytest.mark.proof(
+    package="transformers",
+    signatures=[
+        ("RuntimeError", r"^chunk expects at least a 1-dimensional tensor"),
+        ("BugSymptom", r"replicas ran|times the one-device loss"),
+    ],
+)
 
 SEQ = 8
 SUPERVISED = [7, 2, 5, 1, 4]  # supervised (non -100) label positions per row
@@ -46,9 +49,17 @@ def _model(cls=None):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False, use_cache=False)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        use_cache=False,
+    )
     return (cls or LlamaForCausalLM)(config)
 
 
@@ -75,10 +86,21 @@ def _train(model, rows, tmp_path, steps, monkeypatch, **trainer_kw):
 
     monkeypatch.setattr(torch.nn, "DataParallel", SimulatedDataParallel)
     SimulatedDataParallel.log = []
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=steps,
-                             learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
-                             report_to=[], use_cpu=True, save_strategy="no", logging_steps=1, seed=0,
-                             dataloader_drop_last=False)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=steps,
+        learning_rate=0.5,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        dataloader_drop_last=False,
+    )
     assert args.device.type == "cpu"
     args._n_gpu = 2  # what two visible GPUs give; the real Trainer now wraps DataParallel and doubles the batch
     trainer = RecordingTrainer(model=model, args=args, train_dataset=rows, **trainer_kw)
@@ -105,30 +127,36 @@ def _reference(model, batches, lr=0.5):
 def _check_replicas(log, expected):
     """Rows per replica per step; fewer replicas than rows allow is the bug's symptom (the rest was dropped)."""
     got = [[r["input_ids"].shape[0] for r in step] for step in log]
-    for i, (g, e) in enumerate(zip(got, expected), 1):
+    for i, (g, e) in enumerate(zip(got, expected, strict=False), 1):  # (a length mismatch: the assert below)
         if len(g) < len(e) and sum(g) < sum(e):
-            raise BugSymptom(f"step {i}: only {len(g)} of {len(e)} replicas ran ({sum(g)} of {sum(e)} rows): "
-                             "the rest of the batch was dropped")
+            raise BugSymptom(
+                f"step {i}: only {len(g)} of {len(e)} replicas ran ({sum(g)} of {sum(e)} rows): "
+                "the rest of the batch was dropped"
+            )
     assert got == expected, f"rows per replica: {got}, expected {expected}"
 
 
 def _check_losses(got, reference, replicas=SimulatedDataParallel.replicas):
     """Trainer's losses against one device; a factor of exactly n_gpu or 1/n_gpu is the bug's symptom."""
     assert len(got) == len(reference), (got, reference)
-    for i, (g, r) in enumerate(zip(got, reference), 1):
+    for i, (g, r) in enumerate(zip(got, reference, strict=True), 1):
         if g == pytest.approx(r, rel=1e-5, abs=1e-6):
             continue
         for factor in (replicas, 1 / replicas):
             if g == pytest.approx(r * factor, rel=1e-5):
-                raise BugSymptom(f"step {i}: loss {g:.6f} is {factor:g} times the one-device loss {r:.6f} "
-                                 "(the replicas' losses were scaled by their number)")
-        raise AssertionError(f"step {i}: loss {g:.6f} differs from one device ({r:.6f}) by a factor "
-                             f"{g / r:.4f}, which no known form of this bug gives")
+                raise BugSymptom(
+                    f"step {i}: loss {g:.6f} is {factor:g} times the one-device loss {r:.6f} "
+                    "(the replicas' losses were scaled by their number)"
+                )
+        raise AssertionError(
+            f"step {i}: loss {g:.6f} differs from one device ({r:.6f}) by a factor "
+            f"{g / r:.4f}, which no known form of this bug gives"
+        )
 
 
 def _assert_same_weights(a, b):
-    for (name, p), q in zip(a.named_parameters(), b.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_dataparallel_step_runs_every_replica_and_matches_one_device(tmp_path, monkeypatch):
@@ -176,8 +204,9 @@ def test_int_and_item_on_num_items_keep_working(tmp_path, monkeypatch):
         n = num_items_in_batch.item()
         seen.append(n)
         logits = outputs.logits[:, :-1].reshape(-1, outputs.logits.shape[-1]).float()
-        return torch.nn.functional.cross_entropy(logits, labels[:, 1:].reshape(-1), ignore_index=-100,
-                                                 reduction="sum") / n
+        return (
+            torch.nn.functional.cross_entropy(logits, labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum") / n
+        )
 
     model = _model()
     start = copy.deepcopy(model)
@@ -200,15 +229,29 @@ def test_gpu_dataparallel_same_device_twice(tmp_path):
         pytest.skip(f"torch refuses DataParallel over {devices} ({exc}); this form needs two GPUs")
     model = _model().cuda()
     start = copy.deepcopy(model)
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=1,
-                             learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
-                             report_to=[], save_strategy="no", seed=0)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=1,
+        learning_rate=0.5,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+    )
     assert args.n_gpu >= 1
     args._n_gpu = len(devices)
     trainer = Trainer(model=model, args=args, train_dataset=_rows(4))
     batches = []
     original = trainer.training_step
-    trainer.training_step = lambda m, inputs, n=None: (batches.append(inputs), original(m, inputs, n))[1]
+
+    def training_step(m, inputs, n=None):
+        batches.append(inputs)
+        return original(m, inputs, n)
+
+    trainer.training_step = training_step
     trainer.train()
     _reference(start, [{k: v.cuda() for k, v in b.items()} for b in batches])
     _assert_same_weights(model, start)

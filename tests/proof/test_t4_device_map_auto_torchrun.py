@@ -22,10 +22,13 @@ from proofkit import BugSymptom
 
 # 4.50.x fails in its nccl-only TP start-up on CPU; from 4.52 the TP start-up works on CPU and shards for real
 # (the symptom: DTensor weights after a plain device_map="auto" load).
-pytestmark = pytest.mark.proof(package="transformers", signatures=[
-    ("OSError", r"^We tried to initialize torch\.distributed for you"),
-    ("BugSymptom", r"device_map='auto' sharded the model across ranks"),
-])
+pytestmark = pytest.mark.proof(
+    package="transformers",
+    signatures=[
+        ("OSError", r"^We tried to initialize torch\.distributed for you"),
+        ("BugSymptom", r"device_map='auto' sharded the model across ranks"),
+    ],
+)
 
 
 def _check_not_sharded(model):
@@ -33,8 +36,9 @@ def _check_not_sharded(model):
 
     sharded = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if isinstance(t, DTensor)]
     if sharded:
-        raise BugSymptom(f"device_map='auto' sharded the model across ranks: {len(sharded)} DTensors "
-                         f"({', '.join(sharded[:3])}, ...)")
+        raise BugSymptom(
+            f"device_map='auto' sharded the model across ranks: {len(sharded)} DTensors ({', '.join(sharded[:3])}, ...)"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +46,17 @@ def checkpoint(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False, use_cache=False)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        use_cache=False,
+    )
     path = tmp_path_factory.mktemp("llama")
     LlamaForCausalLM(config).save_pretrained(path)
     return str(path)
@@ -67,8 +79,10 @@ def _load_prepare_train(rank, world_size, ckpt):
     loss = model(input_ids=ids, labels=ids).loss
     accelerator.backward(loss)
     optimizer.step()
-    return {"wrapper": type(model).__name__,
-            "state": {k: v.detach().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}}
+    return {
+        "wrapper": type(model).__name__,
+        "state": {k: v.detach().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()},
+    }
 
 
 def test_device_map_auto_under_torchrun_gives_replicas_that_ddp_trains(checkpoint):

@@ -11,11 +11,24 @@ INPUT = torch.tensor([[1, 5, 17, 42, 3, 88, 9, 60]])
 def config():
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                       tie_word_embeddings=False, rope_theta=500000.0,
-                       rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    return LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
 
 
 def save(path, layout: str):

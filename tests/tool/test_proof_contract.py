@@ -16,11 +16,13 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import CORE, INIT, edit_greet, make_patch
 
 from patchwheel import config, patches, proofenv, upstream
+
+from conftest import CORE, INIT, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 # The contract under test; point it at another copy of tests/proof to judge an older conftest and harness.
@@ -28,7 +30,7 @@ CONTRACT = Path(os.environ.get("PATCHWHEEL_CONTRACT_UNDER_TEST") or ROOT / "test
 SHA = "0" * 64
 
 # The installed package under test: `buggy()` raises like the bug, `harmless()` does not.
-DEMO = '''
+DEMO = """
 def buggy():
     raise TypeError("'NoneType' object is not iterable")
 
@@ -39,7 +41,7 @@ def set_device(device):
 
 def harmless():
     return 1
-'''
+"""
 
 
 class Project:
@@ -57,16 +59,23 @@ class Project:
         pins = self.root / "overlay" / "demo" / "pins.toml"
         if not pins.exists():
             pins.write_text('package = "demo"\n')
-        pins.write_text(pins.read_text() + f'\n[release."{version}"]\nwheel = {{ filename = '
-                                          f'"demo-{version}-py3-none-any.whl", sha256 = "{SHA}" }}\n')
+        pins.write_text(
+            pins.read_text() + f'\n[release."{version}"]\nwheel = {{ filename = '
+            f'"demo-{version}-py3-none-any.whl", sha256 = "{SHA}" }}\n'
+        )
         pdir = self.root / "patches" / "demo" / version
         pdir.mkdir(parents=True)
         if proof is None and not trailers:
             (pdir / "series").write_text("# nothing left: upstream fixed it\n")
             return
-        t = {"Upstream-Issue": "https://github.com/example/demo/issues/1", "Upstream-Status": "Pending",
-             "Proof-Test": proof, "Drop-When": "proof-passes-upstream", **(trailers or {})}
-        t = {k: v for k, v in t.items() if v}
+        given = {
+            "Upstream-Issue": "https://github.com/example/demo/issues/1",
+            "Upstream-Status": "Pending",
+            "Proof-Test": proof,
+            "Drop-When": "proof-passes-upstream",
+            **(trailers or {}),
+        }
+        t = {k: v for k, v in given.items() if v}
         files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
         (pdir / "0001-greet-comma.patch").write_bytes(make_patch(files, edit_greet, "Greet with a comma", t))
         (pdir / "series").write_text("0001-greet-comma.patch\n")
@@ -81,9 +90,16 @@ class Project:
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: demo\nVersion: {full}\n")
         if carries:
-            (info / "overlay-fixes.json").write_text(json.dumps({
-                "version": full, "upstream": {"version": version, "wheel": "w", "sha256": SHA},
-                "patches": [{"name": "0001-greet-comma.patch", "proof_test": carries}], "patched_files": {}}))
+            (info / "overlay-fixes.json").write_text(
+                json.dumps(
+                    {
+                        "version": full,
+                        "upstream": {"version": version, "wheel": "w", "sha256": SHA},
+                        "patches": [{"name": "0001-greet-comma.patch", "proof_test": carries}],
+                        "patched_files": {},
+                    }
+                )
+            )
 
     def module(self, name: str, body: str) -> str:
         (self.root / "tests" / "proof" / name).write_text(textwrap.dedent(body))
@@ -93,8 +109,14 @@ class Project:
         report = self.root / "report.json"
         report.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(self.site), "PATCHWHEEL_PROOF_REPORT": str(report)}
-        res = subprocess.run([sys.executable, "-m", "pytest", module, "-p", "no:cacheprovider", "-rA", *args],
-                             cwd=self.root, env=env, capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-m", "pytest", module, "-p", "no:cacheprovider", "-rA", *args],
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         cases = json.loads(report.read_text()) if report.is_file() else []
         return res.returncode, res.stdout + res.stderr, cases
 
@@ -110,13 +132,20 @@ def other_project(tmp_path):
 
 
 def _marked(signatures: str, pristine_error: str, body: str) -> str:
-    return (f"import pytest\n\npytestmark = pytest.mark.proof(package='demo', pristine_error={pristine_error!r}, "
-            f"signatures={signatures})\n\n" + textwrap.dedent(body))
+    return (
+        f"import pytest\n\npytestmark = pytest.mark.proof(package='demo', pristine_error={pristine_error!r}, "
+        f"signatures={signatures})\n\n" + textwrap.dedent(body)
+    )
 
 
 def test_a_skip_is_a_failure_unless_the_marker_names_why(project):
     """Finding 1: a skip in the body or in setup passed on pristine and on +fixed; observe mode read 'passes'."""
-    module = project.module("test_skips.py", _marked("[('TypeError', 'not iterable')]", "TypeError", '''
+    module = project.module(
+        "test_skips.py",
+        _marked(
+            "[('TypeError', 'not iterable')]",
+            "TypeError",
+            """
         import sys
 
         def test_body_skip():
@@ -130,7 +159,9 @@ def test_a_skip_is_a_failure_unless_the_marker_names_why(project):
         @pytest.mark.skipif(True, reason="no CUDA here")
         def test_gpu_form():
             pass
-        '''))
+        """,
+        ),
+    )
     project.line("1.0.0", module)
     for carries in (None, module):
         project.install("1.0.0", carries)
@@ -147,8 +178,12 @@ def test_a_skip_is_a_failure_unless_the_marker_names_why(project):
 
 def test_signature_is_the_ranks_type_and_message_not_its_traceback(project):
     """Finding 2: a rank's traceback text matched the signature (`_cuda_setDevice` on a source line)."""
-    module = project.module("test_ranks.py", _marked(
-        "[('RuntimeError', '_cuda_setDevice'), ('TypeError', 'not iterable')]", "_cuda_setDevice|not iterable", '''
+    module = project.module(
+        "test_ranks.py",
+        _marked(
+            "[('RuntimeError', '_cuda_setDevice'), ('TypeError', 'not iterable')]",
+            "_cuda_setDevice|not iterable",
+            """
         from harness import run_ranks
 
         def _set_device(rank, world_size):
@@ -167,67 +202,96 @@ def test_signature_is_the_ranks_type_and_message_not_its_traceback(project):
 
         def test_not_from_the_package():
             raise TypeError("'NoneType' object is not iterable")  # the test's own error, not the package's
-        '''))
+        """,
+        ),
+    )
     project.line("1.0.0", module)
     project.install("1.0.0")
     code, out, _ = project.pytest(module)
     assert code == 1, out
-    assert "test_message_only\n    on demo 1.0.0 (pristine): FAILED with another error than the bug's: RuntimeError: " \
-           "No CUDA GPUs are available" in out, out
-    assert "test_the_bug\n    on demo 1.0.0 (pristine): failed as it must: TypeError: 'NoneType' object is not " \
-           "iterable" in out, out
+    assert (
+        "test_message_only\n    on demo 1.0.0 (pristine): FAILED with another error than the bug's: RuntimeError: "
+        "No CUDA GPUs are available" in out
+    ), out
+    assert (
+        "test_the_bug\n    on demo 1.0.0 (pristine): failed as it must: TypeError: 'NoneType' object is not "
+        "iterable" in out
+    ), out
     assert "test_not_from_the_package\n    on demo 1.0.0 (pristine): FAILED with another error" in out, out
 
 
 def test_could_not_observe_is_never_the_bug(project):
     """Finding 3: the signature `warm-up reserved` also matched the test's own 'saw nothing' message."""
-    module = project.module("test_spy.py", _marked("[('BugSymptom', 'warm-up reserved \\\\d+ bytes')]",
-                                                   "warm-up reserved", '''
+    module = project.module(
+        "test_spy.py",
+        _marked(
+            "[('BugSymptom', 'warm-up reserved \\\\d+ bytes')]",
+            "warm-up reserved",
+            """
         from proofkit import CouldNotObserve
 
         def test_spy_saw_nothing():
             reserved = []
             if not reserved:
                 raise CouldNotObserve(f"warm-up reserved {reserved} bytes: the spy recorded no allocation")
-        '''))
+        """,
+        ),
+    )
     project.line("1.0.0", module)
     project.install("1.0.0")
     code, out, _ = project.pytest(module)
     assert code == 1 and "COULD NOT OBSERVE the behaviour it judges: CouldNotObserve: warm-up reserved []" in out, out
     _, _, cases = project.pytest(module, "--proof-expect=observe")
     assert cases[0]["kind"] == "no-observation" and proofenv.judge(cases).verdict == "error", cases
-    generic = project.module("test_generic.py", _marked("[('AssertionError', 'loss differs')]", "loss differs", '''
+    generic = project.module(
+        "test_generic.py",
+        _marked(
+            "[('AssertionError', 'loss differs')]",
+            "loss differs",
+            """
         def test_drift():
             assert 1.37 == 1.0, "loss differs from one device"
-        '''))
+        """,
+        ),
+    )
     code, out, _ = project.pytest(generic)
     assert code == 4 and "AssertionError is not a bug's signature" in out, out
 
 
 def test_an_import_error_is_not_a_bug_and_features_are_not_proofs(project, other_project):
     """Finding 4: D1's pristine 'failure' was the ImportError of the module its own patch adds."""
-    module = project.module("test_diagnose.py", _marked(
-        "[('ModuleNotFoundError', 'demo.diagnose')]", "No module named 'demo\\.diagnose'", '''
+    module = project.module(
+        "test_diagnose.py",
+        _marked(
+            "[('ModuleNotFoundError', 'demo.diagnose')]",
+            "No module named 'demo\\.diagnose'",
+            """
         def test_diagnosis():
             import demo.diagnose  # noqa: F401
-        '''))
+        """,
+        ),
+    )
     project.line("1.0.0", module)
     project.install("1.0.0")
     code, out, _ = project.pytest(module)
     assert code == 4 and "ModuleNotFoundError is not a bug's signature" in out, out
 
-    feature = other_project.module("test_feature.py", '''
+    feature = other_project.module(
+        "test_feature.py",
+        """
         import pytest
 
         pytestmark = pytest.mark.feature(package="demo")
 
         def test_diagnosis():
             import demo.diagnose  # noqa: F401
-        ''')
+        """,
+    )
     other_project.line("1.0.0", None, {"Proof-Test": "", "Feature-Test": feature})
     line = config.load(other_project.root).line("demo", "1.0.0")
-    assert any("a feature cannot be dropped by 'proof-passes-upstream'" in p for p in patches.lint_line(line)), \
+    assert any("a feature cannot be dropped by 'proof-passes-upstream'" in p for p in patches.lint_line(line)), (
         patches.lint_line(line)
+    )
     other_project.install("1.0.0")
     code, out, _ = other_project.pytest(feature)
     assert code == 5 and "test_diagnosis: feature test, and demo 1.0.0 (pristine) lacks the feature" in out, out
@@ -241,8 +305,21 @@ def test_trailers_must_agree_with_the_matrix(demo_project):
     line = demo_project.load().line("demo")
     (patch,) = patches.load_series(line)
     cell = {"text": "X", "behaviour": "fails", "behaviour_detail": "test_greet: BugSymptom: still wrong"}
-    matrix = {"lines": [{"line": "demo/1.0.0", "patches": [
-        {"name": patch.name, "drop_when": "demo>=1.1.0", "upstream_status": "Pending", "cells": {"1.1.0": cell}}]}]}
+    matrix: dict[str, Any] = {
+        "lines": [
+            {
+                "line": "demo/1.0.0",
+                "patches": [
+                    {
+                        "name": patch.name,
+                        "drop_when": "demo>=1.1.0",
+                        "upstream_status": "Pending",
+                        "cells": {"1.1.0": cell},
+                    }
+                ],
+            }
+        ]
+    }
     problems = upstream.matrix_problems(line, [patch], matrix)
     assert problems and "⚠ Drop-When is met but the proof still fails" in problems[0], problems
     assert "no trailer explains it" in problems[0]
@@ -265,11 +342,18 @@ def test_trailers_must_agree_with_the_matrix(demo_project):
 
 def test_a_fix_upstream_turns_its_proof_into_a_regression_guard(project):
     """Finding 6: once upstream fixed a bug, its proof XPASSed on both flavours without a hand-written switch."""
-    module = project.module("test_fixed_later.py", _marked("[('TypeError', 'not iterable')]", "not iterable", '''
+    module = project.module(
+        "test_fixed_later.py",
+        _marked(
+            "[('TypeError', 'not iterable')]",
+            "not iterable",
+            """
         def test_no_crash():
             import demo
             assert demo.harmless() == 1
-        '''))
+        """,
+        ),
+    )
     project.line("1.0.0", module)
     project.line("1.1.0", None)  # the rebase dropped the patch: upstream 1.1.0 fixed it
     project.install("1.1.0")

@@ -1,0 +1,240 @@
+"""Bad input, generated: malformed patches, series, pins and wheels thrown at `lint` and `build`.
+
+Every example runs the command line in-process on a fresh copy of the demo project whose dist/ holds a good
+build. Whatever hypothesis generates, the tool must either accept it (the input happened to be valid) or stop with
+a clear error: exit status 1 (lint) or 2, the first line of stderr ``error: ...`` (lint: ``FAILED`` with its
+problems), no Python traceback, and dist/ exactly as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from patchwheel import cli
+
+from conftest import CORE, INIT, make_wheel
+
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+# Path components that must never reach the file system, and ordinary ones.
+#: Components no path from a patch or a wheel may have: the tool must refuse them, not just survive them.
+FORBIDDEN = ["..", ".git", "", ".", "/etc/passwd", "C:\\x", "a\\b"]
+NASTY = st.sampled_from(FORBIDDEN + ["~", " "])
+PLAIN = st.text(st.characters(codec="ascii", categories=["L", "N"]), min_size=1, max_size=8)
+PATHS = st.lists(st.one_of(NASTY, PLAIN), min_size=1, max_size=5).map("/".join)
+
+
+def forbidden(path: str) -> bool:
+    return path.startswith("/") or "\\" in path or "\x00" in path or any(c in FORBIDDEN for c in path.split("/"))
+
+
+TEXT = st.text(max_size=40)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def good(demo_project):
+    """The demo project with a good build in its dist/."""
+    rc, _, err = _run("--root", str(demo_project.root), "build")
+    assert rc == 0, err
+    return demo_project
+
+
+def _check(demo, mutate: Callable[[Path], bool | str | None]) -> None:
+    """Copy the project, let ``mutate`` break it, then lint and build: accepted, or a clear error. When ``mutate``
+    returns True the input is one the tool must refuse (a path leaving its tree): then both must fail ("build": only
+    the build, which is what opens wheels)."""
+    with tempfile.TemporaryDirectory(prefix="bad-input-") as tmp:
+        root = Path(tmp) / "project"
+        shutil.copytree(demo.root, root, symlinks=True)
+        before = _snapshot(root / "dist")
+        must_fail = mutate(root)
+        for argv in (["lint"], ["build"]):
+            if argv == ["lint"] and must_fail == "build":
+                continue
+            rc, out, err = _run("--root", str(root), *argv)
+            note(f"{argv}: rc={rc}\nstdout: {out}\nstderr: {err}")
+            assert "Traceback" not in out + err
+            if rc == 0:
+                assert not must_fail, f"{argv} accepted an input it must refuse"
+                continue
+            if argv == ["lint"] and rc == 1:
+                assert "FAILED" in out and "\n  - " in out, out
+                continue
+            assert rc == 2, (rc, err)
+            first = err.splitlines()[0] if err else ""
+            assert first.startswith("error: ") and len(first) > len("error: ") + 10, err
+            assert _snapshot(root / "dist") == before, "dist/ changed although the build failed"
+
+
+def _patch_file(root: Path) -> Path:
+    return root / "patches" / "demo" / "1.0.0" / "0001-greet-comma.patch"
+
+
+@SETTINGS
+@given(data=st.data())
+def test_malformed_patches(good, data):
+    def mutate(root: Path) -> bool:
+        path = _patch_file(root)
+        lines = path.read_bytes().split(b"\n")
+        how = data.draw(
+            st.sampled_from(["truncate", "replace-line", "insert", "header-path", "diff-path", "hunk-header", "bytes"])
+        )
+        note(how)
+        if how == "truncate":
+            lines = lines[: data.draw(st.integers(0, len(lines) - 1))]
+        elif how == "replace-line":
+            lines[data.draw(st.integers(0, len(lines) - 1))] = data.draw(TEXT).encode("utf-8", "surrogatepass")
+        elif how == "insert":
+            lines.insert(data.draw(st.integers(0, len(lines))), data.draw(TEXT).encode("utf-8", "surrogatepass"))
+        elif how in ("header-path", "diff-path"):
+            bad = "src/demo/" + data.draw(PATHS)
+            prefix = (b"--- a/", b"+++ b/") if how == "header-path" else (b"diff --git ",)
+            for i, line in enumerate(lines):
+                if line.startswith(prefix):
+                    lines[i] = (
+                        (line[:6] + bad.encode()) if how == "header-path" else f"diff --git a/{bad} b/{bad}".encode()
+                    )
+        elif how == "hunk-header":
+            for i, line in enumerate(lines):
+                if line.startswith(b"@@ "):
+                    a, b = data.draw(st.integers(0, 99)), data.draw(st.integers(0, 99))
+                    lines[i] = f"@@ -{a},{b} +{b},{a} @@".encode()
+        else:
+            lines = [data.draw(st.binary(max_size=200))]
+        path.write_bytes(b"\n".join(lines))
+        return how in ("header-path", "diff-path") and forbidden(bad)
+
+    _check(good, mutate)
+
+
+@SETTINGS
+@given(
+    entries=st.lists(st.one_of(PLAIN, NASTY, st.just("0001-greet-comma.patch"), st.just("# comment"), TEXT), max_size=4)
+)
+def test_malformed_series(good, entries):
+    def mutate(root: Path) -> None:
+        series = root / "patches" / "demo" / "1.0.0" / "series"
+        series.write_text("".join(f"{e}\n" for e in entries), errors="surrogatepass")
+
+    _check(good, mutate)
+
+
+PINS_KEYS = st.sampled_from(
+    [
+        "package",
+        "local-label",
+        "local_label",
+        "import-name",
+        "source-root",
+        "release",
+        "wheel",
+        "sdist",
+        "filename",
+        "sha256",
+        "bogus",
+    ]
+)
+PINS_VALUES = st.one_of(
+    TEXT.map(lambda s: '"' + s.replace("\\", "").replace('"', "") + '"'),
+    st.integers(-5, 5).map(str),
+    st.sampled_from(
+        [
+            '"demo"',
+            '"fixed"',
+            '"1.0.0"',
+            '{ filename = "x", sha256 = "y" }',
+            "[]",
+            '"../evil.whl"',
+            '"' + "a" * 64 + '"',
+            "{}",
+            "true",
+        ]
+    ),
+)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_malformed_pins(good, data):
+    def mutate(root: Path) -> None:
+        pins = root / "overlay" / "demo" / "pins.toml"
+        lines = pins.read_text().splitlines()
+        how = data.draw(st.sampled_from(["set-key", "drop-line", "garbage", "sets"]))
+        note(how)
+        if how == "set-key":
+            lines.insert(data.draw(st.integers(0, len(lines))), f"{data.draw(PINS_KEYS)} = {data.draw(PINS_VALUES)}")
+        elif how == "drop-line":
+            del lines[data.draw(st.integers(0, len(lines) - 1))]
+        elif how == "garbage":
+            lines[data.draw(st.integers(0, len(lines) - 1))] = data.draw(TEXT)
+        else:
+            (root / "overlay" / "sets.toml").write_text(
+                f"[set.{data.draw(st.sampled_from(['default', 'x', '']))}]\n"
+                f"{data.draw(PINS_KEYS)} = {data.draw(PINS_VALUES)}\n"
+            )
+            return
+        pins.write_text("\n".join(lines) + "\n", errors="surrogatepass")
+
+    _check(good, mutate)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_malformed_wheels(good, data):
+    """A pinned upstream wheel that is damaged or hostile (the pin and the index agree on its sha256)."""
+
+    def mutate(root: Path) -> str | None:
+        how = data.draw(st.sampled_from(["truncated", "zip-slip", "no-metadata", "random"]))
+        note(how)
+        work = Path(tempfile.mkdtemp(prefix="bad-wheel-", dir=root))
+        files = {"demo/__init__.py": INIT, "demo/core.py": CORE}
+        if how == "zip-slip":  # (zipfile cuts a name at NUL, so none here)
+            slip = data.draw(PATHS.filter(lambda p: p not in files and "\x00" not in p and forbidden(p)))
+            files[slip] = b"x"
+        whl = make_wheel(work, files, version="1.0.0")
+        raw = whl.read_bytes()
+        if how == "truncated":
+            raw = raw[: data.draw(st.integers(0, len(raw) - 1))]
+        elif how == "no-metadata":
+            raw = raw.replace(b"METADATA", b"METADATX")
+        elif how == "random":
+            raw = data.draw(st.binary(max_size=300))
+        whl.write_bytes(raw)
+        sha = hashlib.sha256(raw).hexdigest()
+        page = good.index / "demo" / "index.html"
+        page.write_text(f'<a href="{whl.as_uri()}#sha256={sha}">{whl.name}</a>\n')
+        pins = root / "overlay" / "demo" / "pins.toml"
+        pins.write_text(pins.read_text().replace(good.sha256, sha))
+        return "build" if how == "zip-slip" else None  # (lint does not open wheels)
+
+    original = (good.index / "demo" / "index.html").read_text()
+    try:
+        _check(good, mutate)
+    finally:
+        (good.index / "demo" / "index.html").write_text(original)
