@@ -26,6 +26,7 @@ import pytest
 
 from harness import run_ranks
 from proofkit import BugSymptom, CouldNotObserve
+from tiny_llama import small_config
 
 # 4.50 - 4.53 crash; from 4.54 upstream's `or []` compiles the empty regex and halves the warm-up.
 pytestmark = pytest.mark.proof(
@@ -39,20 +40,10 @@ pytestmark = pytest.mark.proof(
 
 def _tiny_checkpoint(path):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(small_config())
     model.save_pretrained(path)
     return {k: v.clone() for k, v in model.state_dict().items()}
 

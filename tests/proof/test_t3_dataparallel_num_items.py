@@ -31,6 +31,7 @@ import torch
 
 from dataparallel_sim import SimulatedDataParallel
 from proofkit import BugSymptom
+from tiny_llama import small_config
 
 # 4.50.x crashes; 4.51 - 4.56 run one replica only; a fix that scales the mean gets the last batch wrong.
 pytestmark = pytest.mark.proof(
@@ -46,21 +47,10 @@ SUPERVISED = [7, 2, 5, 1, 4]  # supervised (non -100) label positions per row
 
 
 def _model(cls=None):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        use_cache=False,
-    )
-    return (cls or LlamaForCausalLM)(config)
+    return (cls or LlamaForCausalLM)(small_config(vocab_size=64, use_cache=False))
 
 
 def _rows(n):

@@ -19,6 +19,7 @@ import torch
 
 from harness import run_ranks
 from proofkit import BugSymptom
+from tiny_llama import small_config
 
 # 4.50.x fails in its nccl-only TP start-up on CPU; from 4.52 the TP start-up works on CPU and shards for real
 # (the symptom: DTensor weights after a plain device_map="auto" load).
@@ -43,22 +44,11 @@ def _check_not_sharded(model):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        use_cache=False,
-    )
     path = tmp_path_factory.mktemp("llama")
-    LlamaForCausalLM(config).save_pretrained(path)
+    LlamaForCausalLM(small_config(use_cache=False)).save_pretrained(path)
     return str(path)
 
 

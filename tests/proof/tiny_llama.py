@@ -1,5 +1,7 @@
-"""A tiny random Llama-3.1-style checkpoint for the T2 proofs: base-model prefix ``model.``, untied ``lm_head``,
-llama3 rope scaling (so the non-persistent ``rotary_emb.inv_freq`` holds scaled values no checkpoint stores)."""
+"""Tiny random Llama models for the proofs. ``small_config``: the smallest Llama they need (two layers,
+grouped-query attention, untied ``lm_head``). ``config``/``save``: a Llama-3.1-style checkpoint for the T2 proofs,
+with llama3 rope scaling (so the non-persistent ``rotary_emb.inv_freq`` holds scaled values no checkpoint
+stores)."""
 
 from __future__ import annotations
 
@@ -8,18 +10,26 @@ import torch
 INPUT = torch.tensor([[1, 5, 17, 42, 3, 88, 9, 60]])
 
 
-def config():
+def small_config(**overrides):
+    """A two-layer Llama with grouped-query attention and an untied ``lm_head``; ``overrides`` change any field."""
     from transformers import LlamaConfig
 
-    return LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    fields = {
+        "vocab_size": 96,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 64,
+        "tie_word_embeddings": False,
+    }
+    return LlamaConfig(**{**fields, **overrides})
+
+
+def config():
+    return small_config(
         max_position_embeddings=128,
-        tie_word_embeddings=False,
         rope_theta=500000.0,
         rope_scaling={
             "rope_type": "llama3",
