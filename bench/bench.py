@@ -10,6 +10,9 @@
 4. runtime overhead of the fixes: `from_pretrained(ckpt, device_map="auto")` of a ~100 MB Llama checkpoint in a
    pristine and a +fixed environment (made once under bench/.venvs/, from the verified cache and dist/),
    alternating rounds, as the ratio of medians.
+5. cost of the opt-in dispatch diagnosis (accelerate `ACCELERATE_DIAGNOSE_DISPATCH`): `dispatch_model` of a
+   synthetic module with a 3,000-entry device map (21,000 tensors, all on cpu) in a pristine accelerate 1.15.0
+   environment and a +fixed one (bench/.venvs/), the switch off and on, alternating rounds, ratios of medians.
 """
 
 from __future__ import annotations
@@ -92,12 +95,22 @@ def _env(name: str, wheels: list[str]) -> str:
     return str(py)
 
 
+_built: dict[Path, list] = {}
+
+
+def _build(tmp: Path) -> list:
+    """Every line of the overlay built once per run into tmp/dist."""
+    if tmp not in _built:
+        _built[tmp] = build_mod.build(config.load(ROOT), tmp / "dist", log=lambda m: None)
+    return _built[tmp]
+
+
 def load_overhead(tmp: Path, rounds: int) -> tuple[float, float]:
     overlay = config.load(ROOT)
     line = overlay.line("transformers", overlay.sets["default"]["transformers"])
     acc = overlay.line("accelerate", overlay.sets["default"]["accelerate"])
     pristine = _env("pristine", [str(fetch.fetch(ln.package, ln.wheel)) for ln in (line, acc)])
-    built = build_mod.build(overlay, tmp / "dist", log=lambda m: None)
+    built = _build(tmp)
     fixed = _env("fixed", [str(tmp / "dist" / b.filename) for b in built if b.line in (line, acc)])
     ckpt = tmp / "ckpt"
     subprocess.run(
@@ -127,12 +140,60 @@ LlamaForCausalLM(cfg).save_pretrained({str(ckpt)!r})
     return statistics.median(p), statistics.median(f)
 
 
+DISPATCH_ENTRIES = 3000
+DISPATCH_SWITCH = "ACCELERATE_DIAGNOSE_DISPATCH"
+
+
+def dispatch_times(pristine: str, fixed: str, rounds: int, repeat: int = 2) -> dict[str, float]:
+    """Median `dispatch_model` time (bench/dispatch_time.py) per series: pristine, +fixed with the diagnosis switch
+    off, +fixed with it on; the three alternate in every round, so drift hits them alike."""
+    env = {k: v for k, v in os.environ.items() if k != DISPATCH_SWITCH}
+    series = (("pristine", pristine, env), ("off", fixed, env), ("on", fixed, {**env, DISPATCH_SWITCH: "1"}))
+    times: dict[str, list[float]] = {name: [] for name, _, _ in series}
+    for _ in range(rounds):
+        for name, py, e in series:
+            res = subprocess.run(
+                [py, str(ROOT / "bench" / "dispatch_time.py"), str(DISPATCH_ENTRIES), str(repeat)],
+                check=True,
+                capture_output=True,
+                text=True,
+                env=e,
+            )
+            times[name].append(float(res.stdout.strip().splitlines()[-1]))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def dispatch_overhead(tmp: Path, rounds: int) -> dict[str, float]:
+    overlay = config.load(ROOT)
+    acc = overlay.line("accelerate", overlay.sets["latest"]["accelerate"])
+    pristine = _env("dispatch-pristine", [str(fetch.fetch(acc.package, acc.wheel))])
+    fixed = _env("dispatch-fixed", [str(tmp / "dist" / b.filename) for b in _build(tmp) if b.line == acc])
+    return dispatch_times(pristine, fixed, rounds)
+
+
+def dispatch_rows(t: dict[str, float], rounds: int, version: str) -> list[tuple[str, str, str]]:
+    what = f"`dispatch_model`, {DISPATCH_ENTRIES:,}-entry device map, {DISPATCH_ENTRIES * 7:,} tensors on cpu"
+    return [
+        (f"{what}: pristine accelerate {version}", f"{t['pristine'] * 1000:.0f} ms", f"median of {rounds} rounds x 2"),
+        (f"... {version}+fixed, diagnosis switch off", f"{t['off'] * 1000:.0f} ms", "same module, alternating"),
+        (f"... {version}+fixed, `{DISPATCH_SWITCH}=1`", f"{t['on'] * 1000:.0f} ms", "same module, alternating"),
+        ("dispatch ratio fixed (switch off) / pristine", f"{t['off'] / t['pristine']:.3f}", "target: at most 1.05"),
+        ("dispatch ratio fixed (switch on) / pristine", f"{t['on'] / t['pristine']:.3f}", "linear diagnosis"),
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5, help="runs of the fast route")
     ap.add_argument("--sdist-repeat", type=int, default=2, help="runs of the slow sdist route")
     ap.add_argument("--nox", default=shutil.which("nox"), help="nox executable for the cold/warm build timing")
     ap.add_argument("--load-rounds", type=int, default=5, help="alternating rounds of the load-time comparison")
+    ap.add_argument(
+        "--dispatch-rounds",
+        type=int,
+        default=0,
+        help="alternating rounds of the dispatch_model comparison (0: skip; 3 rounds take about 80 s)",
+    )
     args = ap.parse_args()
     overlay = config.load(ROOT)
     line = overlay.line("transformers", overlay.sets["default"]["transformers"])
@@ -207,6 +268,9 @@ def main() -> int:
             )
             rows.append(("... the same on 4.50.3+fixed", f"{f * 1000:.0f} ms", "same checkpoint, alternating"))
             rows.append(("load-time ratio fixed / pristine", f"{f / p:.3f}", "within noise: about 1"))
+        if args.dispatch_rounds:
+            acc_version = overlay.sets["latest"]["accelerate"]
+            rows += dispatch_rows(dispatch_overhead(tmp, args.dispatch_rounds), args.dispatch_rounds, acc_version)
     print(f"\nbenchmark on {os.cpu_count()} cores, Python {sys.version.split()[0]}\n")
     print("| measurement | result | note |\n|---|---|---|")
     for r in rows:

@@ -29,7 +29,8 @@ def main() -> int:
         kwargs["offload_folder"] = offload
     model = AutoModelForCausalLM.from_pretrained(checkpoint, **kwargs)
     print(f"device map: {getattr(model, 'hf_device_map', None)}")
-    print(format_findings(diagnose_model(model)))
+    # the max_memory the load used, so that "fits on one device" is judged as accelerate placed the model
+    print(format_findings(diagnose_model(model, max_memory=kwargs.get("max_memory"))))
     return 0
 
 

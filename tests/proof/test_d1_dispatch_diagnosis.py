@@ -5,20 +5,25 @@ run (see conftest), and the patch is dropped by release or PR (its Drop-When), n
 accelerate carries `accelerate.utils.diagnose`: a pure function over a placement, so every GPU situation is checked
 here with synthetic maps, and a real tiny model is dispatched on CPU with a small `max_memory` and an offload
 folder: the diagnosis reports the disk offload, greedy output stays identical to the model loaded whole, and
-`dispatch_model` warns exactly once per model.
+`dispatch_model` warns exactly once per model when asked to (`ACCELERATE_DIAGNOSE_DISPATCH=1`), and does no
+diagnosis at all, silently, when it is not (the default path of every `device_map="auto"` load).
 """
 
 from __future__ import annotations
 
 import logging
+import types
 
 import pytest
 import torch
+
+from tiny_llama import small_config
 
 pytestmark = pytest.mark.feature(package="accelerate")
 
 GiB = 1024**3
 INPUT = torch.tensor([[1, 5, 17, 42, 3, 88, 9, 60]])
+SWITCH = "ACCELERATE_DIAGNOSE_DISPATCH"
 
 
 def _diagnose():
@@ -35,10 +40,16 @@ def _llama_stages(devices):
 def test_split_across_gpus_although_it_fits_on_one():
     d = _diagnose()
     stages = _llama_stages(["cuda:0"] * 3 + ["cuda:1"] * 4)
-    p = d.Placement(stages, {n: GiB for n, _ in stages}, capacity={"cuda:0": 48 * GiB, "cuda:1": 24 * GiB})
+    p = d.Placement(
+        stages,
+        {n: GiB for n, _ in stages},
+        capacity={"cuda:0": 48 * GiB, "cuda:1": 24 * GiB},
+        capacity_source="max_memory",
+    )
     (f,) = d.diagnose(p)
     assert (f.kind, f.severity) == ("split", "warning")
-    assert "fits on cuda:0 (48.0 GiB)" in f.message and 'device_map={"": "cuda:0"}' in f.message
+    assert "fits on cuda:0 (48.0 GiB usable there, from max_memory)" in f.message, f.message
+    assert 'device_map={"": "cuda:0"}' in f.message
     assert "cuda:0 [model.embed_tokens … model.layers.1 (3 entries)] -> cuda:1 [model.layers.2" in f.message
 
 
@@ -56,6 +67,46 @@ def test_offload_to_cpu_and_disk_is_streamed_per_token():
     (f,) = d.diagnose(p)
     assert f.kind == "offload" and "1.0 GiB from cpu" in f.message and "1.0 GiB from disk" in f.message
     assert "about 2.0 GiB per token" in f.message
+
+
+def test_mps_with_cpu_entries_is_not_streaming():
+    """With an mps main device, accelerate moves the cpu-mapped modules to mps once (it offloads only disk)."""
+    d = _diagnose()
+    assert d.diagnose(d.Placement(_llama_stages(["mps"] * 5 + ["cpu"] * 2), {})) == []
+    (f,) = d.diagnose(d.Placement(_llama_stages(["mps"] * 5 + ["cpu", "disk"]), {"lm_head": GiB}))
+    assert f.kind == "offload" and "1.0 GiB from disk" in f.message and "from cpu" not in f.message, f.message
+
+
+def _two_gpu_model():
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 256))  # 257 KiB each
+    model.hf_device_map = {"0": 0, "1": 1}
+    return model
+
+
+def test_capacity_is_the_max_memory_the_dispatch_used():
+    d = _diagnose()
+    found = d.diagnose_model(_two_gpu_model(), max_memory={0: "400KB", 1: "10GB"})
+    assert [(f.kind, f.severity) for f in found] == [("split", "warning")], found
+    assert "fits on cuda:1" in found[0].message and "from max_memory" in found[0].message, found[0].message
+    p = d.placement_of(_two_gpu_model(), max_memory={0: "400KB", 1: "10GB"})
+    assert p.capacity == {"cuda:0": 400_000, "cuda:1": 10**10}
+
+
+def test_capacity_is_free_memory_not_total_memory(monkeypatch):
+    """Two 80 GiB GPUs with little free memory: the model does not fit on one, whatever the total says."""
+    d = _diagnose()
+    total = types.SimpleNamespace(total_memory=80 * GiB, name="fake", major=8, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: total)
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        d, "get_max_memory", lambda max_memory=None: {0: 100_000, 1: 100_000, "cpu": GiB}, raising=False
+    )
+    found = d.diagnose_model(_two_gpu_model())
+    assert [(f.kind, f.severity) for f in found] == [("split", "note")], found
+    monkeypatch.setattr(d, "get_max_memory", lambda max_memory=None: {0: 8 * GiB, 1: 100_000, "cpu": GiB})
+    (f,) = d.diagnose_model(_two_gpu_model())
+    assert f.severity == "warning" and "fits on cuda:0" in f.message and "free memory" in f.message, f.message
 
 
 def test_no_peer_access_between_consecutive_stages():
@@ -91,28 +142,19 @@ def test_a_single_device_model_is_fine():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
     path = tmp_path_factory.mktemp("llama")
-    LlamaForCausalLM(config).save_pretrained(path)
+    LlamaForCausalLM(small_config()).save_pretrained(path)
     return path
 
 
-def test_real_disk_offload_is_reported_and_greedy_output_is_unchanged(checkpoint, tmp_path, caplog):
+def test_real_disk_offload_is_reported_and_greedy_output_is_unchanged(checkpoint, tmp_path, caplog, monkeypatch):
     from transformers import AutoModelForCausalLM
 
     d = _diagnose()
+    monkeypatch.setenv(SWITCH, "1")
     whole = AutoModelForCausalLM.from_pretrained(checkpoint)
     with caplog.at_level(logging.WARNING):
         model = AutoModelForCausalLM.from_pretrained(
@@ -129,10 +171,11 @@ def test_real_disk_offload_is_reported_and_greedy_output_is_unchanged(checkpoint
     assert "streamed" in warnings[0].getMessage()
 
 
-def test_warning_once_per_model(checkpoint, tmp_path, caplog):
+def test_warning_once_per_model(checkpoint, tmp_path, caplog, monkeypatch):
     from transformers import AutoModelForCausalLM
 
     d = _diagnose()
+    monkeypatch.setenv(SWITCH, "1")
     with caplog.at_level(logging.WARNING):
         model = AutoModelForCausalLM.from_pretrained(
             checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path / "a")
@@ -143,3 +186,32 @@ def test_warning_once_per_model(checkpoint, tmp_path, caplog):
         )
     warnings = [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
     assert len(warnings) == 2 and other is not model, "one warning per model, two models"
+
+
+@pytest.mark.parametrize("value", [None, "0", "false"])
+def test_no_diagnosis_and_no_warning_unless_asked(checkpoint, tmp_path, caplog, monkeypatch, value):
+    """The default path (the switch unset or off): `dispatch_model` neither diagnoses nor warns, even for a model
+    the diagnosis would warn about; the explicit `diagnose_model` call still works."""
+    from transformers import AutoModelForCausalLM
+
+    d = _diagnose()
+    if value is None:
+        monkeypatch.delenv(SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(SWITCH, value)
+    calls = []
+    real = d.diagnose_model
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(d, "diagnose_model", spy)
+    with caplog.at_level(logging.WARNING):
+        model = AutoModelForCausalLM.from_pretrained(
+            checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path)
+        )
+    warnings = [r.getMessage() for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
+    assert warnings == [] and calls == [], f"dispatch_model diagnosed without being asked: {warnings}"
+    assert not hasattr(model, "_accelerate_dispatch_diagnosed")
+    assert [f.kind for f in d.diagnose_model(model)] == ["offload"]
