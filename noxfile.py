@@ -128,6 +128,15 @@ def mutants(session: nox.Session) -> None:
     tool(session, "mutants", *session.posargs)
 
 
+@nox.session(venv_backend="none")
+def upstream_suite(session: nox.Session) -> None:
+    """accelerate's own test suite (from its pinned sdist) on the pristine release and on the +fixed build: no test
+    may pass on pristine and fail on +fixed (args: pkg[==version] ..., --out DIR). Not in the default suite: several
+    minutes per release line. transformers is reported as skipped: its sdists ship no model or trainer tests."""
+    tool(session, "build")
+    tool(session, "upstream-suite", *session.posargs)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks (results in the README): wheel rewrite vs patched sdist, nox -s build cold and warm."""

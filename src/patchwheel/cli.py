@@ -189,6 +189,14 @@ def cmd_mutants(args) -> int:
     return mutants.run(config.load(_root(args)), args.lines, Path(args.out) if args.out else None)
 
 
+def cmd_upstream_suite(args) -> int:
+    from . import upstream_suite
+
+    overlay = config.load(_root(args))
+    dist = (Path(args.dist) if args.dist else _root(args) / "dist").resolve()
+    return upstream_suite.run(overlay, args.lines, dist, Path(args.out).resolve() if args.out else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
     ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
@@ -243,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     mu.add_argument("lines", nargs="*", help="pkg or pkg==version (default: every release line)")
     mu.add_argument("--out", help="also write the Markdown table to this file")
     mu.set_defaults(func=cmd_mutants)
+    us = sub.add_parser("upstream-suite", help="upstream's own tests on the pristine release and the +fixed build")
+    us.add_argument("lines", nargs="*", help="pkg or pkg==version (default: every release line)")
+    us.add_argument("--dist", help="folder holding the +fixed wheels (default: <root>/dist)")
+    us.add_argument("--out", help="keep the junit reports, logs and summary.json here")
+    us.set_defaults(func=cmd_upstream_suite)
     args = ap.parse_args(argv)
     try:
         return args.func(args)
