@@ -359,6 +359,18 @@ def _build_locked(
     return built
 
 
+def current_wheel(line: ReleaseLine, dist: Path, hint: str) -> Path:
+    """The line's +fixed wheel in ``dist``, checked to carry the line's current patches: a wheel built before a
+    patch changed is refused (``hint``: how the caller's user builds it)."""
+    path = dist / rewrite.wheel_names(line).filename
+    if not path.is_file():
+        raise PatchwheelError(f"{path} does not exist", hint)
+    built = [(p["name"], p["sha256"]) for p in wheel_manifest(path)["patches"]]
+    if built != [(p.name, p.sha256) for p in load_series(line)]:
+        raise PatchwheelError(f"{path} was built from other patches than patches/{line.key}/ holds now", hint)
+    return path
+
+
 def wheel_manifest(path: Path) -> dict:
     with zipfile.ZipFile(path) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/" + rewrite.MANIFEST_NAME))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import fetch, proofenv, rewrite
 from .apply import ScratchTree, apply_series
-from .build import wheel_manifest
+from .build import current_wheel
 from .config import Overlay, ReleaseLine
 from .errors import PatchwheelError
 from .gitops import git_env
@@ -259,14 +259,8 @@ def summary(results: list[Result], seconds: float) -> str:
 
 def dist_wheel(overlay: Overlay, line: ReleaseLine) -> Path:
     """The line's +fixed wheel in ``<root>/dist``, checked to carry the line's current patches."""
-    path = overlay.root / "dist" / rewrite.wheel_names(line).filename
     hint = "run `nox -s build` (or `python -m patchwheel build`) first: the check installs the wheels in dist/"
-    if not path.is_file():
-        raise PatchwheelError(f"{path} does not exist", hint)
-    built = [(p["name"], p["sha256"]) for p in wheel_manifest(path)["patches"]]
-    if built != [(p.name, p.sha256) for p in load_series(line)]:
-        raise PatchwheelError(f"{path} was built from other patches than patches/{line.key}/ holds now", hint)
-    return path
+    return current_wheel(line, overlay.root / "dist", hint)
 
 
 def _read(path: Path) -> bytes | None:

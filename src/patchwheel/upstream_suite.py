@@ -29,11 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fetch, proofenv, rewrite
-from .build import wheel_manifest
+from . import fetch, proofenv
+from .build import current_wheel
 from .config import Overlay, ReleaseLine, path_problem
 from .errors import PatchwheelError
-from .patches import load_series
 
 #: What upstream's tests need beyond the package, its companions and the base (torch, pytest): the minimum of
 #: accelerate's "testing" extra that makes every module collect. Tests needing the rest (datasets, deepspeed,
@@ -239,14 +238,8 @@ def _log(message: str) -> None:
 
 def fixed_wheel(line: ReleaseLine, dist: Path) -> Path:
     """The line's +fixed wheel in ``dist``, checked to carry the line's current patches."""
-    path = dist / rewrite.wheel_names(line).filename
     hint = f"build it first: `nox -s upstream_suite` does, or `python -m patchwheel build {line.package}`"
-    if not path.is_file():
-        raise PatchwheelError(f"{path} does not exist", hint)
-    built = [(p["name"], p["sha256"]) for p in wheel_manifest(path)["patches"]]
-    if built != [(p.name, p.sha256) for p in load_series(line)]:
-        raise PatchwheelError(f"{path} was built from other patches than patches/{line.key}/ holds now", hint)
-    return path
+    return current_wheel(line, dist, hint)
 
 
 def environments(overlay: Overlay, line: ReleaseLine, wheel: Path) -> tuple[Path, Path]:
