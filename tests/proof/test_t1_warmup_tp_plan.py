@@ -16,10 +16,16 @@ fix (``or []``) compiles the empty regex, which matches every name, so on 2 rank
 halved. ``test_warmup_reserves_whole_model_on_two_ranks`` catches that by recording the warm-up's one allocation:
 exactly half the model is the bug's symptom (``BugSymptom``); no allocation recorded means the test could not see
 the warm-up at all (``CouldNotObserve``: upstream renamed or removed it), which is never read as the bug.
+
+The plan shards weights only under tensor parallelism, yet the warm-up applies it whenever ``torch.distributed`` is
+initialised. ``test_warmup_reserves_whole_model_without_tensor_parallelism`` loads a normal Llama (``post_init()``
+gives it a non-empty plan) one replica per rank, as DDP does: a warm-up with the plan's tensors at 1/2 is the same
+symptom (``BugSymptom``), on pristine builds and on a fix that only handled the empty plan.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -48,21 +54,10 @@ def _tiny_checkpoint(path):
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def _load_without_post_init(rank, world_size, ckpt):
-    """On each rank: load with a class that skips post_init(); return the warm-up's bytes and the weights."""
+def _load_watching_warmup(model_class, ckpt):
+    """``model_class.from_pretrained(ckpt, device_map="cpu")`` on this rank; returns the model and the byte sizes of
+    the allocations ``caching_allocator_warmup`` made."""
     import torch
-    from torch import nn
-    from transformers import LlamaModel, LlamaPreTrainedModel
-
-    class NoPostInitLlama(LlamaPreTrainedModel):
-        def __init__(self, config):
-            super().__init__(config)
-            self.model = LlamaModel(config)
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            # deliberately no self.post_init(): _tp_plan stays the class default None
-
-        def forward(self, input_ids):
-            return self.lm_head(self.model(input_ids).last_hidden_state)
 
     assert torch.distributed.is_initialized()
     import transformers.modeling_utils as modeling_utils
@@ -84,11 +79,44 @@ def _load_without_post_init(rank, world_size, ckpt):
 
     torch.empty = spy_empty
     try:
-        model = NoPostInitLlama.from_pretrained(ckpt, device_map="cpu")
+        model = model_class.from_pretrained(ckpt, device_map="cpu")
     finally:
         torch.empty = real_empty
+    return model, warmup_bytes
+
+
+def _load_without_post_init(rank, world_size, ckpt):
+    """On each rank: load with a class that skips post_init(); return the warm-up's bytes and the weights."""
+    from torch import nn
+    from transformers import LlamaModel, LlamaPreTrainedModel
+
+    class NoPostInitLlama(LlamaPreTrainedModel):
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = LlamaModel(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            # deliberately no self.post_init(): _tp_plan stays the class default None
+
+        def forward(self, input_ids):
+            return self.lm_head(self.model(input_ids).last_hidden_state)
+
+    model, warmup_bytes = _load_watching_warmup(NoPostInitLlama, ckpt)
     assert getattr(type(model), "_tp_plan", None) is None, "the test class must keep the None plan"
     return {"warmup_bytes": warmup_bytes, "state": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
+def _load_llama_without_tensor_parallelism(rank, world_size, ckpt):
+    """On each rank: load a normal Llama (post_init() gives it a non-empty tensor-parallel plan) one replica per
+    process, as DDP does; return the warm-up's bytes, the plan and the weights."""
+    from transformers import LlamaForCausalLM
+
+    model, warmup_bytes = _load_watching_warmup(LlamaForCausalLM, ckpt)
+    assert not getattr(model, "_tp_size", None), "the test must load without tensor parallelism"
+    return {
+        "warmup_bytes": warmup_bytes,
+        "tp_plan": dict(model._tp_plan or {}),
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+    }
 
 
 def _check_loaded(result, reference):
@@ -116,5 +144,33 @@ def test_warmup_reserves_whole_model_on_two_ranks(tmp_path):
             raise BugSymptom(
                 f"rank {rank}: warm-up reserved {reserved[0]} bytes, 1/2 of the {whole}-byte model: "
                 "an empty tensor-parallel plan divided every size by the world size"
+            )
+        assert reserved == [whole // 2 * 2], f"rank {rank}: warm-up reserved {reserved} bytes for a {whole}-byte model"
+
+
+def test_warmup_reserves_whole_model_without_tensor_parallelism(tmp_path):
+    """A plan only shards when tensor parallelism is on: a plain two-rank load reserves the whole model per rank."""
+    reference = _tiny_checkpoint(tmp_path)
+    whole = sum(t.numel() * t.element_size() for t in reference.values())
+    for rank, result in enumerate(run_ranks(_load_llama_without_tensor_parallelism, 2, str(tmp_path))):
+        _check_loaded(result, reference)
+        if not result["tp_plan"]:
+            raise CouldNotObserve(f"rank {rank}: the loaded Llama has no tensor-parallel plan to misapply")
+        planned_names = re.compile("|".join(re.escape(name) for name in result["tp_plan"]))
+        planned = sum(
+            t.numel() * t.element_size()
+            for name, t in reference.items()
+            if planned_names.search(re.sub(r"\.\d+\.", ".*.", name))
+        )
+        if not planned:
+            raise CouldNotObserve(f"rank {rank}: the tensor-parallel plan names none of the model's tensors")
+        reserved = result["warmup_bytes"]  # the warm-up allocates float16 elements: bytes rounded down to even
+        if not reserved:
+            raise CouldNotObserve(f"rank {rank}: the spy saw no warm-up allocation (was the warm-up renamed?)")
+        if reserved == [(whole - planned + planned // 2) // 2 * 2]:
+            raise BugSymptom(
+                f"rank {rank}: warm-up reserved {reserved[0]} bytes, 1/2 of the {whole}-byte model's {planned} "
+                f"bytes of tensor-parallel weights plus the other {whole - planned}: the plan divided sizes by the "
+                "world size although this load is not tensor-parallel"
             )
         assert reserved == [whole // 2 * 2], f"rank {rank}: warm-up reserved {reserved} bytes for a {whole}-byte model"
