@@ -229,24 +229,14 @@ def main() -> int:
         if args.nox:
             env = {**os.environ, "PATCHWHEEL_CACHE": str(tmp / "cold-cache")}
             dist = tmp / "dist"
-            cold = timed(
-                lambda: subprocess.run(
-                    [args.nox, "-s", "build", "--", "--dist", str(dist)],
-                    cwd=ROOT,
-                    env=env,
-                    check=True,
-                    capture_output=True,
-                ),
-                1,
-            )[0]
+
+            def nox_build() -> None:
+                cmd = [args.nox, "-s", "build", "--", "--dist", str(dist)]
+                subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+
+            cold = timed(nox_build, 1)[0]
             warm = timed(
-                lambda: subprocess.run(
-                    [args.nox, "-s", "build", "--", "--dist", str(dist)],
-                    cwd=ROOT,
-                    env=env,
-                    check=True,
-                    capture_output=True,
-                ),
+                nox_build,
                 3,
             )
             rows.append(("`nox -s build`, cold (empty cache: downloads the pinned wheels)", f"{cold:.2f} s", "1 run"))
