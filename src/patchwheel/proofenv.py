@@ -132,7 +132,7 @@ def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
     return env
 
 
-def _env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list[str]]) -> Path:
+def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list[str]]) -> Path:
     """An environment ``<cache>/envs/<name>`` that sees the base environment's packages and has ``install()``
     (pip arguments, computed only when it is built) installed on top."""
     base = base_env(cache)
@@ -156,7 +156,7 @@ def base_env(cache: Path) -> Path:
 def release_env(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
     """An environment with exactly these upstream wheels (package, artifact) on top of the base."""
     name = "+".join(f"{pkg}-{wheel_version(art.filename)}" for pkg, art in wheels)
-    return _env_on_base(
+    return env_on_base(
         cache,
         name,
         {"wheels": [a.sha256 for _, a in wheels]},
@@ -167,7 +167,7 @@ def release_env(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
 def fixed_env(cache: Path, wheels: list[Path]) -> Path:
     """A cached environment with these local +fixed wheels (and their dependencies) on top of the base env."""
     name = "mutants-" + "+".join("-".join(wheel_name_version(w.name)) for w in wheels)
-    return _env_on_base(
+    return env_on_base(
         cache, name, {"wheels": {w.name: fetch.sha256_file(w) for w in wheels}}, lambda: [str(w) for w in wheels]
     )
 
@@ -191,34 +191,34 @@ def run_report(python: Path, root: Path, proof_file: str, *, timeout: float, gua
 
     ``guards``: run the regression guards too. The mutation check needs them (a mutant that breaks a guard is
     killed); the upstream check and rebase leave them out, since they judge the bug, not the guards.
-    pytest runs in a session of its own with its output in a file (a pipe would wait for any rank that inherited
-    it), and its whole process group is killed when pytest exits, times out, or this process is interrupted:
-    ranks or servers a test left running must not outlive the run and hold the machine."""
+    pytest runs through :func:`run_in_group`, the one place that spawns and kills test runs."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="patchwheel-proof-") as tmp:
         report, log = Path(tmp) / "report.json", Path(tmp) / "output.txt"
         cmd = [str(python), "-m", "pytest", proof_file, "-q", "-p", "no:cacheprovider", "--proof-expect=observe"]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                cmd + ([] if guards else ["-m", "not regression"]),
-                cwd=root,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)},
-            )
-            try:
-                finished = _exited(proc.pid, timeout)
-            finally:
-                _kill_group(proc)
+        env = {**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)}
+        returncode = run_in_group(cmd + ([] if guards else ["-m", "not regression"]), root, env, log, timeout)
         seconds = time.perf_counter() - t0
-        if not finished:
+        if returncode is None:
             return ProofRun(None, f"timed out after {timeout:.0f} s", seconds)
         try:
             return ProofRun(json.loads(report.read_text()), "", seconds)
         except (OSError, ValueError):
             tail = log.read_text(errors="replace").strip().splitlines()
-            return ProofRun(None, tail[-1][:200] if tail else f"pytest exited {proc.returncode}", seconds)
+            return ProofRun(None, tail[-1][:200] if tail else f"pytest exited {returncode}", seconds)
+
+
+def run_in_group(cmd: list[str], cwd: Path, env: dict[str, str], log: Path, timeout: float) -> int | None:
+    """Run ``cmd`` in a session of its own, its output in ``log`` (a pipe would wait for any child that inherited
+    it), and kill its whole process group when it exits, times out or this process is interrupted: ranks or
+    servers a test left running must not outlive the run. The exit status, or None on a timeout."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        try:
+            finished = _exited(proc.pid, timeout)
+        finally:
+            _kill_group(proc)
+    return proc.returncode if finished else None
 
 
 def _exited(pid: int, timeout: float) -> bool:

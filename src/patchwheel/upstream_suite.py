@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -254,13 +253,13 @@ def environments(overlay: Overlay, line: ReleaseLine, wheel: Path) -> tuple[Path
     def install(own: Path) -> Callable[[], list[str]]:
         return lambda: [str(own), *(str(fetch.fetch(pkg, a)) for pkg, a in others), *TEST_REQUIREMENTS]
 
-    pristine = proofenv._env_on_base(
+    pristine = proofenv.env_on_base(
         cache,
         f"suite-{line.package}-{line.version}{tail}",
         {"wheel": line.wheel.sha256, **extra},
         install(fetch.fetch(line.package, line.wheel, log=_log)),
     )
-    fixed = proofenv._env_on_base(
+    fixed = proofenv.env_on_base(
         cache,
         f"suite-{line.package}-{line.fixed_version}{tail}",
         {"wheel": fetch.sha256_file(wheel), **extra},
@@ -296,21 +295,14 @@ def run_pytest(env: Path, suite: Path, targets: list[str], work: Path, label: st
     env_vars.pop("PYTHONPATH", None)  # the tool's own src/ must not reach upstream's tests
     t0 = time.perf_counter()
     junit.unlink(missing_ok=True)
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(
-            cmd, cwd=suite, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env_vars
-        )
-        try:
-            finished = proofenv._exited(proc.pid, RUN_TIMEOUT)
-        finally:
-            proofenv._kill_group(proc)
+    returncode = proofenv.run_in_group(cmd, suite, env_vars, log, RUN_TIMEOUT)
     seconds = time.perf_counter() - t0
-    if not finished:
+    if returncode is None:
         raise PatchwheelError(f"{label}: pytest ran past {RUN_TIMEOUT:.0f} s (log: {log})", "see the log")
     if not junit.is_file():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise PatchwheelError(
-            f"{label}: pytest exited {proc.returncode} without a junit report:\n{tail}", f"see the log {log}"
+            f"{label}: pytest exited {returncode} without a junit report:\n{tail}", f"see the log {log}"
         )
     return Run(parse_junit(junit.read_text()), seconds)
 

@@ -412,3 +412,12 @@ def test_mutants_spawns_proofs_only_through_proofenv():
     source = Path(mutants.__file__).read_text()
     assert not hasattr(mutants, "run_proof") and not hasattr(mutants, "fixed_env")
     assert "Popen" not in source and "killpg" not in source and "proofenv.run_report(" in source
+
+
+def test_upstream_suite_spawns_pytest_only_through_proofenv():
+    """upstream_suite had its own copy of the spawn-and-kill-the-group code: one implementation, in proofenv."""
+    from patchwheel import upstream_suite
+
+    source = Path(upstream_suite.__file__).read_text()
+    assert "Popen" not in source and "killpg" not in source and "proofenv.run_in_group(" in source
+    assert "proofenv._" not in source, "upstream_suite uses proofenv's private helpers"
