@@ -1,23 +1,28 @@
-"""Proof for A1: ``Accelerator.prepare`` wraps a tensor-parallel (DTensor) model in DDP.
+"""Proof for A1: ``Accelerator.prepare`` wraps a DTensor model in DDP.
 
-Bug (accelerate 1.6.0, accelerate#3565): a model whose parameters or buffers are partly or wholly DTensors
-(``parallelize_module``, ``from_pretrained(..., tp_plan="auto")``, or transformers 4.50-4.53 turning
-``device_map="auto"`` into tensor parallelism under torchrun) meets ``DistributedDataParallel``, whose constructor
-broadcasts all parameters and buffers together: ``RuntimeError: aten.cat.default got mixed torch.Tensor and
-DTensor``. Upstream's 1.9 guard covers only the GPU-like branch and only parameters; the MULTI_CPU branch wraps
-unguarded up to 1.15.0.
+Bug (accelerate 1.6.0, accelerate#3565): a model whose parameters or buffers are partly or wholly DTensors meets
+``DistributedDataParallel``, whose constructor broadcasts every parameter and buffer from rank 0:
 
-A correct prepare checks parameters *and* buffers before every DDP wrap. Without an explicit tensor-parallel
-configuration it raises a ValueError naming sharded and plain tensors, the mesh, the likely cause and the fixes:
-it never wraps a sharded model (DDP's start-up broadcast would overwrite rank 1's shards with rank 0's: a silent
-wrap is the bug's symptom) and never skips DDP silently (TP needs the same batch on every rank of its group, DDP's
-dataloader gives each rank another). Tensor parallelism configured explicitly on a CPU job is a capability of its
-own patch, tested in test_a1_cpu_tensor_parallel.py.
+- a tensor-parallel model (``parallelize_module``, ``from_pretrained(..., tp_plan="auto")``), DTensors mixed with
+  plain tensors: ``RuntimeError: aten.cat.default got mixed torch.Tensor and DTensor``;
+- a model sharded with FSDP2's ``fully_shard`` (every parameter a DTensor) prepared under plain DDP:
+  ``NotImplementedError: Operator c10d.broadcast_.default does not have a sharding strategy registered``.
 
-Real runs: 2 spawned ranks, gloo on 127.0.0.1, CPU device mesh, no transformers involved.
+Upstream's 1.9 guard covers only the GPU-like branch and only parameters; the MULTI_CPU branch wraps unguarded up to
+1.15.0. A correct prepare checks parameters *and* buffers before every DDP wrap and raises a ValueError that says
+what the DTensors are (names, mesh, placements) and the way out for the case at hand: the FSDP plugin
+(``fsdp_version=2``) for an FSDP2 model, an explicit tensor-parallel configuration otherwise, or the model unsharded
+for DDP. It never wraps a sharded model (DDP's start-up broadcast would overwrite rank 1's shards with rank 0's: a
+silent wrap is the bug's symptom) and never skips DDP silently. Tensor parallelism configured explicitly on a CPU
+job is a capability of its own patch, tested in test_a1_cpu_tensor_parallel.py.
+
+Real runs: 2 spawned ranks, gloo on 127.0.0.1, CPU device mesh (``fully_shard`` runs on it with gloo in torch 2.13),
+no transformers involved.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -31,9 +36,15 @@ pytestmark = pytest.mark.proof(
     package="accelerate",
     signatures=[
         ("RuntimeError", r"got mixed torch\.Tensor and DTensor"),
-        ("BugSymptom", r"wrapped a tensor-parallel sharded model in DistributedDataParallel"),
+        ("BugSymptom", r"wrapped a DTensor model in DistributedDataParallel"),
     ],
 )
+
+# The way out the message must give, by how the model was sharded (accelerate 1.6: the plugin; from 1.10:
+# ParallelismConfig), and what it must not say for the other case.
+TP_ADVICE = re.compile(r"TorchTensorParallelPlugin\(tp_size=|ParallelismConfig\(tp_size=")
+FSDP2_ADVICE = re.compile(r"FullyShardedDataParallelPlugin\(fsdp_version=2\)")
+VERSION_STORY = re.compile(r"transformers\s*(?:[<>=]=?\s*)?\d+\.\d+")
 
 
 def _prepare_without_tp_config(rank, world_size, where):
@@ -50,18 +61,45 @@ def _prepare_without_tp_config(rank, world_size, where):
         return str(exc)
     if type(prepared).__name__ == "DistributedDataParallel":
         raise BugSymptom(
-            "prepare wrapped a tensor-parallel sharded model in DistributedDataParallel, whose start-up "
-            "broadcast overwrites the other ranks' shards with rank 0's"
+            "prepare wrapped a DTensor model in DistributedDataParallel, whose start-up broadcast overwrites the "
+            "other ranks' shards with rank 0's"
         )
     return f"prepare returned a {type(prepared).__name__} without complaint"
+
+
+def _common(message):
+    assert not VERSION_STORY.search(message), f"tells a transformers version story: {message}"
+    assert "DistributedDataParallel" in message, message
+    assert "DeviceMesh" in message and "placements" in message, f"names no mesh or placements: {message}"
+    assert "patchwheel" not in message and "+fixed" not in message, message
 
 
 @pytest.mark.parametrize("where", ["parameters", "buffer"])
 def test_prepare_refuses_a_tp_sharded_model_with_a_clear_error(where):
     for rank, message in enumerate(run_ranks(_prepare_without_tp_config, 2, where, env=CPU_JOB)):
-        assert "tensor-parallel sharded" in message, f"rank {rank}: {message}"
+        _common(message)
         sharded, plain = {"parameters": ("up.weight", "norm.weight"), "buffer": ("table", "up.weight")}[where]
         assert sharded in message and plain in message, message
-        assert "DeviceMesh" in message, message
-        assert 'device_map="auto"' in message and "torchrun" in message, message
-        assert "local_process_index" in message and "TorchTensorParallelPlugin" in message, message
+        placement = {"parameters": "Shard(dim=1)", "buffer": "Shard(dim=0)"}[where]  # RowwiseParallel: dim 1
+        assert placement in message, f"rank {rank}: no {placement}: {message}"
+        assert TP_ADVICE.search(message), f"rank {rank}: no explicit tensor-parallel configuration: {message}"
+        assert "local_process_index" in message, f"rank {rank}: no way back to DDP: {message}"
+        assert "fully_shard" not in message and not FSDP2_ADVICE.search(message), message
+
+
+@pytest.mark.proof(
+    package="accelerate",
+    signatures=[
+        ("NotImplementedError", r"c10d\.broadcast_\.default does not have a sharding strategy"),
+        ("BugSymptom", r"wrapped a DTensor model in DistributedDataParallel"),
+    ],
+)
+def test_prepare_refuses_an_fsdp2_model_and_says_fsdp2():
+    """A model sharded with ``fully_shard`` is no tensor-parallel model: the message must say FSDP2 and point to the
+    FSDP plugin, never to a tensor-parallel configuration."""
+    for rank, message in enumerate(run_ranks(_prepare_without_tp_config, 2, "fsdp2", env=CPU_JOB)):
+        assert not re.search(r"tensor[- ]parallel", message, re.I), f"rank {rank}: says tensor parallel: {message}"
+        assert not TP_ADVICE.search(message) and "tp_size" not in message, f"rank {rank}: TP advice: {message}"
+        assert "fully_shard" in message and FSDP2_ADVICE.search(message), f"rank {rank}: no FSDP2 advice: {message}"
+        _common(message)
+        assert "up.weight" in message and "Shard(dim=0)" in message, f"rank {rank}: {message}"
