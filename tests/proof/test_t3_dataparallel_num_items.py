@@ -7,19 +7,22 @@ and 4.46.2 - 4.47.0). Upstream's 4.51 ``unsqueeze(0)`` stopped the crash but a `
 piece and torch's scatter zips kwargs to the shortest, so only one replica ran and the rest of every batch was
 dropped (until 4.57.1).
 
-A correct fix gives every replica a 1-element copy, runs every replica on its share, and fixes the loss: each
-replica divides its token-loss sum by the *global* count, so the replicas' losses add up to the batch loss, and
-``training_step``'s ``mean()`` over replicas would divide by their number again.
+A correct fix gives every replica the global count as the model gets it on one device, runs every replica on its
+share, and fixes the loss: each replica divides its token-loss sum by the *global* count, so the replicas' losses
+add up to the batch loss, and ``training_step``'s ``mean()`` over replicas would divide by their number again. It
+must hold however the count reaches the replicas: Trainer's ``compute_loss``, a subclass's ``compute_loss`` that
+passes it to the model itself, a tensor or an ``int`` count; a ``compute_loss_func`` gets the count it gets on one
+device; a model that does not take the count keeps the mean of its replicas' losses.
 
 Simulation (see dataparallel_sim.py): the real Trainer with ``n_gpu`` forced to 2 (it then wraps DataParallel,
-doubles the batch and takes ``loss.mean()``), and a DataParallel subclass that keeps torch's own
-forward/scatter/scatter_kwargs and replaces only the CUDA scatter with ``chunk``. Rows carry different numbers of
+doubles the batch and takes the replica losses' mean or sum), and ``nn.DataParallel`` keeping torch's own
+forward/scatter/scatter_kwargs with only the CUDA scatter replaced by ``chunk``. Rows carry different numbers of
 supervised tokens, so a wrong normalisation shows. ``test_gpu_dataparallel_same_device_twice`` is the GPU form.
 
 The bug's symptoms, each raised as ``BugSymptom``: fewer replicas ran than the batch had room for (4.51 - 4.56),
 and a loss exactly ``n_gpu`` or ``1/n_gpu`` times the one-device loss (a mean scaled by the number of replicas, as
-4.57.1 does, on a batch with fewer rows than replicas; or an unscaled mean). Any other difference is another
-failure, not the bug.
+4.57.1 does, on a batch with fewer rows than replicas; or an unscaled mean, as for an ``int`` count). Any other
+difference is another failure, not the bug.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import copy
 import pytest
 import torch
 
-from dataparallel_sim import SimulatedDataParallel
+from dataparallel_sim import REPLICAS, simulate
 from proofkit import BugSymptom
 from tiny_llama import small_config
 
@@ -44,6 +47,7 @@ pytestmark = pytest.mark.proof(
 
 SEQ = 8
 SUPERVISED = [7, 2, 5, 1, 4]  # supervised (non -100) label positions per row
+BATCH = 4  # rows per optimizer step, split over the replicas
 
 
 def _model(cls=None):
@@ -64,21 +68,21 @@ def _rows(n):
     return rows
 
 
-def _train(model, rows, tmp_path, steps, monkeypatch, **trainer_kw):
+def _train(model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS, **trainer_kw):
+    """The real Trainer (``base``, a Trainer subclass, if given) with ``n_gpu`` forced; records batches and losses."""
     from transformers import Trainer, TrainingArguments
 
-    class RecordingTrainer(Trainer):
+    class RecordingTrainer(base or Trainer):  # type: ignore[misc]
         def training_step(self, model, inputs, num_items_in_batch=None):
             self.batches.append({k: v.clone() for k, v in inputs.items()})
             loss = super().training_step(model, inputs, num_items_in_batch)
             self.losses.append(loss.item())
             return loss
 
-    monkeypatch.setattr(torch.nn, "DataParallel", SimulatedDataParallel)
-    SimulatedDataParallel.log = []
+    log = simulate(monkeypatch)
     args = TrainingArguments(
         output_dir=str(tmp_path),
-        per_device_train_batch_size=2,
+        per_device_train_batch_size=BATCH // n_gpu,
         max_steps=steps,
         learning_rate=0.5,
         optim="sgd",
@@ -92,12 +96,18 @@ def _train(model, rows, tmp_path, steps, monkeypatch, **trainer_kw):
         dataloader_drop_last=False,
     )
     assert args.device.type == "cpu"
-    args._n_gpu = 2  # what two visible GPUs give; the real Trainer now wraps DataParallel and doubles the batch
+    args._n_gpu = n_gpu  # what n_gpu visible GPUs give; the real Trainer then wraps DataParallel and scales the batch
     trainer = RecordingTrainer(model=model, args=args, train_dataset=rows, **trainer_kw)
-    trainer.batches, trainer.losses = [], []
+    trainer.batches, trainer.losses, trainer.replica_log = [], [], log
     trainer.train()
-    assert isinstance(trainer.model_wrapped, SimulatedDataParallel)
+    if n_gpu > 1:
+        assert isinstance(trainer.model_wrapped, torch.nn.DataParallel)
+        assert log, "the simulated DataParallel saw no forward"
     return trainer
+
+
+def _tokens(batch):
+    return int((batch["labels"] != -100).sum())
 
 
 def _reference(model, batches, lr=0.5):
@@ -126,7 +136,7 @@ def _check_replicas(log, expected):
     assert got == expected, f"rows per replica: {got}, expected {expected}"
 
 
-def _check_losses(got, reference, replicas=SimulatedDataParallel.replicas):
+def _check_losses(got, reference, replicas=REPLICAS):
     """Trainer's losses against one device; a factor of exactly n_gpu or 1/n_gpu is the bug's symptom."""
     assert len(got) == len(reference), (got, reference)
     for i, (g, r) in enumerate(zip(got, reference, strict=True), 1):
@@ -153,12 +163,14 @@ def test_dataparallel_step_runs_every_replica_and_matches_one_device(tmp_path, m
     model = _model()
     start = copy.deepcopy(model)
     trainer = _train(model, _rows(4), tmp_path, 1, monkeypatch)
-    _check_replicas(SimulatedDataParallel.log, [[2, 2]])
-    (step,) = SimulatedDataParallel.log
-    total = sum((b["labels"] != -100).sum().item() for b in trainer.batches)
+    _check_replicas(trainer.replica_log, [[2, 2]])
+    (step,) = trainer.replica_log
+    total = sum(_tokens(b) for b in trainer.batches)
     for r in step:
         n = r["num_items_in_batch"]
-        assert n.numel() == 1 and int(n) == total, "each replica gets its own copy of the global token count"
+        assert torch.is_tensor(n) and n.numel() == 1 and int(n) == total, (
+            f"each replica gets the global token count ({total}), one element; got {n!r}"
+        )
     _check_losses(trainer.losses, _reference(start, trainer.batches))
     _assert_same_weights(model, start)  # same gradients: SGD without clipping moved both alike
 
@@ -168,7 +180,7 @@ def test_last_smaller_batch(tmp_path, monkeypatch):
     model = _model()
     start = copy.deepcopy(model)
     trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch)
-    _check_replicas(SimulatedDataParallel.log, [[2, 2], [1]])
+    _check_replicas(trainer.replica_log, [[2, 2], [1]])
     _check_losses(trainer.losses, _reference(start, trainer.batches))
     _assert_same_weights(model, start)
 
@@ -185,7 +197,7 @@ def test_int_and_item_on_num_items_keep_working(tmp_path, monkeypatch):
     model = _model(IntCountLlama)
     start = copy.deepcopy(model)
     trainer = _train(model, _rows(4), tmp_path, 1, monkeypatch)
-    _check_replicas(SimulatedDataParallel.log, [[2, 2]])
+    _check_replicas(trainer.replica_log, [[2, 2]])
     _check_losses(trainer.losses, _reference(start, trainer.batches))
 
     seen = []
@@ -201,8 +213,115 @@ def test_int_and_item_on_num_items_keep_working(tmp_path, monkeypatch):
     model = _model()
     start = copy.deepcopy(model)
     trainer = _train(model, _rows(4), tmp_path / "custom", 1, monkeypatch, compute_loss_func=token_mean_loss)
-    assert seen == [sum((b["labels"] != -100).sum().item() for b in trainer.batches)]
+    assert seen == [sum(_tokens(b) for b in trainer.batches)]
     _check_losses(trainer.losses, _reference(start, trainer.batches))
+
+
+def test_compute_loss_func_gets_the_count_it_gets_on_one_device(tmp_path, monkeypatch):
+    """``compute_loss_func`` runs on the gathered outputs: it gets the 0-d global count, as without DataParallel."""
+    got: dict[int, list] = {}
+
+    def loss_func(n_gpu):
+        def token_mean_loss(outputs, labels, num_items_in_batch):
+            got[n_gpu].append(num_items_in_batch)
+            if outputs.logits.shape[0] < labels.shape[0]:
+                raise BugSymptom(
+                    f"outputs for {outputs.logits.shape[0]} of {labels.shape[0]} rows: not all replicas ran "
+                    "(the rest of the batch was dropped)"
+                )
+            logits = outputs.logits[:, :-1].reshape(-1, outputs.logits.shape[-1]).float()
+            loss = torch.nn.functional.cross_entropy(
+                logits, labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum"
+            )
+            return loss / num_items_in_batch
+
+        got[n_gpu] = []
+        return token_mean_loss
+
+    one = _train(_model(), _rows(5), tmp_path / "one", 2, monkeypatch, n_gpu=1, compute_loss_func=loss_func(1))
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(5), tmp_path / "dp", 2, monkeypatch, compute_loss_func=loss_func(REPLICAS))
+    _check_replicas(trainer.replica_log, [[2, 2], [1]])
+    for step, (batch, n, n_one) in enumerate(zip(trainer.batches, got[REPLICAS], got[1], strict=True), 1):
+        assert torch.is_tensor(n_one) and n_one.dim() == 0, f"one device: {n_one!r}"  # what it gets without DP
+        assert (torch.is_tensor(n), n.shape, n.dtype) == (True, n_one.shape, n_one.dtype), (
+            f"step {step}: compute_loss_func got {n!r}, one device gets {n_one!r}"
+        )
+        assert int(n) == _tokens(batch) == int(n_one), f"step {step}: count {n!r}, batch has {_tokens(batch)} tokens"
+    assert [_tokens(b) for b in trainer.batches] == [_tokens(b) for b in one.batches]
+    _check_losses(trainer.losses, _reference(start, trainer.batches))
+    _assert_same_weights(model, start)
+
+
+def test_int_count_from_get_batch_samples(tmp_path, monkeypatch):
+    """A ``get_batch_samples`` override that returns an ``int`` count: each replica gets it, the losses add up."""
+    from transformers import Trainer
+
+    class IntCountTrainer(Trainer):
+        def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
+            batches, count = super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
+            return batches, None if count is None else int(count)
+
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=IntCountTrainer)
+    _check_replicas(trainer.replica_log, [[2, 2], [1]])
+    for step, batch in zip(trainer.replica_log, trainer.batches, strict=True):
+        assert [r["num_items_in_batch"] for r in step] == [_tokens(batch)] * len(step)
+    _check_losses(trainer.losses, _reference(start, trainer.batches))
+    _assert_same_weights(model, start)
+
+
+def test_compute_loss_override_that_passes_the_count(tmp_path, monkeypatch):
+    """A Trainer subclass whose ``compute_loss`` hands ``num_items_in_batch`` to the model itself."""
+    from transformers import Trainer
+
+    class OwnLossTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            outputs = model(**inputs, num_items_in_batch=num_items_in_batch)
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=OwnLossTrainer)
+    _check_replicas(trainer.replica_log, [[2, 2], [1]])
+    for step, batch in zip(trainer.replica_log, trainer.batches, strict=True):
+        assert [int(r["num_items_in_batch"]) for r in step] == [_tokens(batch)] * len(step)
+    _check_losses(trainer.losses, _reference(start, trainer.batches))
+    _assert_same_weights(model, start)
+
+
+@pytest.mark.regression
+def test_model_without_loss_kwargs_keeps_the_mean_of_its_replicas(tmp_path, monkeypatch):
+    """A model that does not take the count (``accepts_loss_kwargs = False``) is unchanged: each replica returns
+    its own token mean and ``training_step`` averages them, as before."""
+    from transformers import LlamaForCausalLM
+
+    class MeanLossLlama(LlamaForCausalLM):
+        accepts_loss_kwargs = False
+
+    model = _model(MeanLossLlama)
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch)
+    _check_replicas(trainer.replica_log, [[2, 2], [1]])
+    assert all("num_items_in_batch" not in r for step in trainer.replica_log for r in step)
+    expected = []
+    for batch in trainer.batches:  # one device, each replica's rows alone, mean of the replicas' mean losses
+        start.zero_grad()
+        shares = [
+            dict(zip(batch, part, strict=True))
+            for part in zip(*(v.chunk(REPLICAS) for v in batch.values()), strict=True)
+        ]
+        loss = torch.stack([start(**share).loss for share in shares]).mean()
+        loss.backward()
+        expected.append(loss.item())
+        with torch.no_grad():
+            for p in start.parameters():
+                p -= 0.5 * p.grad
+    assert trainer.losses == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    assert expected[0] != pytest.approx(_reference(_model(MeanLossLlama), trainer.batches[:1])[0], rel=1e-3)
+    _assert_same_weights(model, start)
 
 
 @pytest.mark.may_skip(reason="the GPU form runs real nn.DataParallel and needs CUDA")
