@@ -30,7 +30,7 @@ import sys
 
 import pytest
 
-from harness import run_ranks
+from harness import RankFailed, run_ranks
 from proofkit import BugSymptom, CouldNotObserve
 from tiny_llama import small_config
 
@@ -40,8 +40,12 @@ pytestmark = pytest.mark.proof(
     signatures=[
         ("TypeError", r"^'NoneType' object is not iterable$"),
         ("BugSymptom", r"warm-up reserved \d+ bytes, 1/2 of the \d+-byte model"),
+        # the sharding code, reached with an explicit tp_plan="auto" once the warm-up no longer crashes
+        ("TypeError", r"^argument of type 'NoneType' is not iterable$"),
     ],
 )
+# What transformers 4.50's tensor-parallel loading raises on a machine without an accelerator, after the plan is read.
+NO_CPU_MESH = "Cannot access accelerator device when none is available."
 
 
 def _tiny_checkpoint(path):
@@ -85,8 +89,9 @@ def _load_watching_warmup(model_class, ckpt):
     return model, warmup_bytes
 
 
-def _load_without_post_init(rank, world_size, ckpt):
-    """On each rank: load with a class that skips post_init(); return the warm-up's bytes and the weights."""
+def _no_post_init_llama():
+    """A causal LM class whose ``__init__`` skips ``post_init()``, as many remote-code models do: its own
+    ``_tp_plan`` stays the class default ``None`` (its ``LlamaModel`` submodule calls ``post_init()`` and has one)."""
     from torch import nn
     from transformers import LlamaModel, LlamaPreTrainedModel
 
@@ -100,7 +105,12 @@ def _load_without_post_init(rank, world_size, ckpt):
         def forward(self, input_ids):
             return self.lm_head(self.model(input_ids).last_hidden_state)
 
-    model, warmup_bytes = _load_watching_warmup(NoPostInitLlama, ckpt)
+    return NoPostInitLlama
+
+
+def _load_without_post_init(rank, world_size, ckpt):
+    """On each rank: load with a class that skips post_init(); return the warm-up's bytes and the weights."""
+    model, warmup_bytes = _load_watching_warmup(_no_post_init_llama(), ckpt)
     assert getattr(type(model), "_tp_plan", None) is None, "the test class must keep the None plan"
     return {"warmup_bytes": warmup_bytes, "state": {k: v.clone() for k, v in model.state_dict().items()}}
 
@@ -174,3 +184,32 @@ def test_warmup_reserves_whole_model_without_tensor_parallelism(tmp_path):
                 "world size although this load is not tensor-parallel"
             )
         assert reserved == [whole // 2 * 2], f"rank {rank}: warm-up reserved {reserved} bytes for a {whole}-byte model"
+
+
+def _load_tensor_parallel_without_post_init(rank, world_size, ckpt):
+    """On each rank: ``from_pretrained(ckpt, tp_plan="auto")`` with the class that skips post_init(); return which
+    weights were sharded and each weight gathered back whole."""
+    from torch.distributed.tensor import DTensor
+
+    model = _no_post_init_llama().from_pretrained(ckpt, tp_plan="auto")
+    sharded = sorted(name for name, tensor in model.state_dict().items() if isinstance(tensor, DTensor))
+    whole = {
+        name: (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).clone()
+        for name, tensor in model.state_dict().items()
+    }
+    return {"sharded": sharded, "state": whole}
+
+
+@pytest.mark.may_skip(reason="a release that cannot shard onto a CPU mesh (4.50 needs an accelerator)")
+def test_tensor_parallel_load_of_a_model_that_skips_post_init(tmp_path):
+    """With an explicit ``tp_plan="auto"`` the submodules' plans shard the model, as they do after post_init()."""
+    reference = _tiny_checkpoint(tmp_path)
+    try:
+        results = run_ranks(_load_tensor_parallel_without_post_init, 2, str(tmp_path))
+    except RankFailed as exc:
+        if exc.exc_type == "RuntimeError" and exc.exc_message == NO_CPU_MESH:
+            pytest.skip(f"this release cannot shard onto a CPU mesh ({exc.exc_message})")
+        raise
+    for rank, result in enumerate(results):
+        _check_loaded(result, reference)
+        assert "model.layers.0.self_attn.q_proj.weight" in result["sharded"], f"rank {rank}: {result['sharded']}"

@@ -82,4 +82,22 @@ def test_tensor_left_on_meta_by_model_code_is_named_before_dispatch(checkpoint):
     msg = str(err.value)
     assert "still on the meta device after loading" in msg and "scale" in msg, msg
     assert "non-persistent buffers, which no checkpoint holds" in msg, msg
-    assert "do not follow it" in msg, msg
+    assert "`to_empty()` would discard the loaded weights" in msg, msg
+
+
+def test_meta_error_does_not_blame_accelerate_include_buffers(checkpoint, monkeypatch):
+    """The empty model is built with ``include_buffers=False`` (the fix upstream shipped in 4.51.1), so
+    ``ACCELERATE_INIT_INCLUDE_BUFFERS`` puts nothing on meta: the error must not advise unsetting it."""
+    from transformers import LlamaForCausalLM
+
+    class MetaScaleLlama(LlamaForCausalLM):
+        def __init__(self, config):
+            super().__init__(config)
+            self.register_buffer("scale", torch.empty(3, device="meta"), persistent=False)
+
+    monkeypatch.setenv("ACCELERATE_INIT_INCLUDE_BUFFERS", "1")
+    with pytest.raises(ValueError) as err:
+        MetaScaleLlama.from_pretrained(checkpoint, device_map="auto")
+    msg = str(err.value)
+    assert "still on the meta device after loading" in msg and "scale" in msg, msg
+    assert "ACCELERATE_INIT_INCLUDE_BUFFERS" not in msg, msg

@@ -1,0 +1,71 @@
+"""Feature test for T4's follow-up: ``device_map="auto"`` under torchrun says, once and on rank 0, that each process
+loads a full copy.
+
+Since ``device_map="auto"`` no longer means tensor parallelism in a distributed run (T4, upstream 4.54.0), every
+process loads the whole model. Upstream logs that at INFO level, which the default verbosity hides: users who
+relied on the automatic sharding get one full copy per rank without a word. The patch logs a warning instead,
+once per process and on rank 0 only.
+
+Run for real: 2 spawned ranks with torchrun's environment (no process group), the default transformers
+verbosity, each rank loads the same checkpoint twice with ``device_map="auto"`` and records what transformers'
+logger emitted at WARNING or above.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import run_ranks
+from tiny_llama import small_config
+
+pytestmark = pytest.mark.feature(package="transformers")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("llama")
+    LlamaForCausalLM(small_config()).save_pretrained(path)
+    return str(path)
+
+
+def _load_twice_recording_warnings(rank, world_size, ckpt, device_map):
+    import logging
+
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.get_verbosity() == logging.WARNING, "the test needs transformers' default verbosity"
+    records: list[str] = []
+
+    class Record(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Record(level=logging.WARNING)
+    library_logger = logging.getLogger("transformers")  # where transformers' own handler sits
+    library_logger.addHandler(handler)
+    try:
+        for _ in range(2):
+            AutoModelForCausalLM.from_pretrained(ckpt, device_map=device_map)
+    finally:
+        library_logger.removeHandler(handler)
+    return [r for r in records if "device_map" in r]
+
+
+def test_rank_0_is_told_once_that_each_process_loads_a_full_copy(checkpoint):
+    rank0, rank1 = run_ranks(_load_twice_recording_warnings, 2, checkpoint, "auto", init_group=False)
+    assert len(rank0) == 1, f"rank 0 must be told exactly once, got {rank0}"
+    (message,) = rank0
+    assert "full copy of the model in each process" in message, message
+    assert 'tp_plan="auto"' in message and 'device_map={"": local_rank}' in message, message
+    assert rank1 == [], f"only rank 0 speaks, rank 1 logged {rank1}"
+
+
+def test_other_device_maps_stay_silent(checkpoint):
+    """Nothing new for a load one replica per process: no warning on any rank."""
+    results = run_ranks(_load_twice_recording_warnings, 2, checkpoint, "cpu", init_group=False)
+    assert results == [[], []], results
