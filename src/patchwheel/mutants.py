@@ -6,7 +6,9 @@ environment holding the +fixed wheels, and runs the patch's proof module. A fail
 hunk is needed and tested); a mutant on which everything passes *survived*: no test needs that hunk. A survivor is
 either dead weight, an untested part of the fix, or a deliberate extra (a message, a guard); the last kind is
 recorded in the patch message as ``Mutant-Survives: #<n> <reason>`` and reported as *justified*. A hunk whose
-reverse no longer applies because a later patch rewrote its lines is *entangled*: it cannot be reverted alone.
+reverse no longer applies because a later patch rewrote its lines is judged on its file as the series up to its
+own patch makes it (the line as it was when that patch was proven; the later patches' changes to that one file left
+out), and the verdict says so; only a hunk that cannot be reverted there either is *entangled*.
 """
 
 from __future__ import annotations
@@ -133,6 +135,15 @@ def mutant_files(
             why = f"later patch {', '.join(later)} rewrote it" if later else res.stderr.strip().splitlines()[0]
             raise Entangled(f"its reverse does not apply to the patched {hunk.path} ({why})")
         return {line.wheel_path(hunk.path): tree.read([hunk.path])[hunk.path]}  # type: ignore[dict-item]
+
+
+def mutant_files_upto(
+    line: ReleaseLine, series: list[Patch], patch_index: int, hunk: HunkRef
+) -> dict[str, bytes | None]:
+    """For a hunk a later patch rewrote: its file as ``series[: patch_index + 1]`` makes it, with the hunk reverted.
+    Raises :class:`Entangled` when even that reverse does not apply."""
+    upto = series[: patch_index + 1]
+    return mutant_files(line, upto, patch_index, hunk, patched_files(line, upto))
 
 
 # --- verdicts (pure) ---------------------------------------------------------------------------------------------
@@ -338,13 +349,20 @@ def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record,
             return Outcome("could-not-judge", "the patch names no Proof-Test or Feature-Test"), 0.0
         if (base := baseline(proof)).verdict != "survived":
             return Outcome("could-not-judge", f"baseline fails: {base.verdict}: {base.by}"), 0.0
+        note = ""
         try:
             files = mutant_files(line, series, i, hunk, patched)
         except Entangled as exc:
-            return Outcome("entangled", str(exc)), 0.0
+            try:
+                files = mutant_files_upto(line, series, i, hunk)
+            except Entangled:
+                return Outcome("entangled", str(exc)), 0.0
+            later = [p.name for p in series[i + 1 :] if hunk.path in p.touched]
+            note = f"[{hunk.path} as of {series[i].name}: {', '.join(later)} rewrote these lines] "
         with mutated(site, files):
             ran = prove(proof)
-        return judge(ran.cases, ran.detail), ran.seconds
+        found = judge(ran.cases, ran.detail)
+        return Outcome(found.verdict, note + found.by), ran.seconds
 
     warnings: list[str] = []
     for i, patch in enumerate(series):

@@ -119,6 +119,11 @@ def test_a_hunk_a_later_patch_rewrote_is_entangled(demo_project):
     with pytest.raises(mutants.Entangled, match=r"src/demo/core.py \(later patch 0002-on-top.patch rewrote it\)"):
         mutants.mutant_files(line, series, 0, greet)
     assert b"return x + 10\n" in (mutants.mutant_files(line, series, 0, f10)["demo/core.py"] or b"")
+    # judged instead on the file as the series up to its own patch makes it: the later rewrite left out
+    before_later = edit_two_far_hunks_and_a_file(dict(UP))["src/demo/core.py"]
+    assert mutants.mutant_files_upto(line, series, 0, greet) == {
+        "demo/core.py": before_later.replace(b'"hello, " + name', b'"hello " + name')
+    }
 
 
 def _case(test, outcome, error=""):
