@@ -77,7 +77,8 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
         tool(session, "build")
     tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
     session.install("--extra-index-url", (ROOT / "dist" / "simple").as_uri(), "-r", str(reqs), TORCH, "pytest")
-    session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV)
+    # `status` exits 1 where a known bug applies: on the pristine pins it must say so, on +fixed builds it must not.
+    session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV, success_codes=[1 if flavor == "pristine" else 0])
     session.run("pytest", "tests/proof", "-p", "no:cacheprovider", *session.posargs)
 
 

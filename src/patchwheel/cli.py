@@ -84,8 +84,12 @@ def _interpreter(python: str) -> str:
 
 
 def _run(cmd: list[str]) -> int:
+    return _spawn(cmd).returncode
+
+
+def _spawn(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(cmd).returncode
+        return subprocess.run(cmd, **kw)
     except OSError as exc:  # e.g. an executable text file with no #! line
         raise PatchwheelError(
             f"cannot run {cmd[0]}: {exc.strerror or exc}", "pass the python of the environment, e.g. .venv/bin/python"
@@ -93,13 +97,36 @@ def _run(cmd: list[str]) -> int:
 
 
 def cmd_status(args) -> int:
-    if args.python:  # run the stdlib-only probe inside that environment (a venv python is a symlink: no shortcut)
-        return _run([_interpreter(args.python), "-I", status.__file__] + (["--json"] if args.json else []))
-    rep = status.report()
     import json
 
-    print(json.dumps(rep, indent=2) if args.json else status.render(rep))
-    return 1 if any(p.get("problems") for p in rep["packages"]) else 0
+    from . import knownbugs
+
+    overlay = config.load(_root(args))
+    names = list(status.PACKAGES) + [p for p in overlay.packages() if p not in status.PACKAGES]
+    if args.python:  # run the stdlib-only probe inside that environment (a venv python is a symlink: no shortcut)
+        ran = _spawn(
+            [_interpreter(args.python), "-I", status.__file__, "--json", *names], capture_output=True, text=True
+        )
+        try:
+            rep = json.loads(ran.stdout)
+        except ValueError:
+            raise PatchwheelError(
+                f"{args.python} could not run the status probe: {(ran.stderr or ran.stdout).strip()[-400:]}",
+                "pass the python of an environment (Python 3.8 or newer), e.g. .venv/bin/python",
+            ) from None
+    else:
+        rep = status.report(names)
+    status_json = overlay.root / "patches" / "STATUS.json"
+    matrix = json.loads(status_json.read_text()) if status_json.is_file() else {}
+    knownbugs.annotate(overlay, matrix, rep)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        print(status.render(rep))
+        if extra := knownbugs.render(rep):
+            print(extra)
+    damaged = any(p.get("problems") for p in rep["packages"])
+    return 1 if damaged or knownbugs.affected(rep) else 0
 
 
 def cmd_requirements(args) -> int:
@@ -209,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     li = sub.add_parser("lint", help="check series and patch files (trailers, names, files)")
     li.add_argument("lines", nargs="*")
     li.set_defaults(func=cmd_lint)
-    s = sub.add_parser("status", help="which transformers/accelerate are installed, and which fixes they carry")
+    s = sub.add_parser(
+        "status",
+        help="which transformers/accelerate are installed, which fixes they carry, and which known bugs affect them"
+        " (exit 1: a known bug applies or a patched file was changed)",
+    )
     s.add_argument("--python", help="interpreter of the environment to inspect (default: this one)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_status)

@@ -80,6 +80,6 @@ def render(rep: dict) -> str:
 
 if __name__ == "__main__":  # executed by `patchwheel status --python ...` inside the target environment
     as_json = "--json" in sys.argv
-    rep = report()
+    rep = report([a for a in sys.argv[1:] if not a.startswith("--")] or PACKAGES)
     print(json.dumps(rep, indent=2) if as_json else render(rep))
     sys.exit(1 if any(p.get("problems") for p in rep["packages"]) else 0)

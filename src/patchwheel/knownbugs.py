@@ -1,0 +1,120 @@
+"""Which known bugs affect an environment's pristine transformers or accelerate.
+
+The evidence is the project's own. For a release that is a release line of this project (``patches/<pkg>/<X>/``),
+every patch with a ``Proof-Test`` is a bug: its proof fails on that pristine release, in the suite. For any other
+release, the committed upstream matrix (``patches/STATUS.json``) says which proofs failed there. Releases the matrix
+did not judge by behaviour are reported as unmeasured, never guessed. Features (``Feature-Test``) are not bugs.
++fixed builds are judged by their manifest (``status``), not here.
+"""
+
+from __future__ import annotations
+
+from .config import Overlay
+from .patches import load_series
+
+
+def _slug(name: str) -> str:
+    """``0003-dataparallel-num-items.patch`` -> ``dataparallel-num-items``: the same fix on every line."""
+    return name.removesuffix(".patch").split("-", 1)[-1]
+
+
+def _fixed_builds(overlay: Overlay, package: str) -> list[str]:
+    return [line.fixed_version for line in overlay.lines.get(package, [])]
+
+
+def for_package(overlay: Overlay, matrix: dict, package: str, version: str) -> dict:
+    """``{"bugs": [...], "measured": bool, "install": str | None, "fixed_builds": [...]}`` for a pristine release."""
+    own = next((line for line in overlay.lines.get(package, []) if line.version == version), None)
+    bugs: list[dict] = []
+    if own is not None:
+        for patch in load_series(own):
+            test = patch.trailers.get("Proof-Test")
+            if not test:
+                continue
+            bugs.append(
+                {
+                    "package": package,
+                    "version": version,
+                    "fix": patch.slug,
+                    "subject": patch.subject,
+                    "upstream_issue": patch.trailers.get("Upstream-Issue", ""),
+                    "evidence": f"its proof ({test}) fails on pristine {package} {version} in this project's suite",
+                }
+            )
+        return {"bugs": bugs, "measured": True, "install": f"{package}=={own.fixed_version}", "fixed_builds": []}
+    measured = False
+    seen: dict[str, dict] = {}
+    issues = {
+        p.slug: p.trailers.get("Upstream-Issue", "")
+        for line in overlay.lines.get(package, [])
+        for p in load_series(line)
+    }
+    lines = [m for m in matrix.get("lines", []) if m.get("line", "").split("/")[0] == package]
+    for mline in reversed(lines):  # the newest line first: its patches describe the newest form of each fix
+        for mp in mline.get("patches", []):
+            cell = mp.get("cells", {}).get(version) or {}
+            behaviour = cell.get("behaviour")
+            if behaviour in ("fails", "passes"):
+                measured = True
+            if behaviour != "fails" or _slug(mp["name"]) in seen:
+                continue
+            seen[_slug(mp["name"])] = {
+                "package": package,
+                "version": version,
+                "fix": _slug(mp["name"]),
+                "subject": mp.get("subject", ""),
+                "upstream_issue": issues.get(_slug(mp["name"]), ""),
+                "evidence": (
+                    f"its proof fails on pristine {package} {version} (upstream check, line {mline['line']}): "
+                    f"{cell.get('behaviour_detail', '')}"
+                ),
+            }
+    return {
+        "bugs": list(seen.values()),
+        "measured": measured,
+        "install": None,
+        "fixed_builds": _fixed_builds(overlay, package),
+    }
+
+
+def annotate(overlay: Overlay, matrix: dict, report: dict) -> dict:
+    """``report`` (from ``status.report``) with ``known`` added to each pristine package."""
+    for p in report["packages"]:
+        if p.get("installed") and not p.get("fixed"):
+            p["known"] = for_package(overlay, matrix, p["package"], p["version"])
+    return report
+
+
+def affected(report: dict) -> bool:
+    return any(p.get("known", {}).get("bugs") for p in report["packages"])
+
+
+def render(report: dict) -> str:
+    """Lines to print after ``status.render``: the known bugs of each pristine package, and what to install."""
+    out: list[str] = []
+    for p in report["packages"]:
+        known = p.get("known")
+        if known is None:
+            continue
+        name, version = p["package"], p["version"]
+        if not known["measured"]:
+            out.append(
+                f"  {name} {version}: not measured by this project (no proof ran on it); "
+                f"+fixed builds: {', '.join(known['fixed_builds']) or 'none'}"
+            )
+            continue
+        if not known["bugs"]:
+            out.append(f"  {name} {version}: no known bug (every proof run on it passes)")
+            continue
+        out.append(f"  {name} {version}: {len(known['bugs'])} known bug(s)")
+        for bug in known["bugs"]:
+            out.append(f"      {bug['fix']}: {bug['subject']}")
+            out.append(f"          {bug['evidence'][:200]}")
+            if bug["upstream_issue"]:
+                out.append(f"          upstream: {bug['upstream_issue']}")
+        if known["install"]:
+            out.append(f"      install the fixes: pip install '{known['install']}' (from the +fixed index)")
+        else:
+            builds = ", ".join(known["fixed_builds"]) or "none"
+            out.append(f"      no +fixed build of {version}; +fixed builds: {builds}")
+    return ("known bugs (this project's proofs):\n" + "\n".join(out)) if out else ""
