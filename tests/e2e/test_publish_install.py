@@ -204,6 +204,10 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
     )
     print(proof.stdout[-2000:])
     module = (ROOT / "tests" / "proof" / "test_t1_warmup_tp_plan.py").read_text()
-    every = f"{len(re.findall(r'^def test_', module, re.M))} passed in "  # every test of the module ran and passed
-    assert proof.returncode == 0 and every in proof.stdout, proof.stdout[-3000:] + proof.stderr[-2000:]
+    tests = len(re.findall(r"^def test_", module, re.M))
+    may_skip = len(re.findall(r"^@pytest\.mark\.may_skip", module, re.M))  # the proof contract fails any other skip
+    counts = re.search(r"^(\d+) passed(?:, (\d+) skipped)? in ", proof.stdout, re.M)
+    assert proof.returncode == 0 and counts, proof.stdout[-3000:] + proof.stderr[-2000:]
+    passed, skipped = int(counts.group(1)), int(counts.group(2) or 0)
+    assert passed + skipped == tests and skipped <= may_skip, proof.stdout[-3000:]  # every test ran or may skip
     assert "carrying 0001-warmup-none-tp-plan.patch: passed" in proof.stdout
