@@ -3,9 +3,13 @@
 - ``0001-<slug>.patch``: the patch carried alone onto the newest upstream release (3-way if needed), exported with
   the pinned format-patch flags, and verified: ``git am`` takes it on a fresh repository of that release's files.
 - ``reproducer/``: the proof test as a standalone pytest module (with the spawn harness it uses and a conftest
-  that only registers the markers): it fails on the pristine release and passes with the fix.
-- ``PR.md``: title, problem, reproducer, root cause and fix (the commit message), and the releases affected
-  according to patches/STATUS.json.
+  that only registers the markers).
+- Before anything is written, the reproducer runs on that newest release both ways, in an environment of its
+  own: it must fail with the bug's signature on the pristine release, and pass with the exported patch applied
+  to the release's files. Otherwise the export stops and says which way went wrong. (A feature patch has no bug
+  to show; its test is not run here.)
+- ``PR.md``: title, problem, reproducer, root cause and fix (the commit message), both runs, and the releases
+  affected according to patches/STATUS.json.
 """
 
 from __future__ import annotations
@@ -13,16 +17,43 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.version import Version
 
-from . import fetch, gitops
-from .config import Overlay
+from . import fetch, gitops, proofenv
+from .config import Artifact, Overlay, ReleaseLine
 from .errors import PatchwheelError
-from .patches import load_series
+from .patches import Patch, load_series
 from .textcheck import carry
-from .upstream import upstream_files
+from .upstream import companions, upstream_files
+
+#: ``verify(overlay, line, patch, newest, patched) -> (pristine, patched)``: the reproducer's outcome on the newest
+#: release as published and with the patch's files (wheel paths -> bytes, None: deleted) installed.
+Verify = Callable[[Overlay, ReleaseLine, Patch, Artifact, dict], tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]]
+
+
+def run_both_ways(
+    overlay: Overlay, line: ReleaseLine, patch: Patch, newest: Artifact, patched: dict
+) -> tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]:
+    """The proof module on the newest release, pristine and then with ``patched`` installed over it, in a cached
+    environment used only by exports (so no other check ever sees the patched files)."""
+    from .mutants import mutated
+
+    wheels = [(line.package, newest)] + companions(overlay, line)
+    name = "export-" + "+".join(f"{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in wheels)
+    env = proofenv.env_on_base(
+        fetch.cache_dir(),
+        name,
+        {"wheels": [a.sha256 for _, a in wheels]},
+        lambda: [str(fetch.fetch(p, a)) for p, a in wheels],
+    )
+    before = proofenv.run_proof(env, overlay.root, patch.test_module)
+    with mutated(proofenv._site(env), patched):
+        after = proofenv.run_proof(env, overlay.root, patch.test_module)
+    return before, after
 
 
 def find(overlay: Overlay, slug: str):
@@ -37,7 +68,9 @@ def find(overlay: Overlay, slug: str):
     raise PatchwheelError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")
 
 
-def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print) -> Path:
+def export(
+    overlay: Overlay, slug: str, out_root: Path | None = None, log=print, verify: Verify = run_both_ways
+) -> Path:
     line, upto = find(overlay, slug)
     patch = upto[-1]
     version, newest, _ = fetch.releases(line.package)[-1]
@@ -66,16 +99,40 @@ def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print)
         mbox = gitops.format_patch(repo)
     finally:
         shutil.rmtree(repo.parent, ignore_errors=True)
+    check = gitops.scratch_repo({k: v for k, v in new.items() if v is not None}, f"{line.package} {version}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="patchwheel-export-") as tmp:
+            mbox_file = Path(tmp) / f"0001-{patch.slug}.patch"
+            mbox_file.write_bytes(mbox)
+            gitops.am(check, mbox_file)  # the proof that `git am` takes it on the release's tree
+        applied = {p: (check / p).read_bytes() if (check / p).is_file() else None for p in patch.touched}
+    finally:
+        shutil.rmtree(check.parent, ignore_errors=True)
+    patched = {w: data for p, data in applied.items() if (w := line.wheel_path(p)) is not None}
+    runs = None
+    if not patch.is_feature:
+        log(f"{patch.name}: running its reproducer on {line.package} {version}, pristine and patched ...")
+        before, after = verify(overlay, line, patch, newest, patched)
+        where = f"{line.package} {version}"
+        if before.verdict != "fails":
+            raise PatchwheelError(
+                f"the reproducer does not fail on pristine {where} ({before.verdict}: {before.detail})",
+                "if the bug is fixed there, drop the patch (see patches/STATUS.md); if the test cannot judge that "
+                "release, port the test first",
+            )
+        if after.verdict != "passes":
+            raise PatchwheelError(
+                f"the reproducer does not pass on {where} with the exported patch applied "
+                f"({after.verdict}: {after.detail})",
+                f"the fix does not work there as it is: rebase the line (`nox -s rebase -- {line.package} {version}`) "
+                "and fix the patch on the new line",
+            )
+        runs = (before, after)
     out = (out_root or overlay.root / "export") / patch.slug
     shutil.rmtree(out, ignore_errors=True)
     (out / "reproducer").mkdir(parents=True)
     patch_file = out / f"0001-{patch.slug}.patch"
     patch_file.write_bytes(mbox)
-    check = gitops.scratch_repo({k: v for k, v in new.items() if v is not None}, f"{line.package} {version}")
-    try:
-        gitops.am(check, patch_file)  # the proof that `git am` takes it on the release's tree
-    finally:
-        shutil.rmtree(check.parent, ignore_errors=True)
     proof = overlay.root / patch.test_module
     for helper in [proof] + _helpers(proof):
         shutil.copy(helper, out / "reproducer" / helper.name)
@@ -87,10 +144,11 @@ def export(overlay: Overlay, slug: str, out_root: Path | None = None, log=print)
         '    config.addinivalue_line("markers", "may_skip(reason): may skip for this reason")\n'
         '    config.addinivalue_line("markers", "regression: must pass with and without the fix")\n'
     )
-    (out / "PR.md").write_text(_description(overlay, line, patch, version, result.status, proof.name))
+    (out / "PR.md").write_text(_description(overlay, line, patch, version, result.status, proof.name, runs))
+    ran = "reproducer failed on pristine, passed patched" if runs else "a feature: its test not run here"
     log(
-        f"wrote {out}/: {patch_file.name} ({result.status} onto {line.package} {version}, verified with git am), "
-        f"reproducer/, PR.md"
+        f"wrote {out}/: {patch_file.name} ({result.status} onto {line.package} {version}, verified with git am; "
+        f"{ran}), reproducer/, PR.md"
     )
     return out
 
@@ -106,7 +164,7 @@ def _helpers(module: Path, seen: set[Path] | None = None) -> list[Path]:
     return sorted(seen - {module})
 
 
-def _description(overlay, line, patch, version, text_status, proof_name) -> str:
+def _description(overlay, line, patch, version, text_status, proof_name, runs=None) -> str:
     body = "\n".join(t for t in patch.message.splitlines() if not re.match(r"^[A-Za-z-]+: ", t)).strip()
     affected: list[str] = []
     fixed: list[str] = []
@@ -146,6 +204,17 @@ def _description(overlay, line, patch, version, text_status, proof_name) -> str:
             f"pytest reproducer/{proof_name}   # fails without this patch, passes with it",
             "```",
             "",
+            *(
+                [
+                    f"Run on {line.package} {version} by the export, in an environment of its own:",
+                    "",
+                    f"- pristine {version}: fails ({runs[0].detail})",
+                    f"- {version} with this patch: passes ({runs[1].detail})",
+                    "",
+                ]
+                if runs
+                else []
+            ),
             "## Versions affected",
             "",
             f"- this patch applies to {line.package} {version} ({text_status}); it was first written for "

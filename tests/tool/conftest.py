@@ -161,3 +161,12 @@ def demo_project(tmp_path, monkeypatch) -> Demo:
     upstream_files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
     demo.set_series(("0001-greet-comma.patch", make_patch(upstream_files, edit_greet, "Greet with a comma", TRAILERS)))
     return demo
+
+
+def both_ways_ok(overlay, line, patch, newest, patched):
+    """Stands in for export's real run (an environment with torch per release): the reproducer fails, then passes."""
+    from patchwheel import proofenv
+
+    return proofenv.ProofOutcome("fails", "test_greet: BugSymptom: no comma"), proofenv.ProofOutcome(
+        "passes", "1 passed"
+    )

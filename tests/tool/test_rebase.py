@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import zipfile
 
@@ -11,7 +12,7 @@ from patchwheel import build as build_mod
 from patchwheel import export, gitops, patches, rebase, textcheck, upstream
 from patchwheel.errors import PatchwheelError
 
-from conftest import CORE, INIT
+from conftest import CORE, INIT, both_ways_ok
 
 FIX = b'"hello, " + name'
 
@@ -99,7 +100,7 @@ def test_drop_when_contradictions_are_flagged():
 
 def test_export_verifies_with_git_am(demo_project, tmp_path):
     demo_project.add_release("1.1.0", b"# moved\n" + CORE)
-    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None)
+    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
     patch = out / "0001-greet-comma.patch"
     assert patch.read_bytes().startswith(b"From 0000000000000000000000000000000000000000")
     assert (out / "reproducer" / "test_demo.py").is_file() and (out / "reproducer" / "conftest.py").is_file()
@@ -112,10 +113,47 @@ def test_export_verifies_with_git_am(demo_project, tmp_path):
         shutil.rmtree(repo.parent)
 
 
+def test_export_runs_the_reproducer_both_ways_on_the_newest_release(demo_project, tmp_path):
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+    seen: dict[str, object] = {}
+
+    def verify(overlay, line, patch, newest, patched):
+        seen.update(version=newest.filename, patched=patched)
+        return both_ways_ok(overlay, line, patch, newest, patched)
+
+    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=verify)
+    assert seen["version"] == "demo-1.1.0-py3-none-any.whl"
+    assert seen["patched"] == {"demo/core.py": b"# moved\n" + CORE.replace(b'"hello " + name', b'"hello, " + name')}
+    pr = (out / "PR.md").read_text()
+    assert "- pristine 1.1.0: fails (test_greet: BugSymptom: no comma)\n" in pr, pr
+    assert "- 1.1.0 with this patch: passes (1 passed)\n" in pr, pr
+
+
+@pytest.mark.parametrize(
+    "before, after, says",
+    [
+        ("passes", "passes", "the reproducer does not fail on pristine demo 1.1.0 (passes"),
+        ("error", "passes", "the reproducer does not fail on pristine demo 1.1.0 (error"),
+        ("fails", "fails", "the reproducer does not pass on demo 1.1.0 with the exported patch applied (fails"),
+    ],
+)
+def test_export_refuses_a_reproducer_that_does_not_show_the_fix(demo_project, tmp_path, before, after, says):
+    from patchwheel import proofenv
+
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+
+    def verify(overlay, line, patch, newest, patched):
+        return proofenv.ProofOutcome(before, "detail"), proofenv.ProofOutcome(after, "detail")
+
+    with pytest.raises(PatchwheelError, match=re.escape(says)):
+        export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=verify)
+    assert not (tmp_path / "greet-comma").exists(), "nothing is written when the reproducer does not show the fix"
+
+
 def test_export_refuses_a_conflicting_patch(demo_project, tmp_path):
     demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
     with pytest.raises(PatchwheelError, match="does not carry onto demo 1.1.0") as err:
-        export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None)
+        export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
     assert "rebase the line first" in err.value.hint
 
 

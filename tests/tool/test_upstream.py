@@ -22,7 +22,7 @@ from patchwheel import cli, export, fetch, index, mutants, proofenv, rebase, ups
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
 
-from conftest import CORE
+from conftest import CORE, both_ways_ok
 
 # --- 1. shared environments and the verdict cache ------------------------------------------------------------------
 
@@ -204,7 +204,7 @@ def test_export_sorts_versions_with_packaging(demo_project, tmp_path):
     (demo_project.root / "patches" / "STATUS.json").write_text(
         json.dumps({"lines": [{"line": "demo/1.0.0", "patches": [{"name": "0001-greet-comma.patch", "cells": cells}]}]})
     )
-    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None)
+    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
     pr = (out / "PR.md").read_text()
     assert "- the reproducer fails on: 1.1.0, 1.2.0, 1.2.0.post1, 1.10.0\n" in pr, pr
     assert "- the reproducer passes on: 1.9.0, 1.10.1\n" in pr, pr
