@@ -44,6 +44,7 @@ def for_package(overlay: Overlay, matrix: dict, package: str, version: str) -> d
         return {"bugs": bugs, "measured": True, "install": f"{package}=={own.fixed_version}", "fixed_builds": []}
     measured = False
     seen: dict[str, dict] = {}
+    judged: set[str] = set()  # fixes a newer line's proof judged on this release: its verdict stands
     issues = {
         p.slug: p.trailers.get("Upstream-Issue", "")
         for line in overlay.lines.get(package, [])
@@ -54,9 +55,11 @@ def for_package(overlay: Overlay, matrix: dict, package: str, version: str) -> d
         for mp in mline.get("patches", []):
             cell = mp.get("cells", {}).get(version) or {}
             behaviour = cell.get("behaviour")
-            if behaviour in ("fails", "passes"):
-                measured = True
-            if behaviour != "fails" or _slug(mp["name"]) in seen:
+            if behaviour not in ("fails", "passes") or _slug(mp["name"]) in judged:
+                continue
+            measured = True
+            judged.add(_slug(mp["name"]))
+            if behaviour != "fails":
                 continue
             seen[_slug(mp["name"])] = {
                 "package": package,

@@ -75,6 +75,18 @@ def test_other_releases_are_judged_by_the_committed_matrix_only(demo_project):
     assert not knownbugs.affected(unmeasured) and "not measured by this project" in knownbugs.render(unmeasured)
 
 
+def test_the_newest_line_s_verdict_stands(demo_project):
+    """Two lines judged the same fix on one release: the newer line's proof (the fix's newest form) decides."""
+    older = _matrix({"1.1.0": {"behaviour": "fails"}})["lines"][0]
+    newer = {
+        **older,
+        "line": "demo/1.0.5",
+        "patches": [{**older["patches"][0], "cells": {"1.1.0": {"behaviour": "passes"}}}],
+    }
+    rep = knownbugs.annotate(demo_project.load(), {"lines": [older, newer]}, _report("1.1.0"))
+    assert rep["packages"][0]["known"]["bugs"] == [] and rep["packages"][0]["known"]["measured"]
+
+
 def test_a_fixed_build_is_left_to_its_manifest(demo_project):
     rep = knownbugs.annotate(demo_project.load(), {}, _report("1.0.0+fixed", fixed=True))
     assert "known" not in rep["packages"][0] and knownbugs.render(rep) == ""
