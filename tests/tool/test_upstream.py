@@ -49,28 +49,38 @@ def _ino(path: Path) -> int:
     return os.stat(path).st_ino
 
 
-def test_release_env_is_built_once_for_concurrent_threads(demo_project, monkeypatch):
-    builds = FakeBuilds(monkeypatch)
-    wheels = [("demo", demo_project.load().line("demo").wheel)]
-    start, seen, errors = threading.Barrier(4), [], []
+def _in_threads(target, n: int) -> list[str]:
+    """Run ``target`` in ``n`` threads at once and wait for them; the reprs of what they raised."""
+    errors: list[str] = []
 
-    def worker() -> None:
+    def guarded() -> None:
         try:
-            start.wait()
-            env = proofenv.release_env(demo_project.cache, wheels)
-            base = demo_project.cache / "envs" / f"base-torch-{proofenv.torch_version()}"
-            seen.append((_ino(env), _ino(base)))
-            time.sleep(0.5)  # "run proofs" while the others finish: nobody may replace what this thread uses
-            seen.append((_ino(env), _ino(base)))
-        except Exception as exc:  # noqa: BLE001 - reported below
+            target()
+        except Exception as exc:  # noqa: BLE001 - returned to the test
             errors.append(repr(exc))
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
+    threads = [threading.Thread(target=guarded) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
+    return errors
+
+
+def test_release_env_is_built_once_for_concurrent_threads(demo_project, monkeypatch):
+    builds = FakeBuilds(monkeypatch)
+    wheels = [("demo", demo_project.load().line("demo").wheel)]
+    start, seen = threading.Barrier(4), []
+
+    def worker() -> None:
+        start.wait()
+        env = proofenv.release_env(demo_project.cache, wheels)
+        base = demo_project.cache / "envs" / f"base-torch-{proofenv.torch_version()}"
+        seen.append((_ino(env), _ino(base)))
+        time.sleep(0.5)  # "run proofs" while the others finish: nobody may replace what this thread uses
+        seen.append((_ino(env), _ino(base)))
+
+    assert _in_threads(worker, 4) == []
     assert (builds.count("base"), builds.count("release")) == (1, 1), builds.installs
     assert len(set(seen)) == 1, "a thread's environment was deleted and replaced under it"
     env = demo_project.cache / "envs" / "demo-1.0.0"
@@ -154,20 +164,12 @@ def test_judged_cache_runs_each_proof_once_across_concurrent_lines(demo_project,
     overlay = demo_project.load()
     line, sel = overlay.line("demo"), upstream.Selection.parse([])
     judged = upstream.Judged()
-    results, errors = [], []
+    results = []
 
     def check() -> None:
-        try:
-            results.append(upstream.check_line(overlay, line, sel, sel, workers=2, judged=judged))
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(repr(exc))
+        results.append(upstream.check_line(overlay, line, sel, sel, workers=2, judged=judged))
 
-    threads = [threading.Thread(target=check) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert _in_threads(check, 3) == []
     assert runs == {("demo-1.1.0", "tests/proof/test_demo.py"): 1, ("demo-1.2.0", "tests/proof/test_demo.py"): 1}
     for r in results:
         assert {v: c["behaviour"] for v, c in r["patches"][0]["cells"].items()} == {"1.1.0": "fails", "1.2.0": "fails"}
