@@ -40,7 +40,7 @@ def run_both_ways(
 ) -> tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]:
     """The proof module on the newest release, pristine and then with ``patched`` installed over it, in a cached
     environment used only by exports (so no other check ever sees the patched files)."""
-    from .mutants import mutated
+    from .mutants import mutated, reset
 
     wheels = [(line.package, newest)] + companions(overlay, line)
     name = "export-" + "+".join(f"{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in wheels)
@@ -50,6 +50,8 @@ def run_both_ways(
         {"wheels": [a.sha256 for _, a in wheels]},
         lambda: [str(fetch.fetch(p, a)) for p, a in wheels],
     )
+    # An export killed while the patched files were installed left them there: put the release's own bytes back.
+    reset(proofenv._site(env), fetch.fetch(line.package, newest), sorted(patched))
     before = proofenv.run_proof(env, overlay.root, patch.test_module)
     with mutated(proofenv._site(env), patched):
         after = proofenv.run_proof(env, overlay.root, patch.test_module)

@@ -170,3 +170,14 @@ def both_ways_ok(overlay, line, patch, newest, patched):
     return proofenv.ProofOutcome("fails", "test_greet: BugSymptom: no comma"), proofenv.ProofOutcome(
         "passes", "1 passed"
     )
+
+
+def other_patch_set(demo: Demo) -> None:
+    """Replace the demo's series with a different one-patch series (a dist/ built before is then stale)."""
+    other = make_patch(
+        {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT},
+        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"a + b", b"b + a")},
+        "Add the other way round",
+        TRAILERS,
+    )
+    demo.set_series(("0001-add-swap.patch", other))

@@ -16,7 +16,7 @@ from patchwheel.errors import PatchwheelError
 from patchwheel.rewrite import read
 from patchwheel.verify import verify
 
-from conftest import CORE, INIT, TRAILERS, make_patch
+from conftest import CORE, INIT, TRAILERS, make_patch, other_patch_set
 
 
 def _build(demo, dist=None, **kw):
@@ -156,13 +156,7 @@ def test_stale_dist_from_another_patch_set_is_refused(demo_project):
     dist = demo_project.root / "dist"
     _build(demo_project)
     before = _snapshot(dist)
-    other = make_patch(
-        {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT},
-        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"a + b", b"b + a")},
-        "Add the other way round",
-        TRAILERS,
-    )
-    demo_project.set_series(("0001-add-swap.patch", other))
+    other_patch_set(demo_project)
     with pytest.raises(PatchwheelError) as err:
         _build(demo_project)
     assert "built from another patch set (0001-greet-comma.patch; now 0001-add-swap.patch)" in err.value.message

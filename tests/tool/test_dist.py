@@ -20,7 +20,7 @@ from patchwheel import build as build_mod
 from patchwheel import cli, publish
 from patchwheel.errors import PatchwheelError
 
-from conftest import CORE, INIT, TRAILERS, make_patch
+from conftest import CORE, other_patch_set
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 OLD_WHEEL = "demo-1.0.0+fixed-py3-none-any.whl"
@@ -150,21 +150,11 @@ def test_cli_build_names_only_constraints_files_that_exist(demo_project, capsys)
 # 2. the swap into dist/ is one step ------------------------------------------------------------------------------
 
 
-def _new_patch_set(demo) -> None:
-    other = make_patch(
-        {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT},
-        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"a + b", b"b + a")},
-        "Add the other way round",
-        TRAILERS,
-    )
-    demo.set_series(("0001-add-swap.patch", other))
-
-
 def test_publish_never_leaves_a_moment_without_dist(demo_project, monkeypatch):
     dist = demo_project.root / "dist"
     _build(demo_project)
     before = _snapshot(dist)
-    _new_patch_set(demo_project)
+    other_patch_set(demo_project)
     gaps = []
     for name in ("replace", "rename"):
         real = getattr(os, name)
@@ -205,7 +195,7 @@ def test_fallback_swap_failure_leaves_dist_exactly_as_before(demo_project, monke
     dist = demo_project.root / "dist"
     _build(demo_project)
     before = _snapshot(dist)
-    _new_patch_set(demo_project)
+    other_patch_set(demo_project)
     monkeypatch.setattr(publish, "_exchange", lambda a, b: False, raising=False)  # no renameat2 here
     real = os.replace
 
