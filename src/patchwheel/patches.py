@@ -7,7 +7,7 @@ tree. Its metadata lives in git trailers at the end of the commit message (they 
     Upstream-Issue:  https://github.com/huggingface/transformers/issues/37663
     Upstream-Status: Pending | Submitted <url> | Backport <pr> | Fixed-In <version>
                      | Partial-Fix-In <version> <the proof test that still fails there>
-    Proof-Test:      tests/proof/test_x.py[::test_y]   a fix: the test that proves the bug (fails without the patch)
+    Proof-Test:      tests/proof/test_x.py[::test_y, ...] a fix: the test(s) that prove the bug (fail without the patch)
     Feature-Test:    tests/proof/test_x.py             instead, for a capability the patch adds
     Drop-When:       transformers>=4.54.0   a release condition;
                      proof-passes-upstream  (fixes only) no release is known to fix it: the upstream check decides
@@ -311,17 +311,28 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
 
 
 def _check_test_ref(patch: Patch, value: str, root: Path | None, what: str) -> list[str]:
-    file, _, func = value.partition("::")
-    if not file.startswith("tests/proof/") or not file.endswith(".py"):
-        return [f"{patch.name}: {what} {value!r} must be tests/proof/<file>.py[::<test>]"]
+    """One module, whole or as a comma-separated list of its tests (those that show the bug on this line)."""
+    refs = [v.strip().partition("::") for v in value.split(",")]
+    files = {file for file, _, _ in refs}
+    if len(files) != 1 or any(not file.startswith("tests/proof/") or not file.endswith(".py") for file in files):
+        return [
+            f"{patch.name}: {what} {value!r} must be tests/proof/<file>.py, or tests of one such file: "
+            "tests/proof/<file>.py::<test>[, tests/proof/<file>.py::<test> ...]"
+        ]
+    (file,) = files
+    if len(refs) > 1 and any(not func for _, _, func in refs):
+        return [f"{patch.name}: {what} {value!r} names the whole of {file} and some of its tests: pick one"]
     if root is None:
         return []
     src = root / file
     if not src.is_file():
         return [f"{patch.name}: {what} file {file} does not exist"]
-    if func and not re.search(rf"^\s*def {re.escape(func.split('[')[0])}\(", src.read_text(), re.M):
-        return [f"{patch.name}: {what} {func} is not defined in {file}"]
-    return []
+    text = src.read_text()
+    return [
+        f"{patch.name}: {what} {func} is not defined in {file}"
+        for _, _, func in refs
+        if func and not re.search(rf"^\s*def {re.escape(func.split('[')[0])}\(", text, re.M)
+    ]
 
 
 def lint_line(line: ReleaseLine, root: Path | None = None) -> list[str]:

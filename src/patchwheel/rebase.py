@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.utils import (
@@ -29,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 from . import fetch, gitops, proofenv
 from .config import Artifact, Overlay
 from .errors import PatchwheelError
-from .patches import load_series, parse_patch
+from .patches import Patch, load_series, parse_patch
 from .textcheck import carry
 from .upstream import companions, upstream_files
 
@@ -79,7 +80,16 @@ def _artifacts(package: str, version: str) -> tuple[Artifact, Artifact | None]:
     return wheel, sdist
 
 
-def start(overlay: Overlay, package: str, version: str, *, behaviour: bool = True, log=print) -> int:
+def start(
+    overlay: Overlay,
+    package: str,
+    version: str,
+    *,
+    behaviour: bool = True,
+    log=print,
+    judge: Callable[[Patch], proofenv.ProofOutcome] | None = None,
+) -> int:
+    """``judge``: a patch's proof verdict on the pristine new release (default: run it in a cached environment)."""
     version = _version(version)
     old = overlay.line(package)
     if Version(version) <= Version(old.version):
@@ -97,12 +107,14 @@ def start(overlay: Overlay, package: str, version: str, *, behaviour: bool = Tru
     series = load_series(old)
     dropped: dict[str, str] = {}
     if behaviour:
-        env = proofenv.release_env(fetch.cache_dir(), [(package, wheel)] + companions(overlay, old))
+        if judge is None:
+            env = proofenv.release_env(fetch.cache_dir(), [(package, wheel)] + companions(overlay, old))
+            judge = lambda p: proofenv.run_proof(env, overlay.root, p.test_module)  # noqa: E731
         for p in series:
             if p.is_feature:
                 log(f"{p.name}: a feature, carried by text (dropped by its Drop-When, not by a proof)")
                 continue
-            outcome = proofenv.run_proof(env, overlay.root, p.test_module)
+            outcome = judge(p)
             log(f"{p.name}: proof on pristine {version}: {outcome.verdict} ({outcome.detail})")
             if outcome.verdict == "passes":
                 dropped[p.name] = f"its proof passes on pristine {package} {version}"
@@ -117,7 +129,7 @@ def start(overlay: Overlay, package: str, version: str, *, behaviour: bool = Tru
     repo = work / "repo"
     base = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
     commits = {}
-    for p in keep:
+    for p in series:  # the whole series: a kept patch may build on a dropped one (its diff is against that state)
         gitops.am(repo, p.path)
         commits[p.name] = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
     gitops.git(repo, "branch", "-q", "series")

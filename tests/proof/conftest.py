@@ -15,6 +15,9 @@ patch series in ``patches/``:
   name must be equal, the message must match the regex, and (except for ``BugSymptom``, which the test raises
   when it sees the bug's effect) the traceback must pass through the package under test. Exceptions from spawned
   ranks are judged on the rank's own type and message; the harness's wrapper text and tracebacks never match;
+- a ``Proof-Test`` may list tests (``tests/proof/test_x.py::test_a, tests/proof/test_x.py::test_b``): on that
+  release line only those must FAIL on the pristine pin; the module's other tests are regression guards there (a
+  newer release fixed part of the bug, and the rest must stay fixed);
 - a proof test whose patch the release line no longer carries, because an older line's series dropped it when
   upstream fixed the bug: a regression guard, it must PASS. The transition needs no version switch in the test;
 - a feature test on a build without its patch is not run (the feature is absent), and the summary says so;
@@ -102,8 +105,19 @@ def _module(item) -> str:
     return Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
 
 
+def _refs(value: str | None) -> list[tuple[str, str]]:
+    """A ``Proof-Test``/``Feature-Test`` trailer as (module, test) pairs; test is "" for the whole module."""
+    return [
+        (file, func) for v in (value or "").split(",") if v.strip() for file, _, func in [v.strip().partition("::")]
+    ]
+
+
 def _names_module(value: str | None, module: str) -> bool:
-    return any(v.strip().split("::")[0] == module for v in (value or "").split(","))
+    return any(file == module for file, _ in _refs(value))
+
+
+def _names_test(value: str | None, module: str, test: str) -> bool:
+    return any(file == module and func in ("", test) for file, func in _refs(value))
 
 
 @functools.cache
@@ -114,8 +128,9 @@ def _series(package: str) -> tuple:
     return tuple((line, tuple(patches.load_series(line))) for line in config.load(ROOT).lines.get(package, []))
 
 
-def _series_naming(package: str, version: str, module: str) -> tuple[str | None, str | None]:
-    """(patch in the release line that applies to ``version``, patch in an older line) naming ``module``."""
+def _series_naming(package: str, version: str, module: str, test: str) -> tuple[str | None, str | None, str | None]:
+    """For the release line that applies to ``version``: (its patch naming ``test`` of ``module``, its patch naming
+    only other tests of the module, a patch of an older line naming the module)."""
     from packaging.version import Version
 
     lines = [line for line, _ in _series(package)]
@@ -123,19 +138,26 @@ def _series_naming(package: str, version: str, module: str) -> tuple[str | None,
     base = Version(Version(version).base_version)
     applicable = [line for line in lines if Version(line.version) <= base] or lines[:1]
     if not applicable:
-        return None, None
+        return None, None, None
 
-    def naming(line):
+    def naming(line, names):
         for p in series[line]:
-            if _names_module(p.trailers.get("Proof-Test"), module) or _names_module(
-                p.trailers.get("Feature-Test"), module
-            ):
+            if names(p.trailers.get("Proof-Test")) or names(p.trailers.get("Feature-Test")):
                 return p.name
         return None
 
+    def this_test(value):
+        return _names_test(value, module, test)
+
+    def this_module(value):
+        return _names_module(value, module)
+
     current = applicable[-1]
-    older = next((f"{n} ({line.key})" for line in reversed(lines[: lines.index(current)]) if (n := naming(line))), None)
-    return naming(current), older
+    older = next(
+        (f"{n} ({line.key})" for line in reversed(lines[: lines.index(current)]) if (n := naming(line, this_module))),
+        None,
+    )
+    return naming(current, this_test), naming(current, this_module), older
 
 
 def _expectation(item) -> Expect:
@@ -164,9 +186,15 @@ def _expectation(item) -> Expect:
     if carried:
         return Expect("pass", where)
     upstream_version = info["upstream"]["version"] if info["fixed"] else info["version"]
-    current, older = _series_naming(pkg, upstream_version, module)
+    current, sibling, older = _series_naming(pkg, upstream_version, module, item.originalname)
     if current is not None:
         return Expect("fail", where)
+    if sibling is not None:
+        return Expect(
+            "pass",
+            f"{where}, regression guard: {sibling} lists the tests of this module that show the bug here",
+            "regression",
+        )
     if older is not None:
         return Expect(
             "pass", f"{where}, regression guard: upstream fixed it, so the line dropped {older}", "regression"

@@ -49,12 +49,21 @@ def test_missing_trailer(demo_project, missing):
         ("Proof-Test", "tests/test_x.py", "must be tests/proof/<file>.py"),
         ("Proof-Test", "tests/proof/test_nope.py", "does not exist"),
         ("Proof-Test", "tests/proof/test_demo.py::test_other", "is not defined in"),
+        ("Proof-Test", "tests/proof/test_demo.py::test_greet, tests/proof/test_demo.py::test_nope", "is not defined"),
+        ("Proof-Test", "tests/proof/test_demo.py::test_greet, tests/proof/test_x.py::test_greet", "tests of one such"),
+        ("Proof-Test", "tests/proof/test_demo.py, tests/proof/test_demo.py::test_greet", "pick one"),
     ],
 )
 def test_bad_trailer_values(demo_project, key, value, expect):
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, key: value})))
     (problem,) = _problems(demo_project)
     assert expect in problem and "0001-x.patch" in problem
+
+
+def test_a_proof_may_list_tests_of_its_module(demo_project):
+    listed = "tests/proof/test_demo.py::test_greet, tests/proof/test_demo.py::test_greet"
+    demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, "Proof-Test": listed})))
+    assert _problems(demo_project) == []
 
 
 def test_drop_when_by_behaviour_is_accepted(demo_project):

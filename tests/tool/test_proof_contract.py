@@ -363,3 +363,35 @@ def test_a_fix_upstream_turns_its_proof_into_a_regression_guard(project):
     project.install("1.0.0")  # on the release line that still carries the patch, the same pass is an XPASS
     code, out, _ = project.pytest(module)
     assert code == 1 and "XPASS(strict)" in out, out
+
+
+def test_a_line_lists_the_tests_that_still_show_the_bug(project):
+    """A newer release fixed part of a bug: its line lists the tests that still fail there, and the module's other
+    tests become regression guards on it. Before, a line named the whole module, and a test that passes on the new
+    release was an XPASS(strict) of its pristine pin."""
+    module = project.module(
+        "test_partly_fixed.py",
+        _marked(
+            "[('TypeError', 'not iterable')]",
+            "not iterable",
+            """
+        def test_still_broken():
+            import demo
+            demo.buggy()
+
+        def test_fixed_upstream():
+            import demo
+            assert demo.harmless() == 1
+        """,
+        ),
+    )
+    project.line("1.0.0", module)
+    project.line("1.1.0", f"{module}::test_still_broken")
+    project.install("1.1.0")
+    code, out, _ = project.pytest(module)
+    assert code == 0, out
+    assert "test_still_broken - bug reproduced on demo 1.1.0 (pristine)" in out, out
+    assert "0001-greet-comma.patch lists the tests of this module that show the bug here" in out, out
+    project.install("1.0.0")  # the older line names the whole module: every test must show the bug there
+    code, out, _ = project.pytest(module)
+    assert code == 1 and "XPASS(strict)" in out and "test_fixed_upstream" in out, out

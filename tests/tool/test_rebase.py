@@ -12,7 +12,7 @@ from patchwheel import build as build_mod
 from patchwheel import export, gitops, patches, rebase, textcheck, upstream
 from patchwheel.errors import PatchwheelError
 
-from conftest import CORE, INIT, both_ways_ok
+from conftest import CORE, INIT, TRAILERS, both_ways_ok, edit_greet, make_patch
 
 FIX = b'"hello, " + name'
 
@@ -66,6 +66,37 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     ]
     with zipfile.ZipFile(demo_project.root / "dist" / "demo-1.1.0+fixed-py3-none-any.whl") as zf:
         assert b'"hi, " + name' in zf.read("demo/core.py")
+
+
+def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, capsys):
+    """Found rebasing transformers 4.53.3 onto 5.23.0: the behaviour check dropped a backport, and the feature
+    written on top of it could not even be applied to the old release (the work repository skipped the dropped
+    patch). The whole old series is now the starting point; only the kept patches are carried."""
+    from patchwheel.proofenv import ProofOutcome
+
+    files = _files(CORE)
+    comma = make_patch(files, edit_greet, "Greet with a comma", TRAILERS)
+    after = edit_greet(dict(files))
+    shout = make_patch(
+        after,
+        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b'"hello, "', b'"HELLO, "')},
+        "Shout the greeting",
+        {**TRAILERS, "Drop-When": "demo>=9"},
+    )
+    demo_project.set_series(("0001-greet-comma.patch", comma), ("0002-shout.patch", shout))
+    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', FIX))  # upstream took the comma
+
+    def judge(patch):
+        fixed = patch.name.startswith("0001")
+        return ProofOutcome("passes" if fixed else "fails", "fake verdict for the test")
+
+    assert rebase.start(demo_project.load(), "demo", "1.1.0", judge=judge) == 0
+    new_dir = demo_project.root / "patches" / "demo" / "1.1.0"
+    series = (new_dir / "series").read_text()
+    assert "# dropped 0001-greet-comma.patch: its proof passes on pristine demo 1.1.0" in series, series
+    assert series.splitlines()[-1] == "0001-shout.patch"
+    assert b'+    return "HELLO, " + name' in (new_dir / "0001-shout.patch").read_bytes()
+    assert "0002-shout.patch: clean" in capsys.readouterr().out
 
 
 def test_rebase_refuses_bad_targets(demo_project):
