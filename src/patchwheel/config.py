@@ -27,6 +27,7 @@ _LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*$")
 PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release")
 RELEASE_KEYS = ("wheel", "sdist")
 SETS_KEYS = ("set",)
+SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def path_problem(path: str) -> str | None:
@@ -284,6 +285,11 @@ def load(root: Path | str) -> Overlay:
                 f"{sets_file}: 'set' must be a table of sets", 'e.g. [set.default] transformers = "4.50.3"'
             )
         for name, members in data.get("set", {}).items():
+            if not SET_NAME.fullmatch(name):
+                raise PatchwheelError(
+                    f"{sets_file}: set name {name!r} is not a plain name (it names dist/pins-<name>.txt)",
+                    "use letters, digits, '.', '_' and '-', starting with a letter or digit, e.g. [set.\"v4.53\"]",
+                )
             if not isinstance(members, dict) or not members:
                 raise PatchwheelError(
                     f"{sets_file}: set {name!r} must map packages to versions",

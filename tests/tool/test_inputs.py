@@ -386,6 +386,17 @@ def test_unknown_sets_key_is_refused_with_a_suggestion(demo_project):
         demo_project.load()
 
 
+@pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", ""])
+def test_a_set_name_must_be_a_plain_file_name_part(demo_project, name):
+    """A set names dist/pins-<name>.txt: a name with a path in it would write outside dist/."""
+    sets = demo_project.root / "overlay" / "sets.toml"
+    sets.write_text(f'[set."{name}"]\ndemo = "1.0.0"\n')
+    with pytest.raises(PatchwheelError, match=r"is not a plain name"):
+        demo_project.load()
+    sets.write_text('[set."v1.0"]\ndemo = "1.0.0"\n')
+    assert demo_project.load().sets == {"v1.0": {"demo": "1.0.0"}}
+
+
 # --- 4. non-ASCII subjects ---------------------------------------------------------------------------------------
 
 SUBJECT = "Grüße aus Köln: greet with a comma, über a subject long enough that git folds its header line"
