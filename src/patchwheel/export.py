@@ -185,6 +185,13 @@ def _description(overlay, line, patch, version, text_status, proof_name, runs=No
                             if cell.get("behaviour") == "passes"
                             else []
                         ).append(v)
+    if not patch.is_feature:
+        # The pristine pin of every line carrying the fix: its proof fails there in the suite (`nox -s proof`).
+        affected += [
+            ln.version for ln in overlay.lines[line.package] if any(q.slug == patch.slug for q in load_series(ln))
+        ]
+    if runs:
+        affected.append(version)  # the run just made
     affected, fixed = sorted(set(affected), key=Version), sorted(set(fixed), key=Version)  # 1.9 < 1.10, .post1
     return "\n".join(
         [

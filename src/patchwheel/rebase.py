@@ -189,6 +189,7 @@ def _proceed(overlay: Overlay, work: Path, state: dict, log) -> int:
             log(f"{name}: CONFLICT in {', '.join(result.conflicts)}")
             log(f"  resolve it in {repo}/{result.conflicts[0]} (conflict markers), keeping the patch's intent;")
             log(f"  then: git -C {repo} add {' '.join(result.conflicts)}")
+            log(f"        (to describe the fix anew for {state['to']}: git -C {repo} commit, and edit the message)")
             log(f"        nox -s rebase -- {state['package']} {state['to']} --continue")
             log(f"  the original patch: {path}")
             return 3

@@ -158,6 +158,8 @@ def test_export_runs_the_reproducer_both_ways_on_the_newest_release(demo_project
     pr = (out / "PR.md").read_text()
     assert "- pristine 1.1.0: fails (test_greet: BugSymptom: no comma)\n" in pr, pr
     assert "- 1.1.0 with this patch: passes (1 passed)\n" in pr, pr
+    # the pin of the line (its proof fails there in the suite) and the release just run: measured, not guessed
+    assert "- the reproducer fails on: 1.0.0, 1.1.0\n" in pr, pr
 
 
 @pytest.mark.parametrize(
