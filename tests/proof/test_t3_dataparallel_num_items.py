@@ -5,7 +5,12 @@ Bug: with ``TrainingArguments.n_gpu > 1`` (several GPUs visible, no torchrun), T
 chunks it and fails: ``RuntimeError: chunk expects at least a 1-dimensional tensor`` (transformers 4.50.0 - 4.50.3,
 and 4.46.2 - 4.47.0). Upstream's 4.51 ``unsqueeze(0)`` stopped the crash but a ``[1]`` tensor is chunked into one
 piece and torch's scatter zips kwargs to the shortest, so only one replica ran and the rest of every batch was
-dropped (until 4.57.1).
+dropped (until 4.57.1). From 4.57.1 (still in 5.23.0) the count is expanded to ``[n_gpu, 1]``, so every replica runs
+on a ``[1, 1]`` slice, and ``compute_loss`` scales the loss by ``n_gpu`` before ``training_step`` takes the replicas'
+mean: wrong whenever fewer replicas run than ``n_gpu`` (a last batch with fewer rows, in training, and in evaluation
+where 5.23.0 passes the count too) and for a ``compute_loss`` override that passes the count itself; and the count
+that ``get_batch_samples`` returns and ``compute_loss_func`` receives is that ``[n_gpu, 1]`` tensor, which neither
+``int()`` nor ``.item()`` accepts, where one device gives a 0-d count.
 
 A correct fix gives every replica the global count as the model gets it on one device, runs every replica on its
 share, and fixes the loss: each replica divides its token-loss sum by the *global* count, so the replicas' losses
@@ -20,9 +25,10 @@ forward/scatter/scatter_kwargs with only the CUDA scatter replaced by ``chunk``.
 supervised tokens, so a wrong normalisation shows. ``test_gpu_dataparallel_same_device_twice`` is the GPU form.
 
 The bug's symptoms, each raised as ``BugSymptom``: fewer replicas ran than the batch had room for (4.51 - 4.56),
-and a loss exactly ``n_gpu`` or ``1/n_gpu`` times the one-device loss (a mean scaled by the number of replicas, as
-4.57.1 does, on a batch with fewer rows than replicas; or an unscaled mean, as for an ``int`` count). Any other
-difference is another failure, not the bug.
+a loss exactly ``n_gpu`` or ``1/n_gpu`` times the one-device loss (a mean scaled by the number of replicas, as
+4.57.1 does, on a batch with fewer rows than replicas; or an unscaled mean, as for an ``int`` count), and a count of
+another shape than one device gives, seen by ``compute_loss_func`` or a ``get_batch_samples`` override (4.57.1 -
+5.23.0). Any other difference is another failure, not the bug.
 """
 
 from __future__ import annotations
@@ -36,12 +42,13 @@ from dataparallel_sim import REPLICAS, simulate
 from proofkit import BugSymptom
 from tiny_llama import small_config
 
-# 4.50.x crashes; 4.51 - 4.56 run one replica only; a fix that scales the mean gets the last batch wrong.
+# 4.50.x crashes; 4.51 - 4.56 run one replica only; a fix that scales the mean gets the last batch wrong, and
+# the [n_gpu, 1] count it passes around (4.57.1 - 5.23.0) is not the count one device gives.
 pytestmark = pytest.mark.proof(
     package="transformers",
     signatures=[
         ("RuntimeError", r"^chunk expects at least a 1-dimensional tensor"),
-        ("BugSymptom", r"replicas ran|times the one-device loss"),
+        ("BugSymptom", r"replicas ran|times the one-device loss|got a count of shape \("),
     ],
 )
 
@@ -68,8 +75,9 @@ def _rows(n):
     return rows
 
 
-def _train(model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS, **trainer_kw):
-    """The real Trainer (``base``, a Trainer subclass, if given) with ``n_gpu`` forced; records batches and losses."""
+def _train(model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS, args_kw=None, **trainer_kw):
+    """The real Trainer (``base``, a Trainer subclass, if given) with ``n_gpu`` forced; records batches and losses.
+    ``args_kw``: more ``TrainingArguments``."""
     from transformers import Trainer, TrainingArguments
 
     class RecordingTrainer(base or Trainer):  # type: ignore[misc]
@@ -79,10 +87,17 @@ def _train(model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS,
             self.losses.append(loss.item())
             return loss
 
+        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+            self.eval_batches.append({k: v.clone() for k, v in inputs.items()})
+            loss, logits, labels = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+            self.eval_losses.append(loss.item())
+            return loss, logits, labels
+
     log = simulate(monkeypatch)
     args = TrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=BATCH // n_gpu,
+        per_device_eval_batch_size=BATCH // n_gpu,
         max_steps=steps,
         learning_rate=0.5,
         optim="sgd",
@@ -94,11 +109,13 @@ def _train(model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS,
         logging_steps=1,
         seed=0,
         dataloader_drop_last=False,
+        **(args_kw or {}),
     )
     assert args.device.type == "cpu"
     args._n_gpu = n_gpu  # what n_gpu visible GPUs give; the real Trainer then wraps DataParallel and scales the batch
     trainer = RecordingTrainer(model=model, args=args, train_dataset=rows, **trainer_kw)
     trainer.batches, trainer.losses, trainer.replica_log = [], [], log
+    trainer.eval_batches, trainer.eval_losses = [], []
     trainer.train()
     if n_gpu > 1:
         assert isinstance(trainer.model_wrapped, torch.nn.DataParallel)
@@ -136,7 +153,7 @@ def _check_replicas(log, expected):
     assert got == expected, f"rows per replica: {got}, expected {expected}"
 
 
-def _check_losses(got, reference, replicas=REPLICAS):
+def _check_losses(got, reference, replicas=REPLICAS, what="step"):
     """Trainer's losses against one device; a factor of exactly n_gpu or 1/n_gpu is the bug's symptom."""
     assert len(got) == len(reference), (got, reference)
     for i, (g, r) in enumerate(zip(got, reference, strict=True), 1):
@@ -145,13 +162,53 @@ def _check_losses(got, reference, replicas=REPLICAS):
         for factor in (replicas, 1 / replicas):
             if g == pytest.approx(r * factor, rel=1e-5):
                 raise BugSymptom(
-                    f"step {i}: loss {g:.6f} is {factor:g} times the one-device loss {r:.6f} "
+                    f"{what} {i}: loss {g:.6f} is {factor:g} times the one-device loss {r:.6f} "
                     "(the replicas' losses were scaled by their number)"
                 )
         raise AssertionError(
-            f"step {i}: loss {g:.6f} differs from one device ({r:.6f}) by a factor "
+            f"{what} {i}: loss {g:.6f} differs from one device ({r:.6f}) by a factor "
             f"{g / r:.4f}, which no known form of this bug gives"
         )
+
+
+def _check_one_count(where, n):
+    """What ``int()`` and ``.item()`` need, and one device gives: one number. A count with one entry per replica,
+    as the Trainer makes it for DataParallel, is the bug's symptom."""
+    if torch.is_tensor(n) and n.numel() != 1:
+        raise BugSymptom(
+            f"{where} got a count of shape {tuple(n.shape)}, not the one number it gets on one device "
+            "(the count was reshaped for the replicas)"
+        )
+
+
+def _shares(batch):
+    """The batch's rows as DataParallel splits them over the replicas (``chunk`` along dim 0)."""
+    return [
+        dict(zip(batch, part, strict=True)) for part in zip(*(v.chunk(REPLICAS) for v in batch.values()), strict=True)
+    ]
+
+
+def _check_evaluation(trainer, model, rows):
+    """``evaluate`` under DataParallel, batches of 4 then 1 rows. Replicas given the count each return their share
+    of the batch loss, so the batch's eval loss must be the one-device loss; replicas given no count return their own
+    mean, and the eval loss is the mean of those (as before the count was passed in evaluation)."""
+    first = len(trainer.replica_log)
+    trainer.evaluate(eval_dataset=rows)
+    log = trainer.replica_log[first:]
+    _check_replicas(log, [[2, 2], [1]])
+    model.eval()
+    with torch.no_grad():
+        one_device = [model(**batch).loss.item() for batch in trainer.eval_batches]
+        replica_means = [
+            torch.stack([model(**share).loss for share in _shares(batch)]).mean().item()
+            for batch in trainer.eval_batches
+        ]
+    given = {"num_items_in_batch" in r for step in log for r in step}
+    assert len(given) == 1, "some replicas got the count, others not"
+    if given == {True}:
+        _check_losses(trainer.eval_losses, one_device, what="eval batch")
+    else:
+        assert trainer.eval_losses == pytest.approx(replica_means, rel=1e-5, abs=1e-6)
 
 
 def _assert_same_weights(a, b):
@@ -176,13 +233,14 @@ def test_dataparallel_step_runs_every_replica_and_matches_one_device(tmp_path, m
 
 
 def test_last_smaller_batch(tmp_path, monkeypatch):
-    """5 rows, batches of 4 then 1: the last batch has fewer rows than replicas."""
+    """5 rows, batches of 4 then 1: the last batch has fewer rows than replicas; in training, then in evaluation."""
     model = _model()
     start = copy.deepcopy(model)
     trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch)
     _check_replicas(trainer.replica_log, [[2, 2], [1]])
     _check_losses(trainer.losses, _reference(start, trainer.batches))
     _assert_same_weights(model, start)
+    _check_evaluation(trainer, model, _rows(5))
 
 
 def test_int_and_item_on_num_items_keep_working(tmp_path, monkeypatch):
@@ -203,6 +261,7 @@ def test_int_and_item_on_num_items_keep_working(tmp_path, monkeypatch):
     seen = []
 
     def token_mean_loss(outputs, labels, num_items_in_batch):
+        _check_one_count("compute_loss_func", num_items_in_batch)
         n = num_items_in_batch.item()
         seen.append(n)
         logits = outputs.logits[:, :-1].reshape(-1, outputs.logits.shape[-1]).float()
@@ -245,6 +304,11 @@ def test_compute_loss_func_gets_the_count_it_gets_on_one_device(tmp_path, monkey
     _check_replicas(trainer.replica_log, [[2, 2], [1]])
     for step, (batch, n, n_one) in enumerate(zip(trainer.batches, got[REPLICAS], got[1], strict=True), 1):
         assert torch.is_tensor(n_one) and n_one.dim() == 0, f"one device: {n_one!r}"  # what it gets without DP
+        if torch.is_tensor(n) and n.shape != n_one.shape:
+            raise BugSymptom(
+                f"step {step}: compute_loss_func got a count of shape {tuple(n.shape)}, where one device gives "
+                f"shape {tuple(n_one.shape)} (the count was reshaped for the replicas)"
+            )
         assert (torch.is_tensor(n), n.shape, n.dtype) == (True, n_one.shape, n_one.dtype), (
             f"step {step}: compute_loss_func got {n!r}, one device gets {n_one!r}"
         )
@@ -255,17 +319,21 @@ def test_compute_loss_func_gets_the_count_it_gets_on_one_device(tmp_path, monkey
 
 
 def test_int_count_from_get_batch_samples(tmp_path, monkeypatch):
-    """A ``get_batch_samples`` override that returns an ``int`` count: each replica gets it, the losses add up."""
+    """A ``get_batch_samples`` override that returns an ``int`` count: each replica gets it, the losses add up. It
+    runs with ``average_tokens_across_devices=False`` (the 4.x default; the other tests run with 5.x's ``True``): the
+    count must be the whole batch's with either."""
     from transformers import Trainer
 
     class IntCountTrainer(Trainer):
         def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
             batches, count = super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
+            _check_one_count("a get_batch_samples override", count)
             return batches, None if count is None else int(count)
 
     model = _model()
     start = copy.deepcopy(model)
-    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=IntCountTrainer)
+    not_averaged = {"average_tokens_across_devices": False}
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=IntCountTrainer, args_kw=not_averaged)
     _check_replicas(trainer.replica_log, [[2, 2], [1]])
     for step, batch in zip(trainer.replica_log, trainer.batches, strict=True):
         assert [r["num_items_in_batch"] for r in step] == [_tokens(batch)] * len(step)
@@ -309,11 +377,7 @@ def test_model_without_loss_kwargs_keeps_the_mean_of_its_replicas(tmp_path, monk
     expected = []
     for batch in trainer.batches:  # one device, each replica's rows alone, mean of the replicas' mean losses
         start.zero_grad()
-        shares = [
-            dict(zip(batch, part, strict=True))
-            for part in zip(*(v.chunk(REPLICAS) for v in batch.values()), strict=True)
-        ]
-        loss = torch.stack([start(**share).loss for share in shares]).mean()
+        loss = torch.stack([start(**share).loss for share in _shares(batch)]).mean()
         loss.backward()
         expected.append(loss.item())
         with torch.no_grad():
