@@ -18,6 +18,12 @@ def _slug(name: str) -> str:
     return name.removesuffix(".patch").split("-", 1)[-1]
 
 
+def _tests(trailer: str) -> str:
+    """A Proof-Test trailer for people: the module, and how many of its tests when it lists several."""
+    refs = [r.strip() for r in trailer.split(",") if r.strip()]
+    return trailer if len(refs) == 1 else f"{refs[0].split('::')[0]}, {len(refs)} of its tests"
+
+
 def _fixed_builds(overlay: Overlay, package: str) -> list[str]:
     return [line.fixed_version for line in overlay.lines.get(package, [])]
 
@@ -38,7 +44,7 @@ def for_package(overlay: Overlay, matrix: dict, package: str, version: str) -> d
                     "fix": patch.slug,
                     "subject": patch.subject,
                     "upstream_issue": patch.trailers.get("Upstream-Issue", ""),
-                    "evidence": f"its proof ({test}) fails on pristine {package} {version} in this project's suite",
+                    "evidence": f"its proof ({_tests(test)}) fails on pristine {package} {version} in this project's suite",
                 }
             )
         return {"bugs": bugs, "measured": True, "install": f"{package}=={own.fixed_version}", "fixed_builds": []}

@@ -105,3 +105,11 @@ def test_status_exit_code_and_json_say_whether_a_known_bug_applies(demo_project,
     assert ran.returncode == 1, ran.stdout + ran.stderr
     demo = next(p for p in json.loads(ran.stdout)["packages"] if p["package"] == "demo")
     assert [b["fix"] for b in demo["known"]["bugs"]] == ["greet-comma"]
+
+
+def test_a_proof_listing_several_tests_is_named_by_its_module(demo_project):
+    listed = ", ".join(f"tests/proof/test_demo.py::test_{n}" for n in ("greet", "greet", "greet"))
+    patch = make_patch(UPSTREAM, edit_greet, "Greet with a comma", {**TRAILERS, "Proof-Test": listed})
+    demo_project.set_series(("0001-greet-comma.patch", patch))
+    (bug,) = knownbugs.annotate(demo_project.load(), {}, _report("1.0.0"))["packages"][0]["known"]["bugs"]
+    assert bug["evidence"].startswith("its proof (tests/proof/test_demo.py, 3 of its tests) fails"), bug

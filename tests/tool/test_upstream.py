@@ -208,7 +208,7 @@ def test_export_sorts_versions_with_packaging(demo_project, tmp_path):
     )
     out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
     pr = (out / "PR.md").read_text()
-    assert "- the reproducer fails on: 1.1.0, 1.2.0, 1.2.0.post1, 1.10.0\n" in pr, pr
+    assert "- the reproducer fails on: 1.0.0, 1.1.0, 1.2.0, 1.2.0.post1, 1.10.0\n" in pr, pr
     assert "- the reproducer passes on: 1.9.0, 1.10.1\n" in pr, pr
 
 
