@@ -167,7 +167,7 @@ def _helpers(module: Path, seen: set[Path] | None = None) -> list[Path]:
 
 
 def _description(overlay, line, patch, version, text_status, proof_name, runs=None) -> str:
-    body = "\n".join(t for t in patch.message.splitlines() if not re.match(r"^[A-Za-z-]+: ", t)).strip()
+    body = patch.body
     affected: list[str] = []
     fixed: list[str] = []
     status = overlay.root / "patches" / "STATUS.json"

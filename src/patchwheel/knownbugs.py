@@ -44,7 +44,8 @@ def for_package(overlay: Overlay, matrix: dict, package: str, version: str) -> d
                     "fix": patch.slug,
                     "subject": patch.subject,
                     "upstream_issue": patch.trailers.get("Upstream-Issue", ""),
-                    "evidence": f"its proof ({_tests(test)}) fails on pristine {package} {version} in this project's suite",
+                    "evidence": f"its proof ({_tests(test)}) fails on pristine {package} {version} in this project's "
+                    "suite",
                 }
             )
         return {"bugs": bugs, "measured": True, "install": f"{package}=={own.fixed_version}", "fixed_builds": []}

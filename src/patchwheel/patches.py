@@ -93,6 +93,12 @@ class Patch:
         return hashlib.sha256(self.raw).hexdigest()
 
     @property
+    def body(self) -> str:
+        """The message without its trailer paragraph (a line such as "Fix: ..." in the text stays)."""
+        paragraphs = [q for q in re.split(r"\n\s*\n", self.message.strip()) if q.strip()]
+        return "\n\n".join(paragraphs[:-1] if self.trailers else paragraphs)
+
+    @property
     def is_feature(self) -> bool:
         return "Feature-Test" in self.trailers
 

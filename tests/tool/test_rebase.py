@@ -162,6 +162,20 @@ def test_export_runs_the_reproducer_both_ways_on_the_newest_release(demo_project
     assert "- the reproducer fails on: 1.0.0, 1.1.0\n" in pr, pr
 
 
+def test_pr_description_keeps_body_lines_that_look_like_trailers(demo_project, tmp_path):
+    """Found in the T2b export: "Fix: when a `device_map` is given ..." opened a paragraph of the message and was
+    dropped from PR.md with the trailers. Only the trailer paragraph is left out now."""
+    files = _files(CORE)
+    demo_project.set_series(("0001-greet-comma.patch", make_patch(files, edit_greet, "Greet with a comma", TRAILERS)))
+    path = demo_project.patch_dir / "0001-greet-comma.patch"
+    path.write_bytes(path.read_bytes().replace(b"Why the change is needed.", b"Fix: add the comma.\nWhy: style."))
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
+    pr = (out / "PR.md").read_text()
+    assert "Fix: add the comma.\nWhy: style.\n" in pr, pr
+    assert "Drop-When" not in pr and "Proof-Test" not in pr, pr
+
+
 @pytest.mark.parametrize(
     "before, after, says",
     [
