@@ -10,7 +10,7 @@ did not judge by behaviour are reported as unmeasured, never guessed. Features (
 from __future__ import annotations
 
 from .config import Overlay
-from .patches import load_series
+from .patches import load_series, test_refs
 
 
 def _slug(name: str) -> str:
@@ -20,8 +20,8 @@ def _slug(name: str) -> str:
 
 def _tests(trailer: str) -> str:
     """A Proof-Test trailer for people: the module, and how many of its tests when it lists several."""
-    refs = [r.strip() for r in trailer.split(",") if r.strip()]
-    return trailer if len(refs) == 1 else f"{refs[0].split('::')[0]}, {len(refs)} of its tests"
+    refs = test_refs(trailer)
+    return trailer if len(refs) == 1 else f"{refs[0][0]}, {len(refs)} of its tests"
 
 
 def _fixed_builds(overlay: Overlay, package: str) -> list[str]:

@@ -111,7 +111,7 @@ class Patch:
                 f"{self.name} has neither a Proof-Test nor a Feature-Test trailer",
                 "add the one that names its test (`patchwheel lint` checks)",
             )
-        return value.split("::")[0]
+        return test_refs(value)[0][0]
 
     @property
     def touched(self) -> list[str]:
@@ -316,17 +316,25 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
     return out
 
 
+def test_refs(value: str | None) -> list[tuple[str, str]]:
+    """A ``Proof-Test``/``Feature-Test`` value as (module, test) pairs; test is "" where it names the whole module:
+    ``tests/proof/test_x.py`` or ``tests/proof/test_x.py::test_a, tests/proof/test_x.py::test_b``."""
+    return [
+        (file, func) for v in (value or "").split(",") if v.strip() for file, _, func in [v.strip().partition("::")]
+    ]
+
+
 def _check_test_ref(patch: Patch, value: str, root: Path | None, what: str) -> list[str]:
     """One module, whole or as a comma-separated list of its tests (those that show the bug on this line)."""
-    refs = [v.strip().partition("::") for v in value.split(",")]
-    files = {file for file, _, _ in refs}
+    refs = test_refs(value)
+    files = {file for file, _ in refs}
     if len(files) != 1 or any(not file.startswith("tests/proof/") or not file.endswith(".py") for file in files):
         return [
             f"{patch.name}: {what} {value!r} must be tests/proof/<file>.py, or tests of one such file: "
             "tests/proof/<file>.py::<test>[, tests/proof/<file>.py::<test> ...]"
         ]
     (file,) = files
-    if len(refs) > 1 and any(not func for _, _, func in refs):
+    if len(refs) > 1 and any(not func for _, func in refs):
         return [f"{patch.name}: {what} {value!r} names the whole of {file} and some of its tests: pick one"]
     if root is None:
         return []
@@ -336,7 +344,7 @@ def _check_test_ref(patch: Patch, value: str, root: Path | None, what: str) -> l
     text = src.read_text()
     return [
         f"{patch.name}: {what} {func} is not defined in {file}"
-        for _, _, func in refs
+        for _, func in refs
         if func and not re.search(rf"^\s*def {re.escape(func.split('[')[0])}\(", text, re.M)
     ]
 

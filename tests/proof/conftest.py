@@ -105,19 +105,16 @@ def _module(item) -> str:
     return Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
 
 
-def _refs(value: str | None) -> list[tuple[str, str]]:
-    """A ``Proof-Test``/``Feature-Test`` trailer as (module, test) pairs; test is "" for the whole module."""
-    return [
-        (file, func) for v in (value or "").split(",") if v.strip() for file, _, func in [v.strip().partition("::")]
-    ]
-
-
 def _names_module(value: str | None, module: str) -> bool:
-    return any(file == module for file, _ in _refs(value))
+    from patchwheel.patches import test_refs
+
+    return any(file == module for file, _ in test_refs(value))
 
 
 def _names_test(value: str | None, module: str, test: str) -> bool:
-    return any(file == module and func in ("", test) for file, func in _refs(value))
+    from patchwheel.patches import test_refs
+
+    return any(file == module and func in ("", test) for file, func in test_refs(value))
 
 
 @functools.cache
