@@ -32,14 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from patchwheel import build as build_mod  # noqa: E402
-from patchwheel import (  # noqa: E402
-    config,
-    fetch,
-    patches,
-    textcheck,  # noqa: E402
-)
+from patchwheel import config, fetch, patches  # noqa: E402
 from patchwheel.apply import git_env  # noqa: E402
-from patchwheel.upstream import upstream_files  # noqa: E402
+from patchwheel.maint import textcheck  # noqa: E402
+from patchwheel.maint.workrepo import release_files  # noqa: E402
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -221,11 +217,11 @@ def main() -> int:
         rows.append(("speed-up of the rewrite", f"{s / f:.1f}x", "target: at least 5x, rewrite at most 2 s"))
         target = {v: a for v, a, _ in fetch.releases(line.package)}["4.53.3"]
         touched = sorted({t for p in series for t in p.touched})
-        old = {k: v for k, v in upstream_files(line.package, line.wheel, line, touched).items() if v is not None}
-        upstream_files(line.package, target, line, touched)  # warm the cache
+        old = {k: v for k, v in release_files(line, touched).items() if v is not None}
+        release_files(line, touched, target)  # warm the cache
 
         def classify():
-            textcheck.classify(series, old, upstream_files(line.package, target, line, touched))
+            textcheck.classify(series, old, release_files(line, touched, target))
 
         tc = statistics.median(timed(classify, args.repeat))
         rows.append(

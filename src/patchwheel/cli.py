@@ -52,7 +52,7 @@ def _consumer_line(name: str, members: dict[str, str], wheels: list[Published], 
 def cmd_lint(args) -> int:
     import json
 
-    from .upstream import matrix_problems
+    from .maint.upstream import matrix_problems
 
     overlay = config.load(_root(args))
     status_json = overlay.root / "patches" / "STATUS.json"
@@ -152,7 +152,7 @@ def cmd_requirements(args) -> int:
 
 
 def cmd_upstream(args) -> int:
-    from . import upstream
+    from .maint import upstream
 
     if args.text_only and args.behaviour:
         raise PatchwheelError(
@@ -171,7 +171,7 @@ def cmd_upstream(args) -> int:
 
 
 def cmd_rebase(args) -> int:
-    from . import rebase
+    from .maint import rebase
 
     overlay = config.load(_root(args))
     if args.refresh:
@@ -182,7 +182,7 @@ def cmd_rebase(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from . import export
+    from .maint import export
 
     export.export(config.load(_root(args)), args.patch, Path(args.out) if args.out else None)
     return 0
@@ -211,13 +211,13 @@ def cmd_diagnose(args) -> int:
 
 
 def cmd_mutants(args) -> int:
-    from . import mutants
+    from .maint import mutants
 
     return mutants.run(config.load(_root(args)), args.lines, Path(args.out) if args.out else None)
 
 
 def cmd_upstream_suite(args) -> int:
-    from . import upstream_suite
+    from .maint import upstream_suite
 
     overlay = config.load(_root(args))
     dist = (Path(args.dist) if args.dist else _root(args) / "dist").resolve()

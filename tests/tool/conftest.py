@@ -165,7 +165,7 @@ def demo_project(tmp_path, monkeypatch) -> Demo:
 
 def both_ways_ok(overlay, line, patch, newest, patched):
     """Stands in for export's real run (an environment with torch per release): the reproducer fails, then passes."""
-    from patchwheel import proofenv
+    from patchwheel.maint import proofenv
 
     return proofenv.ProofOutcome("fails", "test_greet: BugSymptom: no comma"), proofenv.ProofOutcome(
         "passes", "1 passed"

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import apply, fetch, gitops, patches, rewrite, textcheck
+from patchwheel import apply, fetch, gitops, patches, rewrite
 from patchwheel import build as build_mod
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
+from patchwheel.maint import textcheck
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, make_wheel
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from patchwheel import build as build_mod
-from patchwheel import mutants, patches, proofenv
+from patchwheel import patches
 from patchwheel.apply import ScratchTree, git_env
 from patchwheel.errors import PatchwheelError
-from patchwheel.mutants import HunkRef, Outcome, Result
+from patchwheel.maint import mutants, proofenv
+from patchwheel.maint.mutants import HunkRef, Outcome, Result
 
 from conftest import CORE, INIT, TRAILERS, make_patch, make_wheel
 

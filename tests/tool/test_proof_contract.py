@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from patchwheel import config, patches, proofenv, upstream
+from patchwheel import config, patches
+from patchwheel.maint import proofenv, upstream
 
 from conftest import CORE, INIT, edit_greet, make_patch
 

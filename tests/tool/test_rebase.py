@@ -9,8 +9,9 @@ import zipfile
 import pytest
 
 from patchwheel import build as build_mod
-from patchwheel import export, gitops, patches, rebase, textcheck, upstream
+from patchwheel import gitops, patches
 from patchwheel.errors import PatchwheelError
+from patchwheel.maint import export, rebase, textcheck, upstream
 
 from conftest import CORE, INIT, TRAILERS, both_ways_ok, edit_greet, make_patch
 
@@ -72,7 +73,7 @@ def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, caps
     """Found rebasing transformers 4.53.3 onto 5.23.0: the behaviour check dropped a backport, and the feature
     written on top of it could not even be applied to the old release (the work repository skipped the dropped
     patch). The whole old series is now the starting point; only the kept patches are carried."""
-    from patchwheel.proofenv import ProofOutcome
+    from patchwheel.maint.proofenv import ProofOutcome
 
     files = _files(CORE)
     comma = make_patch(files, edit_greet, "Greet with a comma", TRAILERS)
@@ -185,7 +186,7 @@ def test_pr_description_keeps_body_lines_that_look_like_trailers(demo_project, t
     ],
 )
 def test_export_refuses_a_reproducer_that_does_not_show_the_fix(demo_project, tmp_path, before, after, says):
-    from patchwheel import proofenv
+    from patchwheel.maint import proofenv
 
     demo_project.add_release("1.1.0", b"# moved\n" + CORE)
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from patchwheel import cli, export, fetch, index, mutants, proofenv, rebase, upstream
+from patchwheel import cli, fetch, index
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
+from patchwheel.maint import export, mutants, proofenv, rebase, upstream
 
 from conftest import CORE, both_ways_ok
 
@@ -418,7 +419,7 @@ def test_mutants_spawns_proofs_only_through_proofenv():
 
 def test_upstream_suite_spawns_pytest_only_through_proofenv():
     """upstream_suite had its own copy of the spawn-and-kill-the-group code: one implementation, in proofenv."""
-    from patchwheel import upstream_suite
+    from patchwheel.maint import upstream_suite
 
     source = Path(upstream_suite.__file__).read_text()
     assert "Popen" not in source and "killpg" not in source and "proofenv.run_in_group(" in source

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import upstream_suite as us
 from patchwheel.errors import PatchwheelError
+from patchwheel.maint import upstream_suite as us
 
 from conftest import ROOT
 

@@ -17,7 +17,6 @@ import json
 import sys
 import threading
 import time
-import zipfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,10 +28,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import fetch, proofenv, textcheck
-from .config import Artifact, Overlay, ReleaseLine
-from .errors import PatchwheelError
-from .patches import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, load_series
+from .. import fetch
+from ..config import Artifact, Overlay, ReleaseLine
+from ..errors import PatchwheelError
+from ..patches import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, load_series
+from . import proofenv, textcheck
+from .workrepo import release_files
 
 TEXT_CODE = {"clean": "C", "offset": "O", "3-way": "3", "already-upstream": "U", "conflict": "X"}
 BEHAVIOUR_CODE = {"passes": "✓", "fails": "✗", "error": "!", "n/a": "–", None: "·"}
@@ -149,13 +150,6 @@ def _flags(met: bool | None, behaviour: str | None) -> list[str]:
     return []
 
 
-def upstream_files(package: str, artifact: Artifact, line: ReleaseLine, paths: list[str]) -> dict[str, bytes | None]:
-    with zipfile.ZipFile(fetch.fetch(package, artifact)) as zf:
-        names = set(zf.namelist())
-        wheel_paths = {p: line.wheel_path(p) for p in paths}
-        return {p: zf.read(w) if w is not None and w in names else None for p, w in wheel_paths.items()}
-
-
 class Progress:
     """One line per finished step, with a count; plain text so it reads the same in CI logs."""
 
@@ -185,14 +179,14 @@ def check_line(
         if Version(v) > Version(line.version) and selection.wants(line.package, v)
     ]
     touched = sorted({p for s in series for p in s.touched})
-    old = {p: d for p, d in upstream_files(line.package, line.wheel, line, touched).items() if d is not None}
+    old = {p: d for p, d in release_files(line, touched).items() if d is not None}
     run_behaviour = [(v, a) for v, a, _ in releases if behaviour is not None and behaviour.wants(line.package, v)]
     progress = Progress(len(releases) + len(run_behaviour))
     cells: dict[str, dict[str, dict]] = {p.name: {} for p in series}
 
     def text(release):
         version, artifact, _ = release
-        results = textcheck.classify(series, old, upstream_files(line.package, artifact, line, touched))
+        results = textcheck.classify(series, old, release_files(line, touched, artifact))
         progress.step(f"{line.key} vs {version}: text " + " ".join(TEXT_CODE[r.status] for r in results))
         return version, results
 
@@ -346,7 +340,7 @@ def render(matrix: dict, per_table: int = 10) -> str:
     out = [
         "# Patch status against newer upstream releases",
         "",
-        "Written by `nox -s upstream` (patchwheel.upstream); do not edit. Each cell: text result, then behaviour.",
+        "Written by `nox -s upstream`; do not edit. Each cell: text result, then behaviour.",
         "",
         "Text: **C** clean, **O** offset, **3** needs a 3-way merge, **U** already upstream (reverse-applies or "
         "empty after merge), **X** conflict.  ",

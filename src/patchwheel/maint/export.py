@@ -23,12 +23,14 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import fetch, gitops, proofenv
-from .config import Artifact, Overlay, ReleaseLine
-from .errors import PatchwheelError
-from .patches import Patch, load_series
+from .. import fetch, gitops
+from ..config import Artifact, Overlay, ReleaseLine
+from ..errors import PatchwheelError
+from ..patches import Patch, load_series
+from . import proofenv
 from .textcheck import carry
-from .upstream import companions, upstream_files
+from .upstream import companions
+from .workrepo import WorkRepo, release_files
 
 #: ``verify(overlay, line, patch, newest, patched) -> (pristine, patched)``: the reproducer's outcome on the newest
 #: release as published and with the patch's files (wheel paths -> bytes, None: deleted) installed.
@@ -76,40 +78,25 @@ def export(
     line, upto = find(overlay, slug)
     patch = upto[-1]
     version, newest, _ = fetch.releases(line.package)[-1]
-    touched = sorted({t for p in upto for t in p.touched})
-    old = {k: v for k, v in upstream_files(line.package, line.wheel, line, touched).items() if v is not None}
-    new = upstream_files(line.package, newest, line, patch.touched)
+    new = release_files(line, patch.touched, newest)
     # Base: the line's pristine files with the patches before this one, so the patch applies as in the series.
-    repo = gitops.scratch_repo(old, f"pristine {line.key}")
-    try:
-        for p in upto[:-1]:
-            gitops.am(repo, p.path)
-        gitops.git(repo, "branch", "-q", "pre")
-        gitops.am(repo, patch.path)
-        commit = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
-        gitops.git(repo, "checkout", "-q", "-b", "upstream", "pre")
-        gitops.write_files(repo, {k: v for k, v in new.items()})
-        gitops.git(repo, "add", "-A")
-        gitops.commit(repo, f"pristine {line.package} {version}")
-        result = carry(repo, patch, commit)
+    with WorkRepo.of_line(line, upto) as work:
+        pre = work.commits[upto[-2].name] if len(upto) > 1 else work.base
+        work.branch("upstream", pre, new, f"pristine {line.package} {version}")
+        result = carry(work.path, patch, work.commits[patch.name])
         if result.status in ("conflict", "already-upstream"):
             raise PatchwheelError(
                 f"{patch.name} does not carry onto {line.package} {version} (the newest release): {result.status}"
                 f" ({result.detail})",
                 f"rebase the line first (`nox -s rebase -- {line.package} {version}`), then export from it",
             )
-        mbox = gitops.format_patch(repo)
-    finally:
-        shutil.rmtree(repo.parent, ignore_errors=True)
-    check = gitops.scratch_repo({k: v for k, v in new.items() if v is not None}, f"{line.package} {version}")
-    try:
+        mbox = gitops.format_patch(work.path)
+    with WorkRepo.create(new, f"{line.package} {version}") as check:
         with tempfile.TemporaryDirectory(prefix="patchwheel-export-") as tmp:
             mbox_file = Path(tmp) / f"0001-{patch.slug}.patch"
             mbox_file.write_bytes(mbox)
-            gitops.am(check, mbox_file)  # the proof that `git am` takes it on the release's tree
-        applied = {p: (check / p).read_bytes() if (check / p).is_file() else None for p in patch.touched}
-    finally:
-        shutil.rmtree(check.parent, ignore_errors=True)
+            gitops.am(check.path, mbox_file)  # the proof that `git am` takes it on the release's tree
+        applied = check.read(patch.touched)
     patched = {w: data for p, data in applied.items() if (w := line.wheel_path(p)) is not None}
     runs = None
     if not patch.is_feature:

@@ -24,13 +24,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import fetch, proofenv, rewrite
-from .apply import ScratchTree, apply_series
-from .build import current_wheel
-from .config import Overlay, ReleaseLine
-from .errors import PatchwheelError
-from .gitops import git_env
-from .patches import Patch, load_series
+from .. import fetch, rewrite
+from ..apply import ScratchTree, apply_series
+from ..build import current_wheel
+from ..config import Overlay, ReleaseLine
+from ..errors import PatchwheelError
+from ..gitops import git_env
+from ..patches import Patch, load_series
+from . import proofenv
 
 PROOF_TIMEOUT = 600.0
 JUDGED_OK = ("killed", "justified")

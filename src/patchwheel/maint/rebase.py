@@ -27,12 +27,14 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from . import fetch, gitops, proofenv
-from .config import Artifact, Overlay
-from .errors import PatchwheelError
-from .patches import Patch, load_series, parse_patch
+from .. import fetch, gitops
+from ..config import Artifact, Overlay
+from ..errors import PatchwheelError
+from ..patches import Patch, load_series, parse_patch
+from . import proofenv
 from .textcheck import carry
-from .upstream import companions, upstream_files
+from .upstream import companions
+from .workrepo import WorkRepo, release_files, touched
 
 _SLUG = re.compile(r"^\d{4}-(.+)\.patch$")
 
@@ -119,25 +121,13 @@ def start(
             if outcome.verdict == "passes":
                 dropped[p.name] = f"its proof passes on pristine {package} {version}"
     keep = [p for p in series if p.name not in dropped]
-    touched = sorted({t for p in series for t in p.touched})
-    old_files = {k: v for k, v in upstream_files(package, old.wheel, old, touched).items() if v is not None}
-    new_files = upstream_files(package, wheel, old, touched)
+    new_files = release_files(old, touched(series), wheel)
     work.mkdir(parents=True)
-    repo = gitops.scratch_repo(old_files, f"pristine {package} {old.version}")
-    shutil.move(str(repo), work / "repo")
-    shutil.rmtree(repo.parent, ignore_errors=True)
-    repo = work / "repo"
-    base = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
-    commits = {}
-    for p in series:  # the whole series: a kept patch may build on a dropped one (its diff is against that state)
-        gitops.am(repo, p.path)
-        commits[p.name] = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
-    gitops.git(repo, "branch", "-q", "series")
-    gitops.git(repo, "checkout", "-q", "-b", "rebased", base)
-    gitops.write_files(repo, new_files)
-    gitops.git(repo, "add", "-A")
-    gitops.commit(repo, f"pristine {package} {version}")
-    onto = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
+    # The whole series: a kept patch may build on a dropped one (its diff is against that state).
+    repo = WorkRepo.of_line(old, series, at=work / "repo")
+    gitops.git(repo.path, "branch", "-q", "series")
+    onto = repo.branch("rebased", repo.base, new_files, f"pristine {package} {version}")
+    commits = repo.commits
     state = {
         "package": package,
         "from": old.version,
@@ -247,16 +237,10 @@ def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:
     _version(version)  # a clear error for a typo; the line itself is named as its pin names it
     line = overlay.line(package, version)
     series = load_series(line)
-    touched = sorted({t for p in series for t in p.touched})
-    files = {k: v for k, v in upstream_files(package, line.wheel, line, touched).items() if v is not None}
-    repo = gitops.scratch_repo(files)
-    try:
+    with WorkRepo.of_line(line, series) as work:
         for p in series:
-            gitops.am(repo, p.path)
-            new = gitops.format_patch(repo)
+            new = gitops.format_patch(work.path, work.commits[p.name])
             if new != p.raw:
                 p.path.write_bytes(new)
                 log(f"refreshed {p.path}")
-    finally:
-        shutil.rmtree(repo.parent, ignore_errors=True)
     return 0

@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gitops
-from .errors import PatchwheelError
-from .patches import Patch
+from .. import gitops
+from ..errors import PatchwheelError
+from ..patches import Patch
+from .workrepo import WorkRepo
 
 _OFFSET = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 
@@ -48,25 +49,13 @@ def classify(
     """Text result per patch, in series order. ``old_files``/``new_files``: upstream-tree path -> bytes (the
     new release's None means the file is gone). With ``keep_repo`` the scratch repository is moved there (for a
     human to resolve conflicts) instead of deleted."""
-    repo = gitops.scratch_repo(old_files, "pristine base")
-    try:
-        base = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
-        commits = []
-        for p in patches:
-            gitops.am(repo, p.path)
-            commits.append(gitops.git(repo, "rev-parse", "HEAD").decode().strip())
-        gitops.git(repo, "checkout", "-q", "-b", "rebased", base)
-        gitops.write_files(repo, new_files)
-        gitops.git(repo, "add", "-A")
-        gitops.commit(repo, "new upstream release")
-        results = []
-        for p, commit in zip(patches, commits, strict=True):
-            results.append(carry(repo, p, commit))
+    with WorkRepo.create(old_files, "pristine base") as work:
+        work.apply(patches)
+        work.branch("rebased", work.base, new_files, "new upstream release")
+        results = [carry(work.path, p, work.commits[p.name]) for p in patches]
         if keep_repo is not None:
-            shutil.move(str(repo), keep_repo)
+            shutil.move(str(work.path), keep_repo)
         return results
-    finally:
-        shutil.rmtree(repo.parent, ignore_errors=True)
 
 
 def carry(repo: Path, patch: Patch, commit: str) -> TextResult:

@@ -34,9 +34,9 @@ from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from . import fetch
-from .config import Artifact
-from .errors import PatchwheelError
+from .. import fetch
+from ..config import Artifact
+from ..errors import PatchwheelError
 
 MARKER = "patchwheel-env.json"
 _path_locks: dict[str, threading.Lock] = {}

@@ -28,10 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fetch, proofenv
-from .build import current_wheel
-from .config import Overlay, ReleaseLine, path_problem
-from .errors import PatchwheelError
+from .. import fetch
+from ..build import current_wheel
+from ..config import Overlay, ReleaseLine, path_problem
+from ..errors import PatchwheelError
+from . import proofenv
 
 #: What upstream's tests need beyond the package, its companions and the base (torch, pytest): the minimum of
 #: accelerate's "testing" extra that makes every module collect. Tests needing the rest (datasets, deepspeed,
