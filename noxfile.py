@@ -44,8 +44,10 @@ MYPY_TARGETS = ["src/patchwheel", "tests/tool", "tests/proof", "tests/e2e", "nox
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Every patch series (names, files, trailers, the committed matrix); ruff (lint, format) and mypy on the code."""
+    """Every patch series (names, files, trailers, the committed matrix), the vendored modules in overlay/ (equal to
+    pristine + series); ruff (lint, format) and mypy on the code."""
     tool(session, "lint")
+    tool(session, "vendor", "--check")
     session.install("-e", ".[lint]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -98,6 +100,24 @@ def upstream_check(session: nox.Session) -> None:
 def rebase(session: nox.Session) -> None:
     """Write patches/<pkg>/<version>/ from the newest line (args: pkg version [--continue | --refresh])."""
     tool(session, "rebase", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def vendor(session: nox.Session) -> None:
+    """Write overlay/<pkg>/<version>/, the fixed modules, from the pinned wheels and the series (args: --force)."""
+    tool(session, "vendor", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def refresh(session: nox.Session) -> None:
+    """Fold the edits of a vendored module into its patch (args: pkg version patch)."""
+    tool(session, "refresh", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def new(session: nox.Session) -> None:
+    """Make the edits of the vendored modules a new patch with a test stub (args: pkg version slug [--feature])."""
+    tool(session, "new", *session.posargs)
 
 
 @nox.session(venv_backend="none")

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from .config import ReleaseLine
 from .errors import PatchwheelError
 from .gitops import git_env as git_env  # re-exported: mutants.py runs its own git apply with it
 from .gitops import try_git
@@ -119,3 +120,16 @@ def reverse_series(patches: list[Patch], patched: dict[str, bytes | None]) -> di
                     "rebuild; the wheel does not carry what its manifest says",
                 )
         return tree.read(patched)
+
+
+def apply_line(line: ReleaseLine, patches: list[Patch], wheel_files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+    """The build's apply step for one release line: ``patches`` applied to the upstream wheel's files
+    (``wheel_files``: path in the wheel -> bytes). Returns each touched file by its path in the wheel, patched
+    (None: a patch deleted it). Lint guarantees that every touched path maps into the wheel."""
+
+    def read_upstream(upstream_path: str) -> bytes | None:
+        wheel_path = line.wheel_path(upstream_path)
+        return wheel_files.get(wheel_path) if wheel_path else None
+
+    result = apply_series(patches, read_upstream, where=f"{line.package} {line.version}")
+    return {w: d for p, d in result.items() if (w := line.wheel_path(p)) is not None}

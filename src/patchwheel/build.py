@@ -25,8 +25,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from . import fetch as fetch_mod
-from . import publish, rewrite
-from .apply import apply_series
+from . import publish, rewrite, vendored
+from .apply import apply_line
 from .config import Overlay, ReleaseLine
 from .errors import PatchwheelError
 from .index import write_simple
@@ -119,20 +119,13 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=print) -> Built:
     patches = load_series(line)  # lint
     upstream_wheel = fetch_mod.fetch(line.package, line.wheel, log=log)  # fetch
     entries = rewrite.read(upstream_wheel)
-    by_name = {e.name: e.data for e in entries}
-
-    def read_upstream(upstream_path: str) -> bytes | None:
-        wheel_path = line.wheel_path(upstream_path)
-        return by_name.get(wheel_path) if wheel_path else None
-
-    result = apply_series(patches, read_upstream, where=f"{line.package} {line.version}")  # apply
-    # (lint guarantees every touched path maps into the wheel)
-    patched = {w: d for p, d in result.items() if (w := line.wheel_path(p)) is not None}
+    patched = apply_line(line, patches, {e.name: e.data for e in entries})  # apply
     manifest = manifest_for(line, patches, patched)  # rewrite
     names, new_entries = rewrite.plan(line, entries, patched, manifest)
     dest = out_dir / names.filename
     rewrite.write(new_entries, dest)
-    verify(line, dest, upstream_wheel, patches)  # verify
+    verify(line, dest, upstream_wheel, patches)  # verify: by reverse-apply, and against overlay/ (vendored)
+    vendored.check_wheel(line, dest, patched)
     sha = fetch_mod.sha256_file(dest)
     return Built(line, names.filename, sha, patches, time.perf_counter() - t0)
 

@@ -170,6 +170,23 @@ def cmd_upstream(args) -> int:
     )
 
 
+def cmd_vendor(args) -> int:
+    from . import vendored
+
+    overlay = config.load(_root(args))
+    lines = overlay.select(args.lines) if args.lines else None
+    if args.check:
+        problems = vendored.check(overlay, lines)
+        for problem in problems:
+            print(f"  - {problem}")
+        n = len(lines) if lines is not None else len(overlay.all_lines())
+        print(f"overlay/: {'FAILED' if problems else 'ok'} ({n} release line(s) compared with pristine + series)")
+        return 1 if problems else 0
+    changed = vendored.write(overlay, lines, force=args.force)
+    print(f"overlay/: {len(changed)} path(s) written or removed" if changed else "overlay/: up to date")
+    return 0
+
+
 def cmd_rebase(args) -> int:
     from .maint import rebase
 
@@ -179,6 +196,18 @@ def cmd_rebase(args) -> int:
     if args.cont:
         return rebase.resume(overlay, args.package, args.version)
     return rebase.start(overlay, args.package, args.version, behaviour=not args.text_only)
+
+
+def cmd_refresh(args) -> int:
+    from .maint import refresh
+
+    return refresh.refresh(config.load(_root(args)), args.package, args.version, args.patch)
+
+
+def cmd_new(args) -> int:
+    from .maint import refresh
+
+    return refresh.new(config.load(_root(args)), args.package, args.version, args.slug, feature=args.feature)
 
 
 def cmd_export(args) -> int:
@@ -261,6 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         help="rewrite patches/STATUS.* with the current trailers and flags, running nothing",
     )
     u.set_defaults(func=cmd_upstream)
+    ve = sub.add_parser(
+        "vendor", help="write overlay/<pkg>/<version>/: the fixed modules, from the pinned wheel and the series"
+    )
+    ve.add_argument("lines", nargs="*", help="pkg or pkg==version (default: every release line)")
+    ve.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs, naming it")
+    ve.add_argument("--force", action="store_true", help="overwrite modules edited by hand (the edits are lost)")
+    ve.set_defaults(func=cmd_vendor)
     rb = sub.add_parser("rebase", help="write patches/<pkg>/<version>/ from the newest line of <pkg>")
     rb.add_argument("package")
     rb.add_argument("version")
@@ -268,6 +304,19 @@ def main(argv: list[str] | None = None) -> int:
     rb.add_argument("--text-only", action="store_true", help="do not drop patches whose proof passes upstream")
     rb.add_argument("--refresh", action="store_true", help="re-export the existing line's patches (after hand edits)")
     rb.set_defaults(func=cmd_rebase)
+    rf = sub.add_parser(
+        "refresh", help="fold the edits of overlay/<pkg>/<version>/ into one patch (message and trailers kept)"
+    )
+    rf.add_argument("package")
+    rf.add_argument("version")
+    rf.add_argument("patch", help="its slug, file name or number, e.g. name-meta-tensors or 0002")
+    rf.set_defaults(func=cmd_refresh)
+    nw = sub.add_parser("new", help="make the edits of overlay/<pkg>/<version>/ a new patch, with a test stub")
+    nw.add_argument("package")
+    nw.add_argument("version")
+    nw.add_argument("slug", help="the patch's name, e.g. fix-warmup-tp-plan")
+    nw.add_argument("--feature", action="store_true", help="a capability (Feature-Test), not a bug fix")
+    nw.set_defaults(func=cmd_new)
     ex = sub.add_parser("export", help="a patch as an upstream PR: mbox for git am, reproducer, PR.md")
     ex.add_argument("patch", help="slug or file name, e.g. prepare-refuses-dtensor-ddp")
     ex.add_argument("--out", help="folder (default: <root>/export)")

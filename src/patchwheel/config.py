@@ -105,6 +105,11 @@ class ReleaseLine:
     def key(self) -> str:
         return f"{self.package}/{self.version}"
 
+    @property
+    def vendor_dir(self) -> Path:
+        """overlay/<pkg>/<version>/: the line's vendored fixed modules, at their paths inside the package."""
+        return self.patch_dir.parents[2] / "overlay" / self.package / self.version
+
     def upstream_path(self, wheel_path: str) -> str:
         """Map a path inside the wheel (transformers/x.py) to upstream's tree (src/transformers/x.py)."""
         return f"{self.source_root}/{wheel_path}" if self.source_root else wheel_path

@@ -244,9 +244,11 @@ def series_names(line: ReleaseLine) -> list[str]:
     return names
 
 
-def load_series(line: ReleaseLine) -> list[Patch]:
-    """The release line's patches in series order, after a strict lint (raises on the first report)."""
-    problems = lint_line(line)
+def load_series(line: ReleaseLine, *, messages: bool = True) -> list[Patch]:
+    """The release line's patches in series order, after a strict lint (raises on the first report). With
+    ``messages=False`` the messages and trailers are not judged: the maintenance tools that change a patch's code
+    (vendor, refresh, new) work on a patch whose message is still being written."""
+    problems = lint_line(line, messages=messages)
     if problems:
         raise PatchwheelError(
             f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
@@ -349,8 +351,9 @@ def _check_test_ref(patch: Patch, value: str, root: Path | None, what: str) -> l
     ]
 
 
-def lint_line(line: ReleaseLine, root: Path | None = None) -> list[str]:
-    """Every problem of one release line's series, as readable strings (empty when clean)."""
+def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = True) -> list[str]:
+    """Every problem of one release line's series, as readable strings (empty when clean); ``messages=False``
+    leaves out the checks of messages and trailers."""
     problems: list[str] = []
     try:
         names = series_names(line)
@@ -375,7 +378,13 @@ def lint_line(line: ReleaseLine, root: Path | None = None) -> list[str]:
         except PatchwheelError as exc:
             problems.append(exc.message)
             continue
-        problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
+        if messages:
+            problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
+            if todo := [ln for ln in [patch.subject, *patch.message.splitlines()] if ln.lstrip().startswith("TODO")]:
+                problems.append(
+                    f"{name}: its message still has {len(todo)} TODO line(s) of the template `nox -s new` wrote "
+                    f"(first: {todo[0].strip()[:60]!r}): write them"
+                )
         for p in patch.touched:
             if line.wheel_path(p) is None:
                 problems.append(

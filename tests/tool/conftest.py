@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
 import shutil
 import sys
 import tempfile
@@ -124,6 +125,25 @@ class Demo:
         for name, data in patches:
             (self.patch_dir / name).write_bytes(data)
         (self.patch_dir / "series").write_text("".join(f"{n}\n" for n, _ in patches))
+        self.vendor()
+
+    def vendor(self) -> None:
+        """Write overlay/demo/1.0.0/ as `nox -s vendor` does, when the series applies (a test of a broken series
+        gets it from the build's own error, before the overlay is compared)."""
+        from patchwheel import vendored
+        from patchwheel.errors import PatchwheelError
+
+        cache = os.environ.get("PATCHWHEEL_CACHE")
+        os.environ["PATCHWHEEL_CACHE"] = str(self.cache.parent / "vendor-cache")  # the tests' cache stays empty
+        try:
+            vendored.write(self.load(), force=True, log=lambda m: None)
+        except PatchwheelError:
+            pass
+        finally:
+            if cache is None:
+                del os.environ["PATCHWHEEL_CACHE"]
+            else:
+                os.environ["PATCHWHEEL_CACHE"] = cache
 
     def load(self):
         from patchwheel import config

@@ -57,6 +57,7 @@ def _two_lines(demo) -> None:
         (new_dir / f.name).write_bytes(f.read_bytes())
     sets = demo.root / "overlay" / "sets.toml"
     sets.write_text(sets.read_text() + '\n[set.latest]\ndemo = "1.1.0"\n')
+    demo.vendor()
 
 
 def _consumer_files(out: str) -> list[Path]:

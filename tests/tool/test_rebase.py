@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from patchwheel import build as build_mod
-from patchwheel import gitops, patches
+from patchwheel import gitops, patches, vendored
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import export, rebase, textcheck, upstream
 
@@ -60,6 +60,8 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     overlay = demo_project.load()
     assert [ln.version for ln in overlay.lines["demo"]] == ["1.0.0", "1.1.0"]
     assert patches.lint_line(overlay.line("demo", "1.1.0"), demo_project.root) == []
+    assert (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").is_file(), "rebase vendors"
+    assert vendored.check(overlay) == []
     built = build_mod.build(overlay, demo_project.root / "dist", log=lambda m: None)  # both lines build
     assert sorted(b.filename for b in built) == [
         "demo-1.0.0+fixed-py3-none-any.whl",

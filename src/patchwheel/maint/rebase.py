@@ -27,7 +27,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from .. import fetch, gitops
+from .. import config, fetch, gitops, vendored
 from ..config import Artifact, Overlay
 from ..errors import PatchwheelError
 from ..patches import Patch, load_series, parse_patch
@@ -228,6 +228,9 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
         text += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
     pins.write_text(text)
     log(f"wrote {target}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pins}")
+    fresh = config.load(overlay.root)  # with the new pin
+    vendored.write(fresh, [fresh.line(package, version)], log=lambda m: None)
+    log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
     log("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
 
 
@@ -236,11 +239,13 @@ def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:
     patch edited by hand gets correct `index` lines (and the ones after it too). Nothing else changes."""
     _version(version)  # a clear error for a typo; the line itself is named as its pin names it
     line = overlay.line(package, version)
-    series = load_series(line)
+    series = load_series(line, messages=False)
     with WorkRepo.of_line(line, series) as work:
         for p in series:
             new = gitops.format_patch(work.path, work.commits[p.name])
             if new != p.raw:
                 p.path.write_bytes(new)
                 log(f"refreshed {p.path}")
+    if vendored.write(overlay, [line], log=lambda m: None):
+        log(f"wrote the fixed modules of {line.key} into overlay/{line.key}/")
     return 0

@@ -1,0 +1,347 @@
+"""Edit a vendored fixed module, then turn the edit into a patch (like quilt's ``refresh`` and gbp's ``pq export``).
+
+``overlay/<pkg>/<version>/`` holds the line's fixed modules (:mod:`patchwheel.vendored`). A maintainer edits them
+in place, then:
+
+- ``nox -s refresh -- <pkg> <version> <patch>`` folds the edit into that patch. Its message, author and date stay;
+  its diff is made anew. The edit must belong to the patch: it may not change lines another patch wrote, nor touch
+  the context a later patch needs (those would be that patch's edit, or a new one). A later patch of the series
+  that touches the same file is re-exported (its line numbers and ``index`` lines move with the edit) and must
+  keep exactly its change; every other patch keeps its bytes.
+- ``nox -s new -- <pkg> <version> <slug>`` makes the edit a new patch at the end of the series, with the trailer
+  template and a proof-test stub that fails until it is written.
+
+Both work in a :class:`~patchwheel.maint.workrepo.WorkRepo` (pristine files, the series as commits), check the
+result by applying the new series to the pristine wheel's files with the build's own apply step (it must give
+exactly the edited files), and only then write the patch files, the series and the overlay.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import gitops, vendored
+from ..apply import ScratchTree, apply_line, explain_failure
+from ..config import Overlay, ReleaseLine, path_problem
+from ..errors import PatchwheelError
+from ..patches import Patch, load_series, parse_patch
+from .workrepo import WorkRepo, release_files
+
+_PORCELAIN = re.compile(r"^([0-9a-f]{40}) \d+ (\d+)", re.M)
+_U0_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", re.M)
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+
+
+@dataclass
+class Edits:
+    """What a maintainer changed in overlay/<pkg>/<version>/, against pristine + series."""
+
+    line: ReleaseLine
+    series: list[Patch]
+    edited: dict[str, bytes]  # upstream-tree path -> the edited bytes (files that differ, or are new)
+    state: dict[str, bytes]  # every vendored module as it is now (upstream-tree paths), edited or not
+
+
+def _edits(overlay: Overlay, line: ReleaseLine) -> Edits:
+    series = load_series(line, messages=False)
+    want = vendored.generate(line, series)
+    folder = line.vendor_dir
+    have = {
+        rel: path
+        for rel, path in vendored._on_disk(folder).items()
+        if rel not in vendored._OWN and not rel.endswith(".pyc")
+    }
+    if missing := sorted(set(want.modules) - set(have)):
+        raise PatchwheelError(
+            f"overlay/{line.key}/ lacks {', '.join(missing)}: refresh cannot tell an edit from a file never written",
+            "restore the folder with `nox -s vendor` (it keeps edits in the other files), then edit again",
+        )
+    state, edited = {}, {}
+    for rel, path in sorted(have.items()):
+        if problem := path_problem(rel):
+            raise PatchwheelError(f"overlay/{line.key}/{rel}: {problem}", "rename or remove it")
+        if rel.split("/", 1)[0] != line.import_name:
+            raise PatchwheelError(
+                f"overlay/{line.key}/{rel} is outside the package ({line.import_name}/)",
+                f"only files of the installed package can be patched: move it under {line.import_name}/",
+            )
+        if path.is_symlink():
+            raise PatchwheelError(f"overlay/{line.key}/{rel} is a symbolic link", "replace it by the file itself")
+        data = path.read_bytes()
+        up = line.upstream_path(rel)
+        state[up] = data
+        if want.modules.get(rel) != data:
+            edited[up] = data
+    return Edits(line, series, edited, state)
+
+
+def _find(series: list[Patch], ref: str) -> int:
+    want = ref.split("/")[-1]
+    for i, p in enumerate(series):
+        if want in (p.name, p.slug, p.name.removesuffix(".patch"), p.name[:4]):
+            return i
+    names = ", ".join(p.name for p in series) or "none (the series is empty)"
+    raise PatchwheelError(f"the series has no patch {ref!r}", f"name one of: {names}")
+
+
+def _blame(work: WorkRepo, path: str, first: int, last: int) -> dict[int, str]:
+    """Line number -> the commit that wrote that line, at HEAD, for lines first..last (1-based, inclusive)."""
+    out = gitops.git(work.path, "blame", "--porcelain", "-L", f"{first},{last}", "HEAD", "--", path).decode(
+        errors="replace"
+    )
+    return {int(m.group(2)): m.group(1) for m in _PORCELAIN.finditer(out)}
+
+
+def _owners(work: WorkRepo, edits: Edits) -> list[tuple[str, int, str]]:
+    """(path, line, patch) for each line of the series' result that the edit changes or removes, or inserts
+    into, and that a patch wrote: the edit is that patch's business."""
+    by_commit = {c: name for name, c in work.commits.items()}
+    found = []
+    for path, data in edits.edited.items():
+        if work.read([path])[path] is None:
+            continue  # a new file: nobody wrote it yet
+        total = gitops.git(work.path, "show", f"HEAD:{path}").count(b"\n")
+        with tempfile.NamedTemporaryFile(prefix="patchwheel-edit-", delete=False) as tmp:
+            tmp.write(data)
+        try:
+            blob = gitops.git(work.path, "hash-object", "-w", tmp.name).decode().strip()
+        finally:
+            Path(tmp.name).unlink()
+        diff = gitops.git(work.path, "diff", "-U0", f"HEAD:{path}", blob).decode(errors="replace")
+        for m in _U0_HUNK.finditer(diff):
+            start, count = int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1)
+            if count:  # lines changed or removed: each one's author
+                lines = _blame(work, path, start, start + count - 1)
+                found += [(path, n, by_commit[c]) for n, c in sorted(lines.items()) if c in by_commit]
+            elif total and 0 < start < total:  # an insertion after line `start`, inside one patch's lines?
+                around = _blame(work, path, start, start + 1)
+                a, b = around.get(start), around.get(start + 1)
+                if a is not None and a == b and a in by_commit:
+                    found.append((path, start, by_commit[a]))
+    return found
+
+
+def _under_later(edits: Edits, later: list[Patch]) -> dict[str, bytes | None]:
+    """The edited state with the later patches taken off again (last first, strictly): the state the refreshed
+    patch must leave. A later patch that no longer reverses needs lines the edit changed."""
+    with ScratchTree(edits.state) as tree:
+        for q in reversed(later):
+            rc, out = gitops.try_git(tree.root, "apply", "--reverse", "--whitespace=nowarn", str(q.path))
+            if rc != 0:
+                raise PatchwheelError(
+                    f"the edit touches lines that {q.name}, later in the series, needs as it is "
+                    f"({explain_failure(q, out)})",
+                    f"make that part of the edit in {q.name} (`nox -s refresh -- {edits.line.package} "
+                    f"{edits.line.version} {q.slug}`), or as a new patch after it (`nox -s new`)",
+                )
+        return tree.read(edits.state)
+
+
+def _change(raw: bytes) -> list[bytes]:
+    """A patch's change without its line numbers and blob ids: the lines each hunk removes, adds and keeps."""
+    return [
+        ln
+        for ln in raw.split(b"\n")
+        if ln.startswith((b"+", b"-", b" ", b"diff --git ")) and not ln.startswith((b"+++ ", b"--- "))
+    ]
+
+
+def _check_result(edits: Edits, files: list[tuple[str, bytes]]) -> None:
+    """The new series (file names and bytes), applied by the build to the pristine wheel's files, gives exactly
+    the edited files."""
+    line = edits.line
+    with tempfile.TemporaryDirectory(prefix="patchwheel-series-") as tmp:
+        for name, data in files:
+            (Path(tmp) / name).write_bytes(data)
+        series = [parse_patch(Path(tmp) / name) for name, _ in files]
+        paths = sorted(set(edits.state) | {t for p in series for t in p.touched})
+        pristine = {w: d for p, d in release_files(line, paths).items() if d is not None and (w := line.wheel_path(p))}
+        got = apply_line(line, series, pristine)
+    for up, data in edits.state.items():
+        rel = line.wheel_path(up)
+        assert rel is not None
+        if got.get(rel, pristine.get(rel)) != data:
+            raise PatchwheelError(
+                f"the new series does not give overlay/{line.key}/{rel} as edited",
+                "report this, with the edit: nothing was written",
+            )
+
+
+def _write_patches(files: dict[Path, bytes]) -> None:
+    """Each file written whole (a temporary sibling, then renamed over it)."""
+    for path, data in files.items():
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+
+
+def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callable[[str], None] = print) -> int:
+    line = overlay.line(package, version)
+    edits = _edits(overlay, line)
+    series = edits.series
+    k = _find(series, ref)
+    target, later = series[k], series[k + 1 :]
+    if not edits.edited:
+        log(f"overlay/{line.key}/ equals pristine + series: nothing to refresh into {target.name}")
+        return 0
+    new_paths = [p for p in edits.edited if p not in {t for q in series for t in q.touched}]
+    with WorkRepo.of_line(line, series, extra=new_paths) as work:
+        if owned := [(p, n, q) for p, n, q in _owners(work, edits) if q != target.name]:
+            where = "; ".join(f"{line.wheel_path(p)} line {n} ({q})" for p, n, q in owned[:6])
+            more = f" and {len(owned) - 6} more" if len(owned) > 6 else ""
+            first = owned[0][2]
+            raise PatchwheelError(
+                f"the edit changes lines that another patch wrote, so it cannot belong to {target.name}: {where}{more}",
+                f"refresh {first} instead (`nox -s refresh -- {line.package} {line.version} {first}`); an edit "
+                "that spans several patches is refreshed one patch at a time",
+            )
+        state = _under_later(edits, later)
+        gitops.git(work.path, "checkout", "-q", "--detach", work.commits[target.name])
+        gitops.write_files(work.path, state)
+        gitops.git(work.path, "add", "-A")
+        if not gitops.git(work.path, "diff", "--cached", "--name-only", f"{work.commits[target.name]}~1").strip():
+            raise PatchwheelError(
+                f"with the edit, {target.name} changes nothing",
+                f"to drop the patch, remove it from patches/{line.key}/series and delete its file",
+            )
+        gitops.git(work.path, "commit", "-q", "--amend", "--no-edit", "--no-verify", "--allow-empty")
+        out = {target.path: gitops.format_patch(work.path)}
+        for q in later:
+            gitops.am(work.path, q.path)
+            raw = gitops.format_patch(work.path)
+            if _change(raw) != _change(q.raw):
+                raise PatchwheelError(f"{q.name} would change with the edit", "report this: nothing was written")
+            if raw != q.raw:
+                out[q.path] = raw
+    _check_result(edits, [(p.name, out.get(p.path, p.raw)) for p in series])
+    if out[target.path] == target.raw:
+        log(f"{target.name}: unchanged")
+        return 0
+    _write_patches(out)
+    vendored.write(overlay, [line], log=lambda m: None)
+    files = ", ".join(sorted(str(line.wheel_path(p)) for p in edits.edited))
+    log(f"refreshed {_rel(overlay, target.path)} from the edit of {files}")
+    for q in later:
+        if q.path in out:
+            log(f"re-exported {_rel(overlay, q.path)}: its line numbers moved with the edit; its change is the same")
+    log(f"next: run its proof both ways ({target.trailers.get('Proof-Test') or target.trailers.get('Feature-Test')})")
+    return 0
+
+
+def _rel(overlay: Overlay, path: Path) -> str:
+    return path.relative_to(overlay.root).as_posix()
+
+
+TEMPLATE = """\
+TODO: one line saying what the fix does, in the imperative (it becomes the pull request's title)
+
+TODO: the problem: what fails, where, with the exception and message it raises.
+
+TODO: the root cause, and how this change fixes it. What changes for users who never hit the bug.
+
+Upstream-Issue: TODO https://github.com/huggingface/{package}/issues/<N>
+Upstream-Status: Pending
+{test_trailer}: {test}
+Drop-When: {drop_when}
+"""
+
+STUB = '''\
+"""{kind} test for {package} patch {name} (written by `nox -s new` as a stub).
+
+TODO: what it {does},
+and how: tiny random models from configs; real gloo process groups on 127.0.0.1 for a distributed bug.
+Until it is written, the stub says that it could not observe anything, which fails the suite both ways.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from proofkit import CouldNotObserve
+
+pytestmark = {marker}
+
+
+def test_{func}():
+    raise CouldNotObserve("not written yet: {hint}")
+'''
+
+
+def new(
+    overlay: Overlay,
+    package: str,
+    version: str,
+    slug: str,
+    *,
+    feature: bool = False,
+    log: Callable[[str], None] = print,
+) -> int:
+    line = overlay.line(package, version)
+    if not _SLUG.fullmatch(slug):
+        raise PatchwheelError(
+            f"{slug!r} is not a patch slug", "use lower-case letters, digits, '.' and '-', e.g. fix-warmup-tp-plan"
+        )
+    edits = _edits(overlay, line)
+    series = edits.series
+    if any(p.slug == slug for p in series):
+        raise PatchwheelError(
+            f"{line.key} already has a patch named {slug}",
+            f"to change it: `nox -s refresh -- {line.package} {line.version} {slug}`; or pick another slug",
+        )
+    if not edits.edited:
+        raise PatchwheelError(
+            f"overlay/{line.key}/ equals pristine + series: there is no edit to make a patch of",
+            f"edit the fixed modules under overlay/{line.key}/{line.import_name}/ first",
+        )
+    name = f"{len(series) + 1:04d}-{slug}.patch"
+    func = slug.replace("-", "_").replace(".", "_")
+    test = f"tests/proof/test_{func}.py"
+    message = TEMPLATE.format(
+        package=line.package,
+        test_trailer="Feature-Test" if feature else "Proof-Test",
+        test=test,
+        drop_when="pr-released pending" if feature else "proof-passes-upstream",
+    )
+    new_paths = [p for p in edits.edited if p not in {t for q in series for t in q.touched}]
+    with WorkRepo.of_line(line, series, extra=new_paths) as work:
+        gitops.write_files(work.path, dict(edits.edited))
+        gitops.git(work.path, "add", "-A")
+        gitops.commit(work.path, message)
+        raw = gitops.format_patch(work.path)
+    _check_result(edits, [(p.name, p.raw) for p in series] + [(name, raw)])
+    test_file = overlay.root / test
+    stub = not test_file.exists()
+    if stub:
+        marker = (
+            f'pytest.mark.feature(package="{line.package}")'
+            if feature
+            else f'pytest.mark.proof(\n    package="{line.package}",\n    signatures=[("TODO-ExceptionType", '
+            'r"TODO: the message the bug raises, from the code under test")],\n)'
+        )
+        test_file.write_text(
+            STUB.format(
+                kind="Feature" if feature else "Proof",
+                package=line.package,
+                name=name,
+                does="checks" if feature else "proves (it fails on the pristine release with the bug's own exception)",
+                marker=marker,
+                func=func,
+                hint=f"the {'feature' if feature else 'proof'} test of {name}",
+            )
+        )
+    (line.patch_dir / name).write_bytes(raw)
+    series_file = line.patch_dir / "series"
+    text = series_file.read_text()
+    series_file.write_text(text + ("" if text.endswith("\n") or not text else "\n") + name + "\n")
+    vendored.write(overlay, [line], log=lambda m: None)
+    files = ", ".join(sorted(str(line.wheel_path(p)) for p in edits.edited))
+    log(f"wrote {_rel(overlay, line.patch_dir / name)} from the edit of {files}")
+    log(f"{'wrote the stub' if stub else 'kept'} {test} ({'it fails until written' if stub else 'it exists'})")
+    log("next: replace every TODO in the patch's message (subject, problem, fix, Upstream-Issue), write the test")
+    log("      so that it fails on the pristine release with the bug's own exception, then `nox -s lint` and")
+    log("      `nox -s proof`; change the code again by editing the overlay and `nox -s refresh`")
+    return 0

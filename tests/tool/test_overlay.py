@@ -1,0 +1,286 @@
+"""overlay/<pkg>/<version>/: the vendored fixed modules (vendor, check, the build's check) and the edit -> refresh
+loop (refresh, new), on the synthetic demo wheel and on a real release line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from patchwheel import build as build_mod
+from patchwheel import cli, gitops, patches, vendored
+from patchwheel.errors import PatchwheelError
+from patchwheel.maint import refresh
+from patchwheel.maint.workrepo import WorkRepo
+
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+COMMA = CORE.replace(b'"hello " + name', b'"hello, " + name')
+
+
+def _swap(files):
+    return {**files, "src/demo/core.py": files["src/demo/core.py"].replace(b"a + b", b"b + a")}
+
+
+def _util(files):
+    return {**files, "src/demo/util.py": b'"""demo helpers."""\n\nNAME = "demo"\n'}
+
+
+def two_patches(demo, second) -> None:
+    """0001 greets with a comma (core.py); 0002 is ``second`` on top of it."""
+    first = make_patch(FILES, edit_greet, "Greet with a comma", TRAILERS)
+    after = {**FILES, "src/demo/core.py": COMMA}
+    demo.set_series(
+        ("0001-greet-comma.patch", first),
+        ("0002-second.patch", make_patch(after, second, "The second change", TRAILERS)),
+    )
+
+
+def _module(demo, rel="demo/core.py") -> Path:
+    return demo.root / "overlay" / "demo" / "1.0.0" / rel
+
+
+def _edit(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert data.count(old) == 1, old
+    path.write_bytes(data.replace(old, new))
+
+
+def _patch_files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((root / "patches").rglob("*")) if p.is_file()
+    }
+
+
+def _regenerates(line) -> None:
+    """git am + format-patch give every patch of the series its committed bytes (index lines included)."""
+    series = patches.load_series(line, messages=False)
+    with WorkRepo.of_line(line, series) as work:
+        for p in series:
+            assert gitops.format_patch(work.path, work.commits[p.name]) == p.raw, p.name
+
+
+# --- vendor and its checks ------------------------------------------------------------------------------------
+
+
+def test_vendored_modules_are_the_wheels_bytes(demo_project):
+    built = build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
+    with zipfile.ZipFile(demo_project.root / "dist" / built[0].filename) as zf:
+        assert _module(demo_project).read_bytes() == zf.read("demo/core.py")
+    assert _module(demo_project).read_bytes() == COMMA
+    folder = demo_project.root / "overlay" / "demo" / "1.0.0"
+    assert sorted(p.name for p in folder.iterdir()) == ["VENDORED.json", "demo"], "only what the series touches"
+    record = json.loads((folder / "VENDORED.json").read_text())
+    assert record["wheel"]["sha256"] == demo_project.sha256
+    assert [p["name"] for p in record["series"]] == ["0001-greet-comma.patch"]
+    notice = (demo_project.root / "overlay" / "NOTICE").read_text()
+    assert "demo 1.0.0" in notice and demo_project.sha256 in notice and "demo/core.py" in notice
+
+
+def test_a_hand_edited_module_fails_the_check_and_the_build_naming_it(demo_project, capsys):
+    _edit(_module(demo_project), b"hello, ", b"hi, ")
+    root = ["--root", str(demo_project.root)]
+    assert cli.main(root + ["vendor", "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "overlay/demo/1.0.0/demo/core.py was edited" in out and "nox -s refresh -- demo 1.0.0" in out
+    with pytest.raises(PatchwheelError, match=r"demo/core.py differs from overlay/demo/1.0.0/demo/core.py"):
+        build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
+    assert not (demo_project.root / "dist").exists()
+
+
+def test_vendor_keeps_an_edit_unless_forced(demo_project):
+    module = _module(demo_project)
+    _edit(module, b"hello, ", b"hi, ")
+    with pytest.raises(PatchwheelError, match="edited by hand and not refreshed") as err:
+        vendored.write(demo_project.load(), log=lambda m: None)
+    assert "nox -s refresh -- demo 1.0.0" in err.value.hint
+    assert b"hi, " in module.read_bytes(), "nothing lost"
+    vendored.write(demo_project.load(), force=True, log=lambda m: None)
+    assert module.read_bytes() == COMMA
+    assert vendored.check(demo_project.load()) == []
+
+
+def test_a_series_change_makes_the_overlay_stale_and_vendor_rewrites_it(demo_project):
+    two_patches(demo_project, _swap)  # set_series vendors: in step
+    assert vendored.check(demo_project.load()) == []
+    (demo_project.patch_dir / "series").write_text("0001-greet-comma.patch\n")
+    (demo_project.patch_dir / "0002-second.patch").unlink()
+    problems = vendored.check(demo_project.load())
+    assert any("demo/core.py is out of date: the series changed" in p for p in problems), problems
+    vendored.write(demo_project.load(), log=lambda m: None)  # not an edit: no --force needed
+    assert _module(demo_project).read_bytes() == COMMA
+
+
+def test_folders_of_lines_no_longer_pinned_are_removed(demo_project):
+    stale = demo_project.root / "overlay" / "demo" / "0.9.0" / "demo"
+    stale.mkdir(parents=True)
+    (stale / "core.py").write_bytes(CORE)
+    assert vendored.check(demo_project.load()) == ["overlay/demo/0.9.0/ belongs to no pinned line: run `nox -s vendor`"]
+    vendored.write(demo_project.load(), log=lambda m: None)
+    assert not stale.parent.exists()
+    assert vendored.check(demo_project.load()) == []
+
+
+# --- refresh ---------------------------------------------------------------------------------------------------
+
+
+def test_refresh_changes_exactly_that_patch(demo_project):
+    two_patches(demo_project, _util)  # 0002 adds another file
+    before = _patch_files(demo_project.root)
+    old = patches.load_series(demo_project.load().line("demo"))
+    _edit(_module(demo_project), b'"hello, " + name', b'"hello, " + name.strip()')
+    assert refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None) == 0
+    after = _patch_files(demo_project.root)
+    assert [k for k in after if after[k] != before[k]] == ["patches/demo/1.0.0/0001-greet-comma.patch"]
+    new = patches.load_series(demo_project.load().line("demo"))
+    assert (new[0].subject, new[0].message, new[0].trailers) == (old[0].subject, old[0].message, old[0].trailers)
+    assert b'+    return "hello, " + name.strip()' in new[0].raw
+    assert vendored.check(demo_project.load()) == []
+    _regenerates(demo_project.load().line("demo"))
+    built = build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
+    with zipfile.ZipFile(demo_project.root / "dist" / built[0].filename) as zf:
+        assert zf.read("demo/core.py") == _module(demo_project).read_bytes()
+
+
+def test_a_later_patch_of_the_same_file_keeps_its_change(demo_project):
+    two_patches(demo_project, _swap)  # 0002 changes core.py too, lower down
+    old_second = (demo_project.patch_dir / "0002-second.patch").read_bytes()
+    greet = b'    return "hello, " + name\n'
+    _edit(_module(demo_project), greet, b"    name = name.strip()\n" + greet)
+    refresh.refresh(demo_project.load(), "demo", "1.0.0", "0001", log=lambda m: None)
+    new_second = (demo_project.patch_dir / "0002-second.patch").read_bytes()
+    assert new_second != old_second, "its index line and line numbers move with the edit"
+    assert refresh._change(new_second) == refresh._change(old_second)
+    assert vendored.check(demo_project.load()) == []
+    _regenerates(demo_project.load().line("demo"))
+
+
+def test_refresh_refuses_an_edit_of_lines_another_patch_wrote(demo_project):
+    two_patches(demo_project, _swap)
+    before = _patch_files(demo_project.root)
+    _edit(_module(demo_project), b"return b + a", b"return (b + a)")
+    with pytest.raises(PatchwheelError, match=r"demo/core.py line 9 \(0002-second.patch\)") as err:
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
+    assert "cannot belong to 0001-greet-comma.patch" in err.value.message
+    assert "nox -s refresh -- demo 1.0.0 0002-second.patch" in err.value.hint
+    assert _patch_files(demo_project.root) == before, "nothing written"
+    assert b"(b + a)" in _module(demo_project).read_bytes(), "the edit is kept"
+    refresh.refresh(demo_project.load(), "demo", "1.0.0", "second", log=lambda m: None)  # where it belongs
+    assert b"+    return (b + a)" in (demo_project.patch_dir / "0002-second.patch").read_bytes()
+    assert vendored.check(demo_project.load()) == []
+
+
+def test_refresh_refuses_an_edit_of_the_context_a_later_patch_needs(demo_project):
+    two_patches(demo_project, _swap)
+    before = _patch_files(demo_project.root)
+    _edit(_module(demo_project), b"def add(a, b):", b"def add(a, b):  # sum")  # upstream's line, 0002's context
+    with pytest.raises(PatchwheelError, match=r"touches lines that 0002-second.patch, later in the series, needs"):
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
+    assert _patch_files(demo_project.root) == before
+
+
+def test_refresh_without_an_edit_and_with_bad_names(demo_project, capsys):
+    before = _patch_files(demo_project.root)
+    assert refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma") == 0
+    assert "nothing to refresh" in capsys.readouterr().out
+    with pytest.raises(PatchwheelError, match="the series has no patch 'nope'") as err:
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "nope")
+    assert "0001-greet-comma.patch" in err.value.hint
+    _edit(_module(demo_project), b'"hello, " + name', b'"hello " + name')  # the whole change undone
+    with pytest.raises(PatchwheelError, match="changes nothing"):
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma")
+    assert _patch_files(demo_project.root) == before
+
+
+def test_refresh_a_new_file_into_a_patch(demo_project):
+    extra = _module(demo_project, "demo/extra.py")
+    extra.write_bytes(b"VALUE = 1\n")
+    refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
+    series = patches.load_series(demo_project.load().line("demo"))
+    assert series[0].touched == ["src/demo/core.py", "src/demo/extra.py"]
+    assert vendored.check(demo_project.load()) == []
+
+
+# --- new -------------------------------------------------------------------------------------------------------
+
+
+def test_new_makes_a_patch_with_the_template_and_a_failing_stub(demo_project, capsys):
+    _edit(_module(demo_project), b"return a + b", b"return b + a")
+    root = ["--root", str(demo_project.root)]
+    assert cli.main(root + ["new", "demo", "1.0.0", "add-swap"]) == 0
+    line = demo_project.load().line("demo")
+    assert patches.series_names(line) == ["0001-greet-comma.patch", "0002-add-swap.patch"]
+    patch = patches.load_series(line, messages=False)[1]
+    assert patch.subject.startswith("TODO") and patch.trailers["Proof-Test"] == "tests/proof/test_add_swap.py"
+    assert patch.trailers["Drop-When"] == "proof-passes-upstream"
+    stub = (demo_project.root / "tests" / "proof" / "test_add_swap.py").read_text()
+    assert "raise CouldNotObserve(" in stub and "pytest.mark.proof(" in stub
+    problems = patches.lint_line(line, demo_project.root)
+    assert any("TODO line(s)" in p for p in problems), "a template cannot be built or published"
+    with pytest.raises(PatchwheelError):
+        build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
+    assert vendored.check(demo_project.load()) == []
+    _regenerates(line)
+    capsys.readouterr()
+    _edit(_module(demo_project), b"return b + a", b"return b + a  # commutes")  # keep working on it
+    assert cli.main(root + ["refresh", "demo", "1.0.0", "add-swap"]) == 0
+    assert "refreshed patches/demo/1.0.0/0002-add-swap.patch" in capsys.readouterr().out
+
+
+def test_new_refuses_bad_input(demo_project):
+    overlay = demo_project.load()
+    with pytest.raises(PatchwheelError, match="no edit to make a patch of"):
+        refresh.new(overlay, "demo", "1.0.0", "x")
+    _edit(_module(demo_project), b"return a + b", b"return b + a")
+    with pytest.raises(PatchwheelError, match="already has a patch named greet-comma"):
+        refresh.new(overlay, "demo", "1.0.0", "greet-comma")
+    with pytest.raises(PatchwheelError, match="not a patch slug"):
+        refresh.new(overlay, "demo", "1.0.0", "../x")
+    assert patches.series_names(overlay.line("demo")) == ["0001-greet-comma.patch"]
+
+
+# --- a real release line ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def real_root(tmp_path) -> Path:
+    """A copy of this project's overlay/, patches/ and proof tests (the real pins; wheels from the cache)."""
+    root = tmp_path / "real"
+    for part in ("overlay", "patches", "tests/proof"):
+        shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_the_committed_overlay_is_pristine_plus_series():
+    from patchwheel import config
+
+    assert vendored.check(config.load(ROOT)) == []
+
+
+def test_refresh_on_a_real_line(real_root, capsys):
+    from patchwheel import config
+
+    module = real_root / "overlay" / "transformers" / "5.23.0" / "transformers" / "trainer.py"
+    old = "        # Scatter `None` in their place, which is replicated like any non-tensor argument, then put in the "
+    new = "        # Scatter `None` in their place (replicated like any non-tensor argument), then put in the "
+    old, new = old + "copies\n", new + "copies\n"
+    _edit(module, old.encode(), new.encode())
+    assert cli.main(["--root", str(real_root), "vendor", "--check"]) == 1, "nox (lint) fails on the edit"
+    assert "overlay/transformers/5.23.0/transformers/trainer.py was edited" in capsys.readouterr().out
+    before = _patch_files(real_root)
+    assert cli.main(["--root", str(real_root), "refresh", "transformers", "5.23.0", "dataparallel-num-items"]) == 0
+    after = _patch_files(real_root)
+    changed = [k for k in after if after[k] != before[k]]
+    assert changed == ["patches/transformers/5.23.0/0002-dataparallel-num-items.patch"]
+    lines = after[changed[0]].decode().splitlines()
+    assert "+" + new.rstrip("\n") in lines and "+" + old.rstrip("\n") not in lines
+    overlay = config.load(real_root)
+    line = overlay.line("transformers", "5.23.0")
+    assert patches.lint_line(line, real_root) == [], "message and trailers kept"
+    assert vendored.check(overlay) == []
+    _regenerates(line)
