@@ -2,6 +2,9 @@
 
     nox -s build          build the +fixed wheels, a PEP 503 index and consumer pins into dist/
     nox                   the test suite: lint, tool tests, proof tests (pristine and fixed), end to end
+    nox -s vendor         write overlay/<pkg>/<version>/, the fixed modules, from the pinned wheels and the series
+    nox -s refresh -- <pkg> <version> <patch>   fold an edit of those modules into the patch
+    nox -s new -- <pkg> <version> <slug>        make the edits a new patch, with a proof-test stub
 
 TORCH_VERSION (default 2.13.0) pins torch in every test environment; a bare `torch` would pull the newest
 release with several GB of CUDA packages.
@@ -144,7 +147,7 @@ def e2e(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def mutants(session: nox.Session) -> None:
     """Revert each patch hunk alone and run its proof on the +fixed build (args: pkg[==version] ..., --out FILE).
-    Not in the default suite: it runs every proof once per hunk (see the README for its duration)."""
+    Not in the default suite: it runs every proof once per hunk (docs/proof-contract.md gives its duration)."""
     tool(session, "build")
     tool(session, "mutants", *session.posargs)
 
@@ -160,7 +163,8 @@ def upstream_suite(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks (results in the README): wheel rewrite vs patched sdist, nox -s build cold and warm."""
+    """Benchmarks (headline in the README, all in docs/benchmarks.md): wheel rewrite vs patched sdist, nox -s build
+    cold and warm."""
     session.install("packaging", "setuptools", "wheel")
     session.run(
         "python",

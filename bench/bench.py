@@ -1,4 +1,4 @@
-"""Benchmarks, as ratios measured in one run (results go into the README).
+"""Benchmarks, as ratios measured in one run (the README has the headline, docs/benchmarks.md all of them).
 
     nox -s bench            (or: python bench/bench.py, with setuptools and wheel installed)
 

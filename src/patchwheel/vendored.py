@@ -23,6 +23,7 @@ import hashlib
 import json
 import re
 import shutil
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -300,7 +301,9 @@ def check(overlay: Overlay, lines: list[ReleaseLine] | None = None) -> list[str]
 
 def check_wheel(line: ReleaseLine, built: Path, patched: dict[str, bytes | None]) -> None:
     """The rewritten wheel's patched files, read back from the wheel, equal overlay/<pkg>/<version>/."""
-    in_wheel = {e.name: e.data for e in rewrite.read(built) if e.name in patched}
+    with zipfile.ZipFile(built) as zf:  # only the patched members: not a second read of the whole wheel
+        names = set(zf.namelist())
+        in_wheel = {rel: zf.read(rel) for rel in patched if rel in names}
     folder = line.vendor_dir
     have = {rel for rel in _on_disk(folder) if rel not in _OWN}
     hint = (

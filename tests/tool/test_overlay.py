@@ -167,7 +167,7 @@ def test_refresh_refuses_an_edit_of_lines_another_patch_wrote(demo_project):
     with pytest.raises(PatchwheelError, match=r"demo/core.py line 9 \(0002-second.patch\)") as err:
         refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
     assert "cannot belong to 0001-greet-comma.patch" in err.value.message
-    assert "nox -s refresh -- demo 1.0.0 0002-second.patch" in err.value.hint
+    assert "nox -s refresh -- demo 1.0.0 second`" in err.value.hint
     assert _patch_files(demo_project.root) == before, "nothing written"
     assert b"(b + a)" in _module(demo_project).read_bytes(), "the edit is kept"
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "second", log=lambda m: None)  # where it belongs

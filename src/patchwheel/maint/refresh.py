@@ -28,7 +28,7 @@ from .. import gitops, vendored
 from ..apply import ScratchTree, apply_line, explain_failure
 from ..config import Overlay, ReleaseLine, path_problem
 from ..errors import PatchwheelError
-from ..patches import Patch, load_series, parse_patch
+from ..patches import Patch, load_series, parse_patch, test_refs
 from .workrepo import WorkRepo, release_files
 
 _PORCELAIN = re.compile(r"^([0-9a-f]{40}) \d+ (\d+)", re.M)
@@ -193,7 +193,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
         if owned := [(p, n, q) for p, n, q in _owners(work, edits) if q != target.name]:
             where = "; ".join(f"{line.wheel_path(p)} line {n} ({q})" for p, n, q in owned[:6])
             more = f" and {len(owned) - 6} more" if len(owned) > 6 else ""
-            first = owned[0][2]
+            first = next(p.slug for p in series if p.name == owned[0][2])
             raise PatchwheelError(
                 f"the edit changes lines that another patch wrote, so it cannot belong to {target.name}: {where}{more}",
                 f"refresh {first} instead (`nox -s refresh -- {line.package} {line.version} {first}`); an edit "
@@ -228,7 +228,9 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
     for q in later:
         if q.path in out:
             log(f"re-exported {_rel(overlay, q.path)}: its line numbers moved with the edit; its change is the same")
-    log(f"next: run its proof both ways ({target.trailers.get('Proof-Test') or target.trailers.get('Feature-Test')})")
+    refs = test_refs(target.trailers.get("Proof-Test") or target.trailers.get("Feature-Test"))
+    tests = refs[0][0] + (f", {len(refs)} of its tests" if len(refs) > 1 else "") if refs else "its test"
+    log(f"next: run its proof both ways ({tests}): nox -s proof")
     return 0
 
 
