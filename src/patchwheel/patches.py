@@ -351,6 +351,23 @@ def _check_test_ref(patch: Patch, value: str, root: Path | None, what: str) -> l
     ]
 
 
+_MAILINFO_CUT = re.compile(r"^(---|diff -|Index: )", re.M)
+
+
+def mailinfo_cut(patch: Patch) -> str | None:
+    """A message line where ``git am`` (git mailinfo) would end the message, dropping the rest and the trailers."""
+    head, sep, _ = patch.raw.partition(b"\ndiff --git ")
+    body = head.split(b"\n\n", 1)[1] if b"\n\n" in head else b""
+    m = _MAILINFO_CUT.search(body.decode("utf-8", errors="replace"))
+    if m is None:
+        return None
+    text = body.decode("utf-8", errors="replace")[m.start() :].splitlines()[0]
+    return (
+        f"{patch.name}: its message has a line git am takes for the start of the diff ({text[:60]!r}): the rest of "
+        "the message and its trailers would be lost"
+    )
+
+
 def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = True) -> list[str]:
     """Every problem of one release line's series, as readable strings (empty when clean); ``messages=False``
     leaves out the checks of messages and trailers."""
@@ -378,6 +395,8 @@ def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = T
         except PatchwheelError as exc:
             problems.append(exc.message)
             continue
+        if cut := mailinfo_cut(patch):
+            problems.append(cut)
         if messages:
             problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
             if todo := [ln for ln in [patch.subject, *patch.message.splitlines()] if ln.lstrip().startswith("TODO")]:

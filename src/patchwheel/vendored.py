@@ -92,6 +92,7 @@ def generate(line: ReleaseLine, series: list[Patch] | None = None) -> Vendored:
         "version": line.version,
         "wheel": {"filename": line.wheel.filename, "sha256": line.wheel.sha256},
         "license": stated,
+        "has-license-file": license is not None,
         "series": [{"name": p.name, "sha256": p.sha256} for p in series],
         "files": {w: _sha(d) for w, d in modules.items()},
     }
@@ -129,49 +130,71 @@ def _edited_hint(line: ReleaseLine) -> str:
     )
 
 
-def differences(overlay: Overlay, want: Vendored) -> list[str]:
-    """Each file of the line's folder that is missing, differs or should not be there, said so that the reader
-    knows what to run."""
-    line, folder = want.line, want.line.vendor_dir
+#: What a file of a line's folder is, against what ``vendor`` would write (``want``) and what it wrote last time
+#: (VENDORED.json): ``same``; ``missing``; ``stale`` (as written, but the series changed since); ``edited`` (changed
+#: by hand on top of the current series: refresh takes it); ``edited-stale`` (changed by hand, and the series changed
+#: that file since: refreshing it would undo the series' change); ``outgrown`` (written for a series that no longer
+#: touches it); ``extra`` (not written by vendor: a new module, or a stray file); ``own`` (LICENSE or VENDORED.json,
+#: differing).
+STATES = ("same", "missing", "stale", "edited", "edited-stale", "outgrown", "extra", "own")
+
+
+def classify(want: Vendored) -> dict[str, str]:
+    """The state of every file that is in the line's folder or should be (:data:`STATES`)."""
+    folder = want.line.vendor_dir
     have, recorded = _on_disk(folder), _recorded(folder)
-    out = []
-    for rel, data in want.files.items():
-        path = folder / rel
-        if rel not in have:
-            out.append(f"{_rel(overlay, path)} is missing: run `nox -s vendor`")
-        elif path.is_symlink() or path.read_bytes() != data:
-            if rel in _OWN:
-                out.append(f"{_rel(overlay, path)} differs from what `nox -s vendor` writes: run it")
-            elif recorded.get(rel) != _sha(path.read_bytes()):
-                out.append(
-                    f"{_rel(overlay, path)} was edited and differs from pristine {line.package} {line.version} + "
-                    f"the series: {_edited_hint(line)}"
-                )
-            else:
-                out.append(
-                    f"{_rel(overlay, path)} is out of date: the series changed since it was written; run "
-                    "`nox -s vendor`"
-                )
-    for rel in sorted(set(have) - set(want.files)):
-        out.append(f"{_rel(overlay, folder / rel)} is not a file the series of {line.key} makes: run `nox -s vendor`")
+    out = {}
+    for rel in sorted(set(have) | set(want.files)):
+        path = have.get(rel)
+        data = None if path is None or path.is_symlink() else path.read_bytes()
+        wanted = want.files.get(rel)
+        if path is None:
+            out[rel] = "missing"
+        elif data is not None and data == wanted:
+            out[rel] = "same"
+        elif rel in _OWN:
+            out[rel] = "own"
+        elif data is not None and recorded.get(rel) == _sha(data):
+            out[rel] = "stale" if wanted is not None else "outgrown"
+        elif wanted is None:
+            out[rel] = "extra"
+        else:
+            out[rel] = "edited" if recorded.get(rel) in (None, _sha(wanted)) else "edited-stale"
     return out
 
 
-def _edits(want: Vendored) -> list[str]:
-    """Modules changed by hand since ``vendor`` wrote them, that ``want`` would overwrite or remove."""
-    folder = want.line.vendor_dir
-    have, recorded = _on_disk(folder), _recorded(folder)
-    edited = []
-    for rel, path in have.items():
-        if rel in _OWN or path.is_symlink():
-            continue
-        data = path.read_bytes()
-        if data != want.modules.get(rel) and recorded.get(rel) != _sha(data):
-            edited.append(rel)
-    return edited
+def _edited_stale_hint(line: ReleaseLine) -> str:
+    return (
+        "refreshing it would undo the series' change: move the file away, run `nox -s vendor`, and make the edit "
+        f"again on the fresh copy (then `nox -s refresh -- {line.package} {line.version} <patch>`)"
+    )
 
 
-def notice(overlay: Overlay, made: list[Vendored]) -> bytes:
+def differences(overlay: Overlay, want: Vendored) -> list[str]:
+    """Each file of the line's folder that is missing, differs or should not be there, said so that the reader
+    knows what to run."""
+    line = want.line
+    say = {
+        "missing": "is missing: run `nox -s vendor`",
+        "own": "differs from what `nox -s vendor` writes: run it",
+        "stale": "is out of date: the series changed since it was written; run `nox -s vendor`",
+        "edited": f"was edited and differs from pristine {line.package} {line.version} + the series: "
+        + _edited_hint(line),
+        "edited-stale": "was edited, and the series changed it since `nox -s vendor` wrote it: "
+        + _edited_stale_hint(line),
+        "outgrown": f"is not a file the series of {line.key} makes any more: run `nox -s vendor`",
+        "extra": f"is not a file the series of {line.key} makes: a new module goes into a patch with "
+        "`nox -s refresh` or `nox -s new`; anything else, delete it",
+    }
+    return [
+        f"{_rel(overlay, line.vendor_dir / rel)} {say[state]}"
+        for rel, state in classify(want).items()
+        if state != "same"
+    ]
+
+
+def notice(records: list[dict]) -> bytes:
+    """overlay/NOTICE from every line's VENDORED.json record."""
     lines = [
         "Vendored fixed modules",
         "======================",
@@ -188,16 +211,15 @@ def notice(overlay: Overlay, made: list[Vendored]) -> bytes:
         "where its files come from (VENDORED.json).",
         "",
     ]
-    for v in made:
-        line = v.line
+    for r in records:
+        lic = f" (overlay/{r['package']}/{r['version']}/{LICENSE})" if r.get("has-license-file") else ""
         lines += [
-            f"{line.package} {line.version}",
-            f"  from:    {line.wheel.filename}",
-            f"  sha256:  {line.wheel.sha256}",
-            f"  license: {v.license_name}"
-            + (f" (overlay/{line.package}/{line.version}/{LICENSE})" if v.license is not None else ""),
+            f"{r['package']} {r['version']}",
+            f"  from:    {r['wheel']['filename']}",
+            f"  sha256:  {r['wheel']['sha256']}",
+            f"  license: {r['license']}{lic}",
             "  files:",
-            *([f"    {rel}" for rel in v.modules] or ["    none (an empty series)"]),
+            *([f"    {rel}" for rel in r["files"]] or ["    none (an empty series)"]),
             "",
         ]
     return "\n".join(lines).encode()
@@ -243,6 +265,21 @@ def _replace_folder(folder: Path, files: dict[str, bytes]) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _records(overlay: Overlay, made: list[Vendored]) -> list[dict]:
+    """Every pinned line's record: from ``made`` where it was just generated, else from its VENDORED.json (a line
+    without a readable one is generated)."""
+    fresh = {v.line.key: json.loads(v.record) for v in made}
+    out = []
+    for line in overlay.all_lines():
+        if line.key not in fresh:
+            try:
+                fresh[line.key] = json.loads((line.vendor_dir / RECORD).read_bytes())
+            except (OSError, ValueError):
+                fresh[line.key] = json.loads(generate(line).record)
+        out.append(fresh[line.key])
+    return out
+
+
 def write(
     overlay: Overlay,
     lines: list[ReleaseLine] | None = None,
@@ -250,33 +287,52 @@ def write(
     force: bool = False,
     log: Callable[[str], None] = print,
 ) -> list[str]:
-    """Write the vendored files of ``lines`` (default: every line; then stale folders are removed too) and
-    overlay/NOTICE. Returns the paths written or removed. Nothing is written when a line fails to generate, or
-    when an edit would be lost without ``force``."""
+    """Write the vendored files of ``lines`` (default: every line; then the folders of lines no longer pinned are
+    removed) and overlay/NOTICE. Returns the paths written or removed.
+
+    An edit not yet refreshed into its patch is kept (``edited``), and so is a file vendor did not write (a new
+    module): only ``force`` overwrites or removes them. An edit of a file the series changed since
+    (``edited-stale``), or of a line no longer pinned, stops the command before anything is written, unless
+    ``force``."""
     every = lines is None
-    todo = overlay.all_lines() if lines is None else lines
-    made = [generate(line) for line in todo]
-    edited = {v.line.key: e for v in made if (e := _edits(v))}
-    if edited and not force:
-        where = "; ".join(f"overlay/{key}/: {', '.join(files)}" for key, files in edited.items())
-        first = next(v.line for v in made if v.line.key in edited)
-        raise PatchwheelError(f"edited by hand and not refreshed into a patch: {where}", _edited_hint(first))
+    made = [generate(line) for line in (overlay.all_lines() if lines is None else lines)]
+    states = {v.line.key: classify(v) for v in made}
+    blocked = [f"overlay/{key}/{rel}" for key, s in states.items() for rel, st in s.items() if st == "edited-stale"]
+    stale_dirs = _stale_folders(overlay) if every else []
+    for d in stale_dirs:
+        recorded = _recorded(d)
+        blocked += [
+            f"{_rel(overlay, p)} (its line is no longer pinned)"
+            for rel, p in _on_disk(d).items()
+            if rel not in _OWN and (p.is_symlink() or recorded.get(rel) != _sha(p.read_bytes()))
+        ]
+    if blocked and not force:
+        raise PatchwheelError(
+            "edited by hand, and vendor would overwrite or remove them: " + ", ".join(blocked),
+            "move each file away, run `nox -s vendor`, and make the edit again on the fresh copy; or "
+            "`nox -s vendor -- --force` discards the edits",
+        )
     changed = []
     for v in made:
-        diff = differences(overlay, v)
-        if diff:
-            _replace_folder(v.line.vendor_dir, v.files)
+        files, kept = dict(v.files), []
+        for rel, state in states[v.line.key].items():
+            if state in ("edited", "extra") and not force:
+                files[rel] = (v.line.vendor_dir / rel).read_bytes()
+                kept.append(rel)
+        on_disk = {rel: p.read_bytes() for rel, p in _on_disk(v.line.vendor_dir).items() if not p.is_symlink()}
+        if on_disk != files:
+            _replace_folder(v.line.vendor_dir, files)
             changed.append(f"overlay/{v.line.key}/")
-            log(f"{v.line.key}: wrote {len(v.modules)} module(s) ({len(diff)} change(s))")
+            log(f"{v.line.key}: wrote {len(v.modules)} module(s)")
         else:
             log(f"{v.line.key}: up to date ({len(v.modules)} module(s))")
-    if every:
-        for stale in _stale_folders(overlay):
-            shutil.rmtree(stale)
-            changed.append(_rel(overlay, stale) + "/")
-            log(f"removed {_rel(overlay, stale)}/: that line is no longer pinned")
-    all_made = made if every else [generate(line) for line in overlay.all_lines()]
-    text = notice(overlay, all_made)
+        if kept:
+            log(f"  kept, not refreshed into a patch yet: {', '.join(kept)}")
+    for stale in stale_dirs:
+        shutil.rmtree(stale)
+        changed.append(_rel(overlay, stale) + "/")
+        log(f"removed {_rel(overlay, stale)}/: that line is no longer pinned")
+    text = notice(_records(overlay, made))
     path = overlay.root / "overlay" / NOTICE
     if not path.is_file() or path.read_bytes() != text:
         path.write_bytes(text)
@@ -294,7 +350,7 @@ def check(overlay: Overlay, lines: list[ReleaseLine] | None = None) -> list[str]
             f"{_rel(overlay, d)}/ belongs to no pinned line: run `nox -s vendor`" for d in _stale_folders(overlay)
         ]
         path = overlay.root / "overlay" / NOTICE
-        if not path.is_file() or path.read_bytes() != notice(overlay, made):
+        if not path.is_file() or path.read_bytes() != notice([json.loads(v.record) for v in made]):
             problems.append("overlay/NOTICE differs from what `nox -s vendor` writes: run it")
     return problems
 

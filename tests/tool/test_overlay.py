@@ -96,13 +96,38 @@ def test_a_hand_edited_module_fails_the_check_and_the_build_naming_it(demo_proje
 def test_vendor_keeps_an_edit_unless_forced(demo_project):
     module = _module(demo_project)
     _edit(module, b"hello, ", b"hi, ")
-    with pytest.raises(PatchwheelError, match="edited by hand and not refreshed") as err:
-        vendored.write(demo_project.load(), log=lambda m: None)
-    assert "nox -s refresh -- demo 1.0.0" in err.value.hint
-    assert b"hi, " in module.read_bytes(), "nothing lost"
+    new_module = _module(demo_project, "demo/extra.py")
+    new_module.write_bytes(b"VALUE = 1\n")
+    vendored.write(demo_project.load(), log=lambda m: None)
+    assert b"hi, " in module.read_bytes() and new_module.is_file(), "nothing lost"
+    assert len(vendored.check(demo_project.load())) == 2, "still reported until refreshed"
     vendored.write(demo_project.load(), force=True, log=lambda m: None)
-    assert module.read_bytes() == COMMA
+    assert module.read_bytes() == COMMA and not new_module.exists()
     assert vendored.check(demo_project.load()) == []
+
+
+def test_an_edit_of_a_file_the_series_changed_since_is_not_folded_back(demo_project):
+    """The series changes under an edit (a patch edited by hand, a pull): refreshing would undo that change."""
+    _edit(_module(demo_project), b"return a + b", b"return a + b  # edited")
+    patch = demo_project.patch_dir / "0001-greet-comma.patch"
+    patch.write_bytes(patch.read_bytes().replace(b'+    return "hello, " + name', b'+    return "hey, " + name'))
+    problems = vendored.check(demo_project.load())
+    assert any("demo/core.py was edited, and the series changed it since" in p for p in problems), problems
+    with pytest.raises(PatchwheelError, match=r"demo/core.py \(edited-stale\)"):
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma")
+    with pytest.raises(PatchwheelError, match="edited by hand, and vendor would overwrite"):
+        vendored.write(demo_project.load(), log=lambda m: None)
+    assert b"# edited" in _module(demo_project).read_bytes()
+    assert b'"hey, "' in patch.read_bytes(), "nothing written"
+
+
+def test_a_patch_changed_by_hand_makes_the_overlay_stale_and_refresh_waits_for_vendor(demo_project):
+    patch = demo_project.patch_dir / "0001-greet-comma.patch"
+    patch.write_bytes(patch.read_bytes().replace(b'+    return "hello, " + name', b'+    return "hey, " + name'))
+    with pytest.raises(PatchwheelError, match=r"demo/core.py \(stale\)") as err:
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma")
+    assert "run `nox -s vendor` first" in err.value.hint
+    assert b'"hey, "' in patch.read_bytes(), "the hand edit of the patch is not reverted"
 
 
 def test_a_series_change_makes_the_overlay_stale_and_vendor_rewrites_it(demo_project):
@@ -118,10 +143,12 @@ def test_a_series_change_makes_the_overlay_stale_and_vendor_rewrites_it(demo_pro
 
 def test_folders_of_lines_no_longer_pinned_are_removed(demo_project):
     stale = demo_project.root / "overlay" / "demo" / "0.9.0" / "demo"
-    stale.mkdir(parents=True)
-    (stale / "core.py").write_bytes(CORE)
+    shutil.copytree(demo_project.root / "overlay" / "demo" / "1.0.0", stale.parent)  # as vendor wrote it
     assert vendored.check(demo_project.load()) == ["overlay/demo/0.9.0/ belongs to no pinned line: run `nox -s vendor`"]
-    vendored.write(demo_project.load(), log=lambda m: None)
+    (stale / "core.py").write_bytes(b"# edited\n")
+    with pytest.raises(PatchwheelError, match=r"overlay/demo/0.9.0/demo/core.py \(its line is no longer pinned\)"):
+        vendored.write(demo_project.load(), log=lambda m: None)
+    vendored.write(demo_project.load(), force=True, log=lambda m: None)
     assert not stale.parent.exists()
     assert vendored.check(demo_project.load()) == []
 
@@ -206,6 +233,71 @@ def test_refresh_a_new_file_into_a_patch(demo_project):
     assert vendored.check(demo_project.load()) == []
 
 
+def test_refresh_refuses_an_insertion_into_another_patchs_lines(demo_project):
+    two_patches(
+        demo_project,
+        lambda f: {
+            **f,
+            "src/demo/core.py": f["src/demo/core.py"].replace(
+                b"    return a + b\n", b"    total = a + b\n    return total\n"
+            ),
+        },
+    )
+    _edit(_module(demo_project), b"    total = a + b\n", b"    total = a + b\n    total += 0\n")
+    with pytest.raises(PatchwheelError, match=r"demo/core.py line 9 \(0002-second.patch\)"):
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
+
+
+def test_refresh_refuses_to_bring_back_a_file_another_patch_deletes(demo_project):
+    two_patches(demo_project, lambda f: {**f, "src/demo/util.py": b"X = 1\n"})
+    third = make_patch(
+        {**FILES, "src/demo/core.py": COMMA, "src/demo/util.py": b"X = 1\n"},
+        lambda f: {**f, "src/demo/util.py": None},
+        "Remove util",
+        TRAILERS,
+    )
+    demo_project.set_series(
+        *[(p.name, p.read_bytes()) for p in sorted(demo_project.patch_dir.glob("*.patch"))], ("0003-rm.patch", third)
+    )
+    assert not _module(demo_project, "demo/util.py").exists()
+    _module(demo_project, "demo/util.py").write_bytes(b"X = 2\n")
+    with pytest.raises(PatchwheelError, match="which 0002-second.patch deletes|which 0003-rm.patch deletes"):
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
+
+
+def test_stray_files_and_pristine_copies_are_not_edits(demo_project):
+    folder = demo_project.root / "overlay" / "demo" / "1.0.0" / "demo"
+    (folder / "core.py~").write_bytes(b"backup")
+    (folder / ".core.py.swp").write_bytes(b"swap\0")
+    (folder / "__init__.py").write_bytes(INIT)  # copied from the wheel, not edited yet
+    _edit(folder / "core.py", b'"hello, " + name', b'"hello, " + name.strip()')
+    refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
+    series = patches.load_series(demo_project.load().line("demo"))
+    assert series[0].touched == ["src/demo/core.py"], "only the edit"
+    problems = vendored.check(demo_project.load())
+    assert len(problems) == 3 and all("is not a file the series of demo/1.0.0 makes" in p for p in problems)
+
+
+def test_a_message_line_git_am_would_cut_is_refused(demo_project):
+    cut = make_patch(FILES, edit_greet, "Greet with a comma", {"Note": "x"} | TRAILERS).replace(
+        b"Why the change is needed.", b"Why the change is needed.\n--- a table rule, for example"
+    )
+    demo_project.set_series(("0001-greet-comma.patch", cut))
+    line = demo_project.load().line("demo")
+    assert any("git am takes for the start of the diff" in p for p in patches.lint_line(line, demo_project.root))
+    _edit(_module(demo_project), b'"hello, " + name', b'"hello, " + name.strip()')
+    with pytest.raises(PatchwheelError, match="would be lost"):
+        refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
+
+
+def test_the_build_refuses_an_overlay_file_the_series_does_not_patch(demo_project):
+    _module(demo_project, "demo/extra.py").write_bytes(b"VALUE = 1\n")
+    with pytest.raises(
+        PatchwheelError, match=r"overlay/demo/1.0.0/ has files the series does not patch: demo/extra.py"
+    ):
+        build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
+
+
 # --- new -------------------------------------------------------------------------------------------------------
 
 
@@ -284,3 +376,10 @@ def test_refresh_on_a_real_line(real_root, capsys):
     assert patches.lint_line(line, real_root) == [], "message and trailers kept"
     assert vendored.check(overlay) == []
     _regenerates(line)
+
+
+def test_nox_lint_compares_the_overlay():
+    """`nox` (its lint session) fails on a hand-edited overlay file: the session runs the check shown above."""
+    source = (ROOT / "noxfile.py").read_text()
+    lint = source[source.index("def lint(") :].split("@nox.session", 1)[0]
+    assert 'tool(session, "vendor", "--check")' in lint

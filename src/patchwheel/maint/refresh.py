@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import gitops, vendored
+from .. import fetch, gitops, vendored
 from ..apply import ScratchTree, apply_line, explain_failure
 from ..config import Overlay, ReleaseLine, path_problem
 from ..errors import PatchwheelError
-from ..patches import Patch, load_series, parse_patch, test_refs
+from ..patches import Patch, load_series, mailinfo_cut, parse_patch, test_refs
 from .workrepo import WorkRepo, release_files
 
 _PORCELAIN = re.compile(r"^([0-9a-f]{40}) \d+ (\d+)", re.M)
@@ -46,22 +46,33 @@ class Edits:
     state: dict[str, bytes]  # every vendored module as it is now (upstream-tree paths), edited or not
 
 
+#: Files in the overlay that are no one's module: editor backups and swap files, merge leftovers, hidden files.
+_JUNK = re.compile(r"(^|/)\.|~$|\.(orig|rej|swp|swo|bak|pyc)$")
+
+
 def _edits(overlay: Overlay, line: ReleaseLine) -> Edits:
+    """The edits of overlay/<pkg>/<version>/, refused when the folder is not a clean base for them: a module
+    missing or out of date (the series changed since `nox -s vendor` wrote it: folding it back would undo that
+    change)."""
     series = load_series(line, messages=False)
     want = vendored.generate(line, series)
+    states = vendored.classify(want)
     folder = line.vendor_dir
-    have = {
-        rel: path
-        for rel, path in vendored._on_disk(folder).items()
-        if rel not in vendored._OWN and not rel.endswith(".pyc")
-    }
-    if missing := sorted(set(want.modules) - set(have)):
+    if bad := [f"{rel} ({s})" for rel, s in states.items() if s in ("missing", "stale", "outgrown", "edited-stale")]:
         raise PatchwheelError(
-            f"overlay/{line.key}/ lacks {', '.join(missing)}: refresh cannot tell an edit from a file never written",
-            "restore the folder with `nox -s vendor` (it keeps edits in the other files), then edit again",
+            f"overlay/{line.key}/ does not match the series it would be folded into: {', '.join(bad)}",
+            "run `nox -s vendor` first: it brings the folder up to date and keeps edits made on top of the current "
+            "series (an edit of a file the series changed since must be made again on the fresh copy)",
         )
+    pristine: dict[str, bytes | None] = {}
+    extra = [rel for rel, s in states.items() if s == "extra" and not _JUNK.search(rel)]
+    if extra:
+        pristine = release_files(line, [line.upstream_path(rel) for rel in extra])
     state, edited = {}, {}
-    for rel, path in sorted(have.items()):
+    for rel, s in states.items():
+        if s == "own" or rel in vendored._OWN or (s == "extra" and rel not in extra):
+            continue
+        path = folder / rel
         if problem := path_problem(rel):
             raise PatchwheelError(f"overlay/{line.key}/{rel}: {problem}", "rename or remove it")
         if rel.split("/", 1)[0] != line.import_name:
@@ -73,8 +84,14 @@ def _edits(overlay: Overlay, line: ReleaseLine) -> Edits:
             raise PatchwheelError(f"overlay/{line.key}/{rel} is a symbolic link", "replace it by the file itself")
         data = path.read_bytes()
         up = line.upstream_path(rel)
+        if s == "extra" and b"\0" in data:
+            raise PatchwheelError(
+                f"overlay/{line.key}/{rel} is not a text file", "patches carry text: remove it from the overlay"
+            )
+        if s == "extra" and pristine.get(up) == data:
+            continue  # a pristine copy, not edited (yet): no part of any patch
         state[up] = data
-        if want.modules.get(rel) != data:
+        if s in ("edited", "extra"):
             edited[up] = data
     return Edits(line, series, edited, state)
 
@@ -104,7 +121,7 @@ def _owners(work: WorkRepo, edits: Edits) -> list[tuple[str, int, str]]:
     for path, data in edits.edited.items():
         if work.read([path])[path] is None:
             continue  # a new file: nobody wrote it yet
-        total = gitops.git(work.path, "show", f"HEAD:{path}").count(b"\n")
+        total = len(gitops.git(work.path, "show", f"HEAD:{path}").splitlines())
         with tempfile.NamedTemporaryFile(prefix="patchwheel-edit-", delete=False) as tmp:
             tmp.write(data)
         try:
@@ -172,11 +189,24 @@ def _check_result(edits: Edits, files: list[tuple[str, bytes]]) -> None:
 
 
 def _write_patches(files: dict[Path, bytes]) -> None:
-    """Each file written whole (a temporary sibling, then renamed over it)."""
-    for path, data in files.items():
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+    """Each file written whole: all into temporary siblings first, then each renamed over its file."""
+    tmps = {path: path.with_name(f".{path.name}.tmp") for path in files}
+    try:
+        for path, data in files.items():
+            tmps[path].write_bytes(data)
+        for path, tmp in tmps.items():
+            tmp.replace(path)
+    finally:
+        for tmp in tmps.values():
+            tmp.unlink(missing_ok=True)
+
+
+def _check_messages(series: list[Patch]) -> None:
+    """git am ends a message at a line that starts a diff or a diffstat (git mailinfo): refreshing such a patch
+    would drop the rest of its message and its trailers."""
+    for p in series:
+        if problem := mailinfo_cut(p):
+            raise PatchwheelError(problem, "reword that line in the .patch file (e.g. indent it), then refresh")
 
 
 def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callable[[str], None] = print) -> int:
@@ -189,7 +219,20 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
         log(f"overlay/{line.key}/ equals pristine + series: nothing to refresh into {target.name}")
         return 0
     new_paths = [p for p in edits.edited if p not in {t for q in series for t in q.touched}]
+    _check_messages(series[k:])
     with WorkRepo.of_line(line, series, extra=new_paths) as work:
+        if deleted := [
+            (p, q.name)
+            for p in edits.edited
+            if work.read([p])[p] is None
+            for q in series
+            if q is not target and p in q.touched
+        ]:
+            raise PatchwheelError(
+                f"the edit adds {line.wheel_path(deleted[0][0])}, which {deleted[0][1]} deletes, so it cannot belong "
+                f"to {target.name}",
+                f"change {deleted[0][1]} instead, or remove the file from overlay/{line.key}/",
+            )
         if owned := [(p, n, q) for p, n, q in _owners(work, edits) if q != target.name]:
             where = "; ".join(f"{line.wheel_path(p)} line {n} ({q})" for p, n, q in owned[:6])
             more = f" and {len(owned) - 6} more" if len(owned) > 6 else ""
@@ -297,7 +340,9 @@ def new(
     if not edits.edited:
         raise PatchwheelError(
             f"overlay/{line.key}/ equals pristine + series: there is no edit to make a patch of",
-            f"edit the fixed modules under overlay/{line.key}/{line.import_name}/ first",
+            f"edit the fixed modules under overlay/{line.key}/{line.import_name}/ first; to patch a module no patch "
+            f"touches yet, copy it there from the pinned wheel: unzip -p {fetch.fetch(line.package, line.wheel)} "
+            f"{line.import_name}/<path> > overlay/{line.key}/{line.import_name}/<path>",
         )
     name = f"{len(series) + 1:04d}-{slug}.patch"
     func = slug.replace("-", "_").replace(".", "_")
