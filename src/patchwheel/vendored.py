@@ -53,7 +53,6 @@ class Vendored:
     line: ReleaseLine
     modules: dict[str, bytes]  # path in the package -> fixed bytes (a file the series deletes is not here)
     license: bytes | None
-    license_name: str  # as the wheel's METADATA states it
     record: bytes
 
     @property
@@ -96,7 +95,7 @@ def generate(line: ReleaseLine, series: list[Patch] | None = None) -> Vendored:
         "series": [{"name": p.name, "sha256": p.sha256} for p in series],
         "files": {w: _sha(d) for w, d in modules.items()},
     }
-    return Vendored(line, modules, license, stated, (json.dumps(record, indent=1) + "\n").encode())
+    return Vendored(line, modules, license, (json.dumps(record, indent=1) + "\n").encode())
 
 
 def _on_disk(folder: Path) -> dict[str, Path]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import fetch, rewrite
-from ..apply import ScratchTree, apply_series
+from ..apply import ScratchTree, apply_line
 from ..build import current_wheel
 from ..config import Overlay, ReleaseLine
 from ..errors import PatchwheelError
@@ -98,12 +98,7 @@ class Entangled(Exception):
 def patched_files(line: ReleaseLine, series: list[Patch]) -> dict[str, bytes | None]:
     """The files the series touches (upstream-tree paths), fully patched, as ``build.build_line`` makes them."""
     by_name = {e.name: e.data for e in rewrite.read(fetch.fetch(line.package, line.wheel))}
-
-    def read_upstream(upstream_path: str) -> bytes | None:
-        wheel_path = line.wheel_path(upstream_path)
-        return by_name.get(wheel_path) if wheel_path else None
-
-    return apply_series(series, read_upstream, where=f"{line.package} {line.version}")
+    return {line.upstream_path(w): d for w, d in apply_line(line, series, by_name).items()}
 
 
 def mutant_files(
