@@ -88,6 +88,12 @@ def pytest_addoption(parser):
         default="auto",
         help="what proof tests must do (auto: pass on a +fixed build carrying the fix, else fail)",
     )
+    parser.addoption(
+        "--proof-first-bug",
+        action="store_true",
+        help="with --proof-expect=observe: skip the rest of a module once a test shows the bug (its verdict, fails, "
+        "is decided)",
+    )
 
 
 def pytest_configure(config):
@@ -321,10 +327,24 @@ def pytest_runtest_makereport(item, call):
     else:
         verdict = f"FAILED: {error[:160]}"
     _record(item, expect, "failed" if kind != "no-observation" else "error", kind, error, verdict)
+    if kind == "bug" and expect.what == "observe" and item.config.getoption("--proof-first-bug"):
+        _decided.add(_module(item))
+
+
+_decided: set[str] = set()  # modules whose verdict a test showing the bug decided (--proof-first-bug)
+DECIDED = "the module's verdict is decided: a test before this one showed the bug (--proof-first-bug)"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if _module(item) in _decided:
+        pytest.skip(DECIDED)
 
 
 def _judge_skip(item, rep, expect: Expect) -> None:
     reason = _skip_reason(rep)
+    if reason == DECIDED:  # not an outcome: the test was not needed
+        return
     allowed = item.get_closest_marker("may_skip")
     if allowed is not None and expect.what == "observe":
         _record(item, expect, "not-run", None, reason, f"did not run (allowed): {reason}")
@@ -346,6 +366,7 @@ def _record(item, expect: Expect, outcome: str, kind: str | None, error: str, ve
     _outcomes.append((item.nodeid, expect.where, verdict))
     _report.append(
         {
+            "file": str(item.path),
             "test": item.name,
             "role": expect.role,
             "outcome": outcome,

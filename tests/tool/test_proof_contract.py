@@ -396,3 +396,80 @@ def test_a_line_lists_the_tests_that_still_show_the_bug(project):
     project.install("1.0.0")  # the older line names the whole module: every test must show the bug there
     code, out, _ = project.pytest(module)
     assert code == 1 and "XPASS(strict)" in out and "test_fixed_upstream" in out, out
+
+
+def test_first_bug_stops_a_module_at_the_first_test_that_shows_the_bug_and_not_before(project):
+    """The upstream check's runs skip the rest of a module once a test shows the bug (its verdict, fails, is
+    decided); a pass or a failure of another kind before it does not, another module in the same run goes on, and
+    the verdict is the one the whole module gives."""
+    module = project.module(
+        "test_many.py",
+        _marked(
+            "[('TypeError', 'NoneType')]",
+            "NoneType",
+            """
+        import demo
+
+        def test_a_passes():
+            demo.harmless()
+
+        def test_b_other_failure():
+            raise KeyError("not the bug")
+
+        def test_c_bug():
+            demo.buggy()
+
+        def test_d_bug_again():
+            demo.buggy()
+
+        def test_e_would_pass():
+            demo.harmless()
+        """,
+        ),
+    )
+    other = project.module(
+        "test_other.py",
+        _marked(
+            "[('TypeError', 'NoneType')]",
+            "NoneType",
+            """
+        import demo
+
+        def test_other_passes():
+            demo.harmless()
+        """,
+        ),
+    )
+    project.line("1.0.0", module)
+    project.install("1.0.0")
+    _, _, whole = project.pytest(module, "--proof-expect=observe")
+    _, _, both = project.pytest(module, other, "--proof-expect=observe", "--proof-first-bug")
+    first = [c for c in both if c["file"].endswith("test_many.py")]
+    assert [c["test"] for c in both if c["file"].endswith("test_other.py")] == ["test_other_passes"]
+    assert [c["test"] for c in whole] == [
+        "test_a_passes",
+        "test_b_other_failure",
+        "test_c_bug",
+        "test_d_bug_again",
+        "test_e_would_pass",
+    ]
+    assert [c["test"] for c in first] == ["test_a_passes", "test_b_other_failure", "test_c_bug"]
+    assert proofenv.judge(first).verdict == proofenv.judge(whole).verdict == "fails"
+    assert proofenv.judge(first).detail.startswith("test_c_bug: TypeError")
+
+
+def test_run_proofs_judges_each_module_on_its_own_cases(tmp_path, monkeypatch):
+    root = tmp_path
+    cases = [
+        {"file": str(root / "tests/proof/a.py"), "test": "t", "outcome": "failed", "bug": True, "error": "E: bug"},
+        {"file": str(root / "tests/proof/b.py"), "test": "u", "outcome": "passed", "bug": False, "error": ""},
+    ]
+    monkeypatch.setattr(proofenv, "run_report", lambda *a, **k: proofenv.ProofRun(cases, "", 1.0))
+    got = proofenv.run_proofs(root, root, ["tests/proof/a.py", "tests/proof/b.py", "tests/proof/c.py"])
+    assert {f: o.verdict for f, o in got.items()} == {
+        "tests/proof/a.py": "fails",
+        "tests/proof/b.py": "passes",
+        "tests/proof/c.py": "error",  # nothing of it ran (it could not be collected)
+    }
+    monkeypatch.setattr(proofenv, "run_report", lambda *a, **k: proofenv.ProofRun(None, "timed out after 9 s", 9.0))
+    assert {o.detail for o in proofenv.run_proofs(root, root, ["tests/proof/a.py"]).values()} == {"timed out after 9 s"}

@@ -1,9 +1,15 @@
 """Run proof tests against pristine upstream releases, each in its own cached virtual environment.
 
 A base environment holds torch (pinned: TORCH_VERSION, default 2.13.0) and pytest. Each release environment is a
-small venv whose ``.pth`` file appends the base environment's site-packages: pip sees torch as installed and
-installs only the release's own wheel (sha256-verified from the cache) and its light dependencies, which take
-precedence over the base's. Environments live under ``<cache>/envs/`` and are reused.
+small venv whose ``.pth`` file appends the base environment's site-packages, so torch is installed once and shared;
+the release environment gets only the release's own wheel (sha256-verified from the cache) and its light
+dependencies, which take precedence over the base's. Environments live under ``<cache>/envs/`` and are reused.
+
+They are made with uv where it is installed (the ``uv`` package, or ``uv`` on PATH; ``PATCHWHEEL_INSTALLER=pip``
+turns it off): seconds instead of a minute. uv does not read pip's configuration, so the torch find-links folder is
+passed from ``PIP_FIND_LINKS`` (and an index from ``PIP_INDEX_URL``/``PIP_EXTRA_INDEX_URL``); since uv does not see
+packages through a ``.pth`` file, torch is excluded from its resolution in release environments (it comes from the
+base), where pip would see it as installed.
 
 Environments are shared: by the worker threads of one upstream check, and by processes (a rebase next to an
 upstream check, two CI jobs on one cache). One environment is built by one builder at a time, under a lock per
@@ -67,16 +73,54 @@ def _site(env: Path) -> Path:
     return env / rel
 
 
-def _pip(env: Path, *args: str) -> None:
-    res = subprocess.run(
-        [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-input", *args],
-        capture_output=True,
-        text=True,
-    )
+def uv_bin() -> str | None:
+    """The uv executable to make environments with, or None for venv + pip."""
+    if os.environ.get("PATCHWHEEL_INSTALLER", "uv") == "pip":
+        return None
+    try:
+        from uv import find_uv_bin  # the uv package installed beside this tool (nox[uv] brings it)
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def _create(env: Path) -> None:
+    """An empty virtual environment for this interpreter's Python (no pip in it when uv makes it)."""
+    uv = uv_bin()
+    if uv is None:
+        venv.create(env, with_pip=True, symlinks=True)
+        return
+    _installer([uv, "venv", "--quiet", "--python", sys.executable, str(env)], env, "uv venv")
+
+
+def _install(env: Path, *args: str, on_base: bool = False) -> None:
+    """Install ``args`` (requirements, wheel paths) into ``env``. ``on_base``: torch comes from the base
+    environment (see the module's docstring)."""
+    uv = uv_bin()
+    if uv is None:
+        python = [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        _installer([*python, "--no-input", *args], env, "pip install " + " ".join(args))
+        return
+    cmd = [uv, "pip", "install", "--quiet", "--python", str(env / "bin" / "python")]
+    for variable, flag in (("PIP_FIND_LINKS", "--find-links"), ("PIP_EXTRA_INDEX_URL", "--extra-index-url")):
+        for value in os.environ.get(variable, "").split():
+            cmd += [flag, value]
+    if os.environ.get("PIP_INDEX_URL"):
+        cmd += ["--index-url", os.environ["PIP_INDEX_URL"]]
+    if on_base:
+        excludes = env / "patchwheel-excludes.txt"
+        excludes.write_text("torch\n")
+        # Copies, not uv's default hardlinks into its cache: the mutation check rewrites installed files in place.
+        cmd += ["--excludes", str(excludes), "--link-mode", "copy"]
+    _installer([*cmd, *args], env, "uv pip install " + " ".join(args))
+
+
+def _installer(cmd: list[str], env: Path, what: str) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise PatchwheelError(
-            f"pip install {' '.join(args)} failed in {env}:\n{res.stderr[-2000:]}",
-            "check the network and the package index",
+            f"{what} failed in {env}:\n{res.stderr[-2000:]}", "check the network and the package index"
         )
 
 
@@ -119,7 +163,7 @@ def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{env.name}.building-", dir=env.parent))
         old = tmp.with_name(tmp.name.replace(".building-", ".stale-"))
         try:
-            venv.create(tmp, with_pip=True, symlinks=True)
+            _create(tmp)
             build(tmp)
             (tmp / MARKER).write_text(marker)
             if env.exists():
@@ -139,7 +183,7 @@ def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list
 
     def build(env: Path) -> None:
         (_site(env) / "patchwheel-base.pth").write_text(str(_site(base)) + "\n")
-        _pip(env, *install())
+        _install(env, *install(), on_base=True)
 
     return _make(cache / "envs" / name, json.dumps({"torch": torch_version(), **marker}), build)
 
@@ -149,7 +193,7 @@ def base_env(cache: Path) -> Path:
     return _make(
         cache / "envs" / f"base-torch-{torch}",
         json.dumps({"torch": torch}),
-        lambda env: _pip(env, f"torch=={torch}", "pytest"),
+        lambda env: _install(env, f"torch=={torch}", "pytest"),
     )
 
 
@@ -185,19 +229,33 @@ class ProofRun:
     seconds: float
 
 
-def run_report(python: Path, root: Path, proof_file: str, *, timeout: float, guards: bool = False) -> ProofRun:
-    """Run one proof module with ``--proof-expect=observe`` and read its report. The one place that spawns proof
-    runs (the upstream check, rebase and the mutation check all come here).
+def run_report(
+    python: Path,
+    root: Path,
+    proof_file: str | list[str],
+    *,
+    timeout: float,
+    guards: bool = False,
+    first_bug: bool = False,
+) -> ProofRun:
+    """Run proof modules (one, or several in one pytest process) with ``--proof-expect=observe`` and read their
+    report (each case names its ``file``). The one place that spawns proof runs (the upstream check, rebase and the
+    mutation check all come here). A module that cannot be collected does not stop the others.
 
     ``guards``: run the regression guards too. The mutation check needs them (a mutant that breaks a guard is
     killed); the upstream check and rebase leave them out, since they judge the bug, not the guards.
+    ``first_bug``: stop at the first test that shows the bug, which decides the verdict (``fails``); the upstream
+    check's runs do, since the matrix needs only the verdict and the first such test.
     pytest runs through :func:`run_in_group`, the one place that spawns and kills test runs."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="patchwheel-proof-") as tmp:
         report, log = Path(tmp) / "report.json", Path(tmp) / "output.txt"
-        cmd = [str(python), "-m", "pytest", proof_file, "-q", "-p", "no:cacheprovider", "--proof-expect=observe"]
+        files = [proof_file] if isinstance(proof_file, str) else list(proof_file)
+        cmd = [str(python), "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "--proof-expect=observe"]
+        cmd.append("--continue-on-collection-errors")
         env = {**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)}
-        returncode = run_in_group(cmd + ([] if guards else ["-m", "not regression"]), root, env, log, timeout)
+        cmd += ([] if guards else ["-m", "not regression"]) + (["--proof-first-bug"] if first_bug else [])
+        returncode = run_in_group(cmd, root, env, log, timeout)
         seconds = time.perf_counter() - t0
         if returncode is None:
             return ProofRun(None, f"timed out after {timeout:.0f} s", seconds)
@@ -242,14 +300,28 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_proof(env: Path, root: Path, proof_file: str, timeout: float = 900) -> ProofOutcome:
+def run_proof(env: Path, root: Path, proof_file: str, timeout: float = 900, first_bug: bool = False) -> ProofOutcome:
     """Run one proof module in ``env`` with --proof-expect=observe (regression guards left out) and judge it.
 
     ``passes``: every test ran and passed (the bug is gone). ``fails``: a test failed with the bug's signature (see
     tests/proof/conftest.py). ``error``: could not judge: a test failed otherwise, could not observe, was skipped
     or could not be set up, or nothing ran (e.g. an API the test uses changed on this release)."""
-    ran = run_report(env / "bin" / "python", root, proof_file, timeout=timeout)
+    ran = run_report(env / "bin" / "python", root, proof_file, timeout=timeout, first_bug=first_bug)
     return judge(ran.cases) if ran.cases is not None else ProofOutcome("error", ran.detail)
+
+
+def run_proofs(
+    env: Path, root: Path, proof_files: list[str], timeout: float = 900, first_bug: bool = False
+) -> dict[str, ProofOutcome]:
+    """Several proof modules judged in one pytest process (one interpreter start and one torch import instead of
+    one per module), each judged on its own cases as :func:`run_proof` would."""
+    ran = run_report(env / "bin" / "python", root, proof_files, timeout=timeout * len(proof_files), first_bug=first_bug)
+    if ran.cases is None:
+        return {f: ProofOutcome("error", ran.detail) for f in proof_files}
+    by_file: dict[str, list[dict]] = {}
+    for case in ran.cases:
+        by_file.setdefault(os.path.realpath(case.get("file", "")), []).append(case)
+    return {f: judge(by_file.get(os.path.realpath(root / f), [])) for f in proof_files}
 
 
 def judge(cases: list[dict]) -> ProofOutcome:
