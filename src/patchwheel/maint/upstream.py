@@ -12,13 +12,14 @@ A run over some releases updates those cells and keeps the rest; ``--check`` com
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from .. import fetch
 from ..config import Artifact, Overlay, ReleaseLine
 from ..errors import PatchwheelError
 from ..patches import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, load_series
+from . import bisect as bisection
 from . import proofenv, textcheck
 from .workrepo import release_files
 
@@ -120,13 +122,28 @@ class Judged:
     def get(self, env: Path, proof: str, judge: Callable[[], proofenv.ProofOutcome]) -> proofenv.ProofOutcome:
         """The verdict for ``(env, proof)``, computed with ``judge()`` by the first caller; later callers wait for
         it. Different keys are judged in parallel: only callers of one key wait for each other."""
-        key = (str(env), proof)
+        return self.get_many(env, [proof], lambda proofs: {proofs[0]: judge()})[proof]
+
+    def get_many(
+        self, env: Path, proofs: list[str], judge: Callable[[list[str]], dict[str, proofenv.ProofOutcome]]
+    ) -> dict[str, proofenv.ProofOutcome]:
+        """The verdicts of ``proofs`` in ``env``: those not judged yet are judged together, by one call of
+        ``judge(missing)`` (one pytest process for them all). The keys' locks are taken in one order, so two
+        callers asking for overlapping sets cannot wait for each other in a circle."""
+        keys = sorted({(str(env), proof) for proof in proofs})
         with self._lock:
-            key_lock = self._key_locks.setdefault(key, threading.Lock())
-        with key_lock:
-            if key not in self._verdicts:
-                self._verdicts[key] = judge()
-            return self._verdicts[key]
+            locks = [self._key_locks.setdefault(key, threading.Lock()) for key in keys]
+        for lock in locks:
+            lock.acquire()
+        try:
+            missing = [proof for key in keys if key not in self._verdicts for proof in key[1:]]
+            if missing:
+                for proof, outcome in judge(missing).items():
+                    self._verdicts[(str(env), proof)] = outcome
+            return {proof: self._verdicts[(str(env), proof)] for proof in proofs}
+        finally:
+            for lock in reversed(locks):
+                lock.release()
 
 
 def companions(overlay: Overlay, line: ReleaseLine) -> list[tuple[str, Artifact]]:
@@ -151,14 +168,54 @@ def _flags(met: bool | None, behaviour: str | None) -> list[str]:
 
 
 class Progress:
-    """One line per finished step, with a count; plain text so it reads the same in CI logs."""
+    """Releases done / total, elapsed and ETA: one plain line per finished step, which reads the same in a CI log,
+    and a live bar on a terminal when rich is installed (the maintenance extra; `patchwheel lint` and `export`
+    import this module from nox's own interpreter, which has no rich). ``grow`` raises the total as a bisection
+    plans more runs."""
 
-    def __init__(self, total: int, out=sys.stderr) -> None:
-        self.total, self.done, self.out, self.t0 = total, 0, out, time.perf_counter()
+    def __init__(self, label: str, total: int, out=None) -> None:
+        self.out, self.total, self.done, self.t0 = out or sys.stderr, total, 0, time.perf_counter()
+        self._lock = threading.Lock()
+        self.bar: Any = None
+        try:
+            from rich import progress as rp
+            from rich.console import Console
+        except ImportError:
+            return
+        self.console = Console(file=self.out, highlight=False, soft_wrap=True)
+        columns = (rp.TextColumn("{task.description}"), rp.BarColumn(), rp.MofNCompleteColumn())
+        timing = (rp.TimeElapsedColumn(), rp.TextColumn("ETA"), rp.TimeRemainingColumn())
+        self.bar = rp.Progress(
+            *columns, *timing, console=self.console, transient=True, disable=not self.console.is_terminal
+        )
+        self.task = self.bar.add_task(label, total=total)
+
+    def __enter__(self) -> Progress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def grow(self, n: int) -> None:
+        with self._lock:
+            self.total += n
+            if self.bar is not None:
+                self.bar.update(self.task, total=self.total)
 
     def step(self, what: str) -> None:
-        self.done += 1
-        print(f"[{self.done}/{self.total} {time.perf_counter() - self.t0:6.1f}s] {what}", file=self.out, flush=True)
+        with self._lock:
+            self.done += 1
+            elapsed = time.perf_counter() - self.t0
+            eta = elapsed / self.done * max(0, self.total - self.done)
+            line = f"[{self.done}/{self.total} {elapsed:6.1f}s, ETA {eta:5.0f}s] {what}"
+            if self.bar is None:
+                print(line, file=self.out, flush=True)
+                return
+            self.bar.update(self.task, completed=self.done)
+            self.console.print(line, markup=False, highlight=False)
 
 
 def check_line(
@@ -168,9 +225,11 @@ def check_line(
     behaviour: Selection | None,
     workers: int = 2,
     judged: Judged | None = None,
+    bisect: bool = False,
 ) -> dict:
-    """The matrix of one release line over the selected newer releases. ``judged``: the run's verdict cache, shared
-    by its lines (a fresh one when not given)."""
+    """The matrix of one release line over the selected newer releases. ``behaviour``: the releases to run proofs
+    on; with ``bisect``, those are only where the verdicts can change (see maint/bisect.py) and every other cell is
+    inferred. ``judged``: the run's verdict cache, shared by its lines (a fresh one when not given)."""
     judged = judged if judged is not None else Judged()
     series = load_series(line)
     releases = [
@@ -180,9 +239,10 @@ def check_line(
     ]
     touched = sorted({p for s in series for p in s.touched})
     old = {p: d for p, d in release_files(line, touched).items() if d is not None}
-    run_behaviour = [(v, a) for v, a, _ in releases if behaviour is not None and behaviour.wants(line.package, v)]
-    progress = Progress(len(releases) + len(run_behaviour))
+    artifacts = {v: a for v, a, _ in releases}
+    wanted = [v for v, _, _ in releases if behaviour is not None and behaviour.wants(line.package, v)]
     cells: dict[str, dict[str, dict]] = {p.name: {} for p in series}
+    rows = [p.name for p in series if not p.is_feature]
 
     def text(release):
         version, artifact, _ = release
@@ -190,28 +250,52 @@ def check_line(
         progress.step(f"{line.key} vs {version}: text " + " ".join(TEXT_CODE[r.status] for r in results))
         return version, results
 
-    def judge(release):
-        version, artifact = release
-        env = proofenv.release_env(fetch.cache_dir(), [(line.package, artifact)] + companions(overlay, line))
-        outcomes = {}
-        for p in series:
-            if p.is_feature:
-                outcomes[p.name] = FEATURE
-                continue
-            proof = p.test_module
-            outcomes[p.name] = judged.get(env, proof, functools.partial(proofenv.run_proof, env, overlay.root, proof))
+    def judge(version: str) -> dict[str, proofenv.ProofOutcome]:
+        wheels = [(line.package, artifacts[version])] + companions(overlay, line)
+        try:
+            env = proofenv.release_env(fetch.cache_dir(), wheels)
+        except PatchwheelError as exc:  # e.g. the release's requirements cannot be met beside the companions
+            lost = proofenv.ProofOutcome("error", "no environment: " + " ".join(exc.message.split())[:160])
+            progress.step(f"{line.key} vs {version}: {lost.detail}")
+            return {p.name: FEATURE if p.is_feature else lost for p in series}
+        proofs = sorted({p.test_module for p in series if not p.is_feature})
+        run = functools.partial(proofenv.run_proofs, env, overlay.root, first_bug=True)
+        verdicts = judged.get_many(env, proofs, run)
+        outcomes = {p.name: FEATURE if p.is_feature else verdicts[p.test_module] for p in series}
         progress.step(
             f"{line.key} vs {version}: proofs " + " ".join(BEHAVIOUR_CODE[o.verdict] for o in outcomes.values())
         )
-        return version, outcomes
+        return outcomes
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for version, results in pool.map(text, releases):
-            for r in results:
-                cells[r.patch][version] = {"text": r.status, "text_detail": r.detail, "behaviour": None}
-        for version, outcomes in pool.map(judge, run_behaviour):
-            for name, o in outcomes.items():
-                cells[name][version].update(behaviour=o.verdict, behaviour_detail=o.detail)
+    def record(version: str, outcomes: dict[str, proofenv.ProofOutcome]) -> None:
+        for name, o in outcomes.items():
+            cells[name][version].update(behaviour=o.verdict, behaviour_detail=o.detail)
+
+    plan = None
+    with Progress(f"{line.key}", len(releases) + (0 if bisect else len(wanted))) as progress:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for version, results in pool.map(text, releases):
+                for r in results:
+                    cells[r.patch][version] = {"text": r.status, "text_detail": r.detail, "behaviour": None}
+            if not bisect:
+                for version, outcomes in zip(wanted, pool.map(judge, wanted), strict=True):
+                    record(version, outcomes)
+            elif wanted and rows:  # a line of features only has nothing to run
+                plan = bisection.Plan(wanted, rows, _probes(series, wanted, cells))
+                _run_plan(plan, pool, workers, judge, record, progress)
+    if plan is not None:
+        for name, inferred in plan.inferred().items():
+            for version, inf in inferred.items():
+                cells[name][version].update(
+                    behaviour=inf.verdict,
+                    behaviour_detail=_inferred_detail(cells[name][inf.left], inf.left, inf.right),
+                    inferred_from=[inf.left, inf.right],
+                )
+    if bisect:
+        for p in series:
+            if p.is_feature:
+                for cell in cells[p.name].values():
+                    cell.update(behaviour=FEATURE.verdict, behaviour_detail=FEATURE.detail)
     for p in series:
         for version, cell in cells[p.name].items():
             cell["drop_when_met"] = drop_when_met(p, version)
@@ -234,10 +318,64 @@ def check_line(
     }
 
 
-def merge(old: dict | None, new_lines: list[dict]) -> dict:
-    """Update the cells that were run; keep every other cell of the committed matrix."""
-    out: dict[str, Any] = {"schema": 1, "torch": proofenv.torch_version(), "lines": []}
-    old_lines = {ln["line"]: ln for ln in (old or {}).get("lines", [])}
+def _is_feature_row(row: dict) -> bool:
+    return any(c.get("behaviour") == FEATURE.verdict for c in row["cells"].values())
+
+
+def _inferred_detail(anchor: dict, left: str, right: str) -> str:
+    """An inferred cell's detail: the run on its left (so a test named by Partial-Fix-In is found in it, as in a run
+    cell's), and that it was not run."""
+    return f"{anchor.get('behaviour_detail') or ''} [inferred, not run: {left} and {right} were run and agree]"
+
+
+def _probes(series: list[Patch] | list[dict], versions: list[str], cells: dict[str, dict[str, dict]]) -> set[str]:
+    """Where a verdict can change: each release where a patch's Drop-When starts to hold or its text result changes,
+    and the release its Upstream-Status names (Fixed-In, Partial-Fix-In), which lint judges by its verdict. The
+    first and the last release are added by the plan. ``series``: the patches, or the matrix's rows of them."""
+    out: set[str] = set()
+    for p in series:
+        name = p.name if isinstance(p, Patch) else p["name"]
+        if p.is_feature if isinstance(p, Patch) else _is_feature_row(p):
+            continue
+        row = cells[name]
+        present = [v for v in versions if v in row]
+        out |= bisection.probes(present, bisection.changes(present, lambda v, p=p: drop_when_met(p, v)))
+        out |= bisection.probes(present, bisection.changes(present, lambda v, row=row: row[v]["text"]))
+        status = (p.trailers.get("Upstream-Status") if isinstance(p, Patch) else p.get("upstream_status")) or ""
+        words = status.split()
+        if len(words) >= 2 and words[0] in ("Fixed-In", "Partial-Fix-In") and words[1] in row:
+            out.add(words[1])
+    return out
+
+
+def _run_plan(plan: bisection.Plan, pool: ThreadPoolExecutor, workers: int, judge, record, progress) -> None:
+    """Run the plan's releases as workers free up, asking it what to run after each result."""
+    running: dict[Future, str] = {}
+    planned: set[str] = set(plan.probes)
+    progress.grow(len(plan.probes) if plan.rows else 0)
+    while True:
+        for version in plan.next(running.values()):
+            if len(running) >= max(1, workers):
+                break
+            if version not in planned:
+                planned.add(version)
+                progress.grow(1)
+            running[pool.submit(judge, version)] = version
+        if not running:
+            return
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            version = running.pop(future)
+            outcomes = future.result()
+            plan.record(version, {name: o.verdict for name, o in outcomes.items()})
+            record(version, outcomes)
+
+
+def merge(old: dict | None, new_lines: list[dict], torch: str | None = None) -> dict:
+    """Update the cells that were run; keep every other cell of the committed matrix. ``torch``: the version the
+    new cells were judged with (default: this process's pin)."""
+    out: dict[str, Any] = {"schema": 1, "torch": torch or proofenv.torch_version(), "lines": []}
+    old_lines = {ln["line"]: ln for ln in copy.deepcopy(old or {}).get("lines", [])}
     for new in new_lines:
         prev = old_lines.pop(new["line"], None)
         if prev:
@@ -248,17 +386,70 @@ def merge(old: dict | None, new_lines: list[dict]) -> dict:
             for p in new["patches"]:
                 cells = dict(prev_patches.get(p["name"], {}).get("cells", {}))
                 for version, cell in p["cells"].items():
-                    if cell["behaviour"] is None and version in cells and cells[version].get("behaviour"):
-                        kept = {k: cells[version][k] for k in ("behaviour", "behaviour_detail")}
-                        cell.update(kept, flags=_flags(cell["drop_when_met"], kept["behaviour"]))
+                    old_cell = cells.get(version, {})
+                    if old_cell.get("behaviour") and (
+                        cell["behaviour"] is None or ("inferred_from" in cell and _was_run(old_cell))
+                    ):  # keep what was judged before over nothing, and a run over an inference
+                        cell.pop("inferred_from", None)
+                        keys = ("behaviour", "behaviour_detail", "inferred_from")
+                        cell.update({k: old_cell[k] for k in keys if k in old_cell})
+                        cell["flags"] = _flags(cell["drop_when_met"], cell["behaviour"])
                     cells[version] = cell
                 p["cells"] = {v: cells[v] for v in sorted(cells, key=Version)}
         out["lines"].append(new)
     for line in out["lines"] + list(old_lines.values()):
+        reinfer(line)
         refresh_flags(line)
     out["lines"] += old_lines.values()
     out["lines"].sort(key=lambda ln: (ln["line"].split("/")[0], Version(ln["line"].split("/")[1])))
     return out
+
+
+def reinfer(line: dict) -> None:
+    """Re-derive every cell that was not run from the run cells beside it, once cells of several runs are merged,
+    by the bisection's rule: a cell between two run releases that agree takes their verdict (inferred), unless a
+    release where a verdict can change (a probe: a text or Drop-When change, a Fixed-In release) lies between
+    them; any other cell not run is left unjudged (·) until a run bisects there. Features keep their mark."""
+    versions = [r["version"] for r in line["releases"]]
+    cells_of = {p["name"]: p["cells"] for p in line["patches"]}
+    probes = _probes(line["patches"], versions, cells_of)
+    for p in line["patches"]:
+        cells = p["cells"]
+        if _is_feature_row(p):
+            continue
+        present = [v for v in versions if v in cells]
+        run = {v for v in present if _was_run(cells[v])}
+        left: str | None = None
+        gap: list[str] = []
+        for v in present:
+            if v not in run:
+                gap.append(v)
+                continue
+            for g in gap:
+                _infer(cells, g, left, v, probes, gap)
+            left, gap = v, []
+        for g in gap:  # after the last run release: nothing on the right
+            _infer(cells, g, None, None, probes, gap)
+
+
+def _infer(cells: dict, version: str, left: str | None, right: str | None, probes: set[str], gap: list[str]) -> None:
+    cell = cells[version]
+    cell.pop("inferred_from", None)
+    agree = left is not None and right is not None and cells[left]["behaviour"] == cells[right]["behaviour"]
+    if agree and not probes.intersection(gap):
+        assert left is not None and right is not None
+        cell.update(
+            behaviour=cells[left]["behaviour"],
+            behaviour_detail=_inferred_detail(cells[left], left, right),
+            inferred_from=[left, right],
+        )
+    else:
+        cell["behaviour"] = None
+        cell.pop("behaviour_detail", None)
+
+
+def _was_run(cell: dict) -> bool:
+    return cell.get("behaviour") not in (None, "n/a") and "inferred_from" not in cell
 
 
 def refresh_flags(line: dict) -> None:
@@ -311,6 +502,35 @@ def matrix_problems(line: ReleaseLine, series: list[Patch], matrix: dict) -> lis
     return out
 
 
+def transition_releases(matrix: dict) -> list[str]:
+    """The smallest set of releases (``pkg==version``) on which a staleness check covers every Drop-When
+    transition of the committed matrix: the release where a patch's Drop-When starts (or stops) to hold, and, for
+    a patch dropped by its proof (``proof-passes-upstream``), the release where its verdict changes to or from
+    passing. That release is where the decision to drop the patch is taken; the release before it was run when the
+    matrix was written (a transition is confirmed on both sides). Releases shared by lines or patches count once."""
+    out: set[tuple[str, str]] = set()
+    for line in matrix.get("lines", []):
+        pkg = line["line"].split("/")[0]
+        versions = [r["version"] for r in line["releases"]]
+        for p in line["patches"]:
+            cells = p["cells"]
+
+            def drop(v: str, p: dict = p) -> object:
+                met = drop_when_met(p, v)
+                if met is None and p.get("drop_when") == DROP_BY_BEHAVIOUR:
+                    return p["cells"].get(v, {}).get("behaviour") == "passes"
+                return met
+
+            if p.get("drop_when") == DROP_BY_BEHAVIOUR:  # judged by the verdicts: unjudged cells say nothing
+                present = [v for v in versions if cells.get(v, {}).get("behaviour") is not None]
+            else:
+                present = [v for v in versions if v in cells]
+            for a, b in zip(present, present[1:], strict=False):
+                if drop(a) != drop(b):
+                    out.add((pkg, b))
+    return [f"{pkg}=={v}" for pkg, v in sorted(out, key=lambda pv: (pv[0], Version(pv[1])))]
+
+
 def compare(committed: dict, fresh_lines: list[dict]) -> list[str]:
     """Verdicts (text, behaviour where run) of a fresh run that differ from the committed matrix."""
     lines = {ln["line"]: ln for ln in committed.get("lines", [])}
@@ -328,10 +548,13 @@ def compare(committed: dict, fresh_lines: list[dict]) -> list[str]:
                     out.append(f"{fresh['line']} {p['name']} vs {version}: missing from the committed matrix")
                     continue
                 for key in ("text", "behaviour"):
+                    if key == "behaviour" and "inferred_from" in cell:
+                        continue  # only what was run is compared
                     if cell[key] is not None and prev.get(key) != cell[key]:
+                        says = "infers" if key == "behaviour" and "inferred_from" in prev else "says"
                         out.append(
                             f"{fresh['line']} {p['name']} vs {version}: {key} is {cell[key]}, "
-                            f"the committed matrix says {prev.get(key)}"
+                            f"the committed matrix {says} {prev.get(key)}"
                         )
     return out
 
@@ -346,7 +569,11 @@ def render(matrix: dict, per_table: int = 10) -> str:
         "empty after merge), **X** conflict.  ",
         "Behaviour (the patch's proof test on the pristine release): **✓** passes, the bug is gone upstream; "
         "**✗** fails, the patch is still needed; **!** could not judge; **–** a feature (dropped by release or "
-        "PR, not by a proof); **·** not run.  ",
+        "PR, not by a proof); **·** not judged.  ",
+        "**(✓)**, **(✗)**, **(!)** inferred, not run: the nearest releases on both sides were run and agree. Proofs "
+        "run where a verdict can change (the first and last release, each release where a Drop-When starts to hold "
+        "or a text result changes) and bisect between run releases that disagree, so both sides of every change of "
+        "verdict were run.  ",
         "**⚠** the Drop-When condition and the behaviour disagree (see the notes under the table). "
         "*(y)* marks a yanked release.",
         "",
@@ -372,7 +599,8 @@ def render(matrix: dict, per_table: int = 10) -> str:
                     if cell is None:
                         row.append("")
                         continue
-                    mark = TEXT_CODE[cell["text"]] + " " + BEHAVIOUR_CODE[cell["behaviour"]]
+                    verdict = BEHAVIOUR_CODE[cell["behaviour"]]
+                    mark = TEXT_CODE[cell["text"]] + " " + (f"({verdict})" if "inferred_from" in cell else verdict)
                     if cell["flags"]:
                         mark += " ⚠"
                         notes.append(
@@ -422,6 +650,7 @@ def run(
     check: bool,
     workers: int,
     rerender_only: bool = False,
+    bisect: bool = False,
 ) -> int:
     json_path = overlay.root / "patches" / "STATUS.json"
     check_selections(overlay, selection, behaviour)
@@ -431,7 +660,7 @@ def run(
     committed = json.loads(json_path.read_text()) if json_path.is_file() else None
     judged = Judged()
     lines = [
-        check_line(overlay, line, selection, behaviour, workers, judged)
+        check_line(overlay, line, selection, behaviour, workers, judged, bisect=bisect and not check)
         for line in overlay.all_lines()
         if not selection.specs or line.package in selection.specs
     ]
