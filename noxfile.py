@@ -14,32 +14,25 @@ not installed. uv does not read pip's configuration: the torch find-links folder
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import nox
 
+sys.path.insert(0, str(Path(__file__).parent / "src"))
+from patchwheel.maint.proofenv import pip_find_links  # noqa: E402 - stdlib only, like the tool in nox's interpreter
+
 nox.options.sessions = ["lint", "tests", "proof", "e2e", "upstream_check"]
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
 
 
-def _pip_find_links() -> str:
-    """pip's find-links (where the CPU torch wheel is): PIP_FIND_LINKS, else pip's configuration files."""
-    if os.environ.get("PIP_FIND_LINKS"):
-        return os.environ["PIP_FIND_LINKS"]
-    res = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
-    for line in res.stdout.splitlines():
-        key, _, value = line.partition("=")
-        if key.endswith(".find-links"):
-            return value.strip().strip("'\"")
-    return ""
-
-
-if "UV_FIND_LINKS" not in os.environ and (links := _pip_find_links()):
-    os.environ["UV_FIND_LINKS"] = ",".join(links.split())  # uv reads no pip configuration
+#: Where the CPU torch wheel is. Passed on the command line wherever torch is installed: a --find-links there
+#: replaces uv's UV_FIND_LINKS (and pip's own setting), and without it `torch==2.13.0` is PyPI's CUDA build.
+TORCH_FIND_LINKS = pip_find_links()
+if "UV_FIND_LINKS" not in os.environ and TORCH_FIND_LINKS:
+    os.environ["UV_FIND_LINKS"] = ",".join(TORCH_FIND_LINKS)  # uv reads no pip configuration
 
 ROOT = Path(__file__).parent
 TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
@@ -133,7 +126,8 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
     if flavor == "fixed":
         tool(session, "build")
     tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
-    session.install("--find-links", str(ROOT / "dist"), "-r", str(reqs), TORCH, "pytest")
+    links = [f"--find-links={link}" for link in [str(ROOT / "dist"), *TORCH_FIND_LINKS]]
+    session.install(*links, "-r", str(reqs), TORCH, "pytest")
     # `status` exits 1 where a known bug applies: on the pristine pins it must say so, on +fixed builds it must not.
     session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV, success_codes=[1 if flavor == "pristine" else 0])
     session.run("pytest", "tests/proof", "-p", "no:cacheprovider", *session.posargs)

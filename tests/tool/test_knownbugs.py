@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from uv import find_uv_bin
+
 from patchwheel import knownbugs
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
@@ -95,10 +97,9 @@ def test_a_fixed_build_is_left_to_its_manifest(demo_project):
 def test_status_exit_code_and_json_say_whether_a_known_bug_applies(demo_project, tmp_path):
     """The real command on a real environment: demo 1.0.0 installed pristine, so its known bug applies."""
     site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(demo_project.upstream)],
-        check=True,
-    )
+    # uv (the test extra has it): an environment made by uv has no pip
+    installer = [find_uv_bin(), "pip", "install", "--python", sys.executable]
+    subprocess.run([*installer, "-q", "--no-deps", "--target", str(site), str(demo_project.upstream)], check=True)
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{site}"}
     cmd = [sys.executable, "-m", "patchwheel", "--root", str(demo_project.root), "status"]
     ran = subprocess.run(cmd + ["--json"], capture_output=True, text=True, env=env)

@@ -85,6 +85,19 @@ def uv_bin() -> str | None:
         return shutil.which("uv")
 
 
+def pip_find_links() -> list[str]:
+    """pip's find-links (where the CPU torch wheel is, on this project's machines): ``PIP_FIND_LINKS``, else pip's
+    configuration files. uv reads neither, and without them ``torch==2.13.0`` resolves to PyPI's CUDA build."""
+    if os.environ.get("PIP_FIND_LINKS"):
+        return os.environ["PIP_FIND_LINKS"].split()
+    res = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".find-links"):
+            return value.strip().strip("'\"").split()
+    return []
+
+
 def _create(env: Path) -> None:
     """An empty virtual environment for this interpreter's Python (no pip in it when uv makes it)."""
     uv = uv_bin()
@@ -103,9 +116,10 @@ def _install(env: Path, *args: str, on_base: bool = False) -> None:
         _installer([*python, "--no-input", *args], env, "pip install " + " ".join(args))
         return
     cmd = [uv, "pip", "install", "--quiet", "--python", str(env / "bin" / "python")]
-    for variable, flag in (("PIP_FIND_LINKS", "--find-links"), ("PIP_EXTRA_INDEX_URL", "--extra-index-url")):
-        for value in os.environ.get(variable, "").split():
-            cmd += [flag, value]
+    for link in pip_find_links():
+        cmd += ["--find-links", link]
+    for index in os.environ.get("PIP_EXTRA_INDEX_URL", "").split():
+        cmd += ["--extra-index-url", index]
     if os.environ.get("PIP_INDEX_URL"):
         cmd += ["--index-url", os.environ["PIP_INDEX_URL"]]
     if on_base:
