@@ -21,18 +21,19 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "src"))
-from patchwheel.maint.proofenv import pip_find_links  # noqa: E402 - stdlib only, like the tool in nox's interpreter
+from patchwheel import fetch  # noqa: E402 - the tool runs in nox's interpreter: stdlib and packaging only
+from patchwheel.maint import proofenv  # noqa: E402
 
 nox.options.sessions = ["lint", "tests", "proof", "e2e", "upstream_check"]
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
 
 
-#: Where the CPU torch wheel is. Passed on the command line wherever torch is installed: a --find-links there
-#: replaces uv's UV_FIND_LINKS (and pip's own setting), and without it `torch==2.13.0` is PyPI's CUDA build.
-TORCH_FIND_LINKS = pip_find_links()
-if "UV_FIND_LINKS" not in os.environ and TORCH_FIND_LINKS:
-    os.environ["UV_FIND_LINKS"] = ",".join(TORCH_FIND_LINKS)  # uv reads no pip configuration
+# Where the CPU torch wheel is, for uv (it reads no pip configuration; without it `torch==2.13.0` is PyPI's CUDA
+# build): the maintenance sessions' environments have no pip to ask. proofenv passes it on uv's command line too,
+# where a --find-links would replace UV_FIND_LINKS.
+if "UV_FIND_LINKS" not in os.environ and (torch_links := proofenv.pip_find_links()):
+    os.environ["UV_FIND_LINKS"] = ",".join(torch_links)
 
 ROOT = Path(__file__).parent
 TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
@@ -126,11 +127,30 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
     if flavor == "fixed":
         tool(session, "build")
     tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
-    links = [f"--find-links={link}" for link in [str(ROOT / "dist"), *TORCH_FIND_LINKS]]
-    session.install(*links, "-r", str(reqs), TORCH, "pytest")
+    session.install(f"--find-links={ROOT / 'dist'}", *shared_torch(session), "-r", str(reqs), "pytest")
     # `status` exits 1 where a known bug applies: on the pristine pins it must say so, on +fixed builds it must not.
     session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV, success_codes=[1 if flavor == "pristine" else 0])
-    session.run("pytest", "tests/proof", "-p", "no:cacheprovider", *session.posargs)
+    # Bytecode written once, by the first process that imports a module: the ranks the proofs spawn import
+    # transformers afresh, and with PYTHONDONTWRITEBYTECODE set each would compile it from source.
+    session.run(
+        "pytest", "tests/proof", "-p", "no:cacheprovider", *session.posargs, env={"PYTHONDONTWRITEBYTECODE": ""}
+    )
+
+
+def shared_torch(session: nox.Session) -> list[str]:
+    """torch (TORCH_VERSION) for a test session from the shared base environment of the upstream check
+    (~/.cache/patchwheel/envs/base-torch-<version>, made once, compiled): a .pth file puts it on the session's
+    path, so each session installs only the release's wheels and their light dependencies. pip sees torch as
+    installed; uv does not look through .pth files, so it is told to leave torch out. The install options."""
+    base = proofenv.base_env(fetch.cache_dir())
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(str(session.run("python", "-c", purelib, silent=True)).strip())
+    (site / "patchwheel-base.pth").write_text(str(proofenv.site_packages(base)) + "\n")
+    if session.venv_backend != "uv":
+        return []
+    excludes = Path(session.create_tmp()) / "excludes.txt"
+    excludes.write_text("torch\n")
+    return ["--excludes", str(excludes)]
 
 
 @nox.session

@@ -68,6 +68,11 @@ def wheel_version(filename: str) -> str:
     return wheel_name_version(filename)[1]
 
 
+def site_packages(env: Path) -> Path:
+    """The site-packages folder of an environment made here (this interpreter's Python)."""
+    return _site(env)
+
+
 def _site(env: Path) -> Path:
     rel = Path(sysconfig.get_path("purelib")).relative_to(sys.prefix)
     return env / rel
@@ -115,7 +120,9 @@ def _install(env: Path, *args: str, on_base: bool = False) -> None:
         python = [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         _installer([*python, "--no-input", *args], env, "pip install " + " ".join(args))
         return
-    cmd = [uv, "pip", "install", "--quiet", "--python", str(env / "bin" / "python")]
+    # --compile-bytecode: as pip does. The proof runs' ranks import transformers afresh; with
+    # PYTHONDONTWRITEBYTECODE set, as on this project's machines, they would compile it from source every time.
+    cmd = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", str(env / "bin" / "python")]
     for link in pip_find_links():
         cmd += ["--find-links", link]
     for index in os.environ.get("PIP_EXTRA_INDEX_URL", "").split():
