@@ -9,9 +9,23 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from patchwheel.maint import upstream
 from patchwheel.maint.bisect import Plan, changes, probes
 
 VERDICTS = ("fails", "passes", "error")
+
+
+def inferred(plan: Plan, versions: list[str], rows: list[str]) -> dict[str, dict[str, dict]]:
+    """The cells of the plan's runs as the upstream check writes them (upstream.reinfer fills the rest): patch ->
+    release -> cell. One text result for all releases: the only probes are the plan's own."""
+    patches: list[dict] = []
+    for row in rows:
+        cells: dict[str, dict] = {v: {"text": "clean", "behaviour": None} for v in versions}
+        for v, verdicts in plan.verdicts.items():
+            cells[v]["behaviour"] = verdicts[row]
+        patches.append({"name": row, "drop_when": "proof-passes-upstream", "cells": cells})
+    upstream.reinfer({"releases": [{"version": v} for v in versions], "patches": patches})
+    return {p["name"]: p["cells"] for p in patches}
 
 
 def drive(plan: Plan, truth: dict[str, dict[str, str]], workers: int, seed: int) -> list[str]:
@@ -64,15 +78,16 @@ def test_every_cell_is_run_or_inferred_and_every_change_is_run_on_both_sides(m, 
     for a, b in zip(run, run[1:], strict=False):
         if any(truth[a][r] != truth[b][r] for r in rows):  # a change of verdict between two runs: confirmed
             assert versions.index(b) == versions.index(a) + 1, f"{a} and {b} disagree with releases between"
-    inferred = plan.inferred()
+    cells = inferred(plan, versions, rows)
     for row in rows:
         for v in versions:
+            cell = cells[row][v]
             if v in plan.verdicts:
-                assert v not in inferred[row] and plan.verdicts[v][row] == truth[v][row]
+                assert "inferred_from" not in cell and cell["behaviour"] == truth[v][row]
             else:
-                inf = inferred[row][v]  # every cell not run is inferred, from both sides, which agree
-                assert truth[inf.left][row] == truth[inf.right][row] == inf.verdict
-                assert versions.index(inf.left) < versions.index(v) < versions.index(inf.right)
+                left, right = cell["inferred_from"]  # every cell not run is inferred, from both sides, which agree
+                assert truth[left][row] == truth[right][row] == cell["behaviour"]
+                assert versions.index(left) < versions.index(v) < versions.index(right)
 
 
 @settings(max_examples=300, deadline=None)
@@ -83,9 +98,9 @@ def test_a_fix_that_stays_is_found_exactly_within_a_log_bound(m, workers, seed):
     versions, rows, truth, forced = m
     plan = Plan(versions, rows, forced)
     started = drive(plan, truth, workers, seed)
-    for row, cells in plan.inferred().items():
-        for v, inf in cells.items():
-            assert inf.verdict == truth[v][row]
+    for row, cells in inferred(plan, versions, rows).items():
+        for v, cell in cells.items():
+            assert cell["behaviour"] == truth[v][row]
     bound = len(plan.probes) + len(rows) * math.ceil(math.log2(max(2, len(versions))))
     assert len(started) <= bound
 

@@ -7,7 +7,8 @@ where its text result changes (upstream touched the patched code there). Between
 differ for some patch, the release halfway between is run next, until the two sides of every change are adjacent:
 a transition is always confirmed by runs on both of its sides (so a probe needs no run of the release before it:
 where the verdict changes there, the bisection runs that release). A release left between two run releases that
-agree for a patch takes their verdict as **inferred**: it is marked so, never shown as run.
+agree for a patch takes their verdict as **inferred** (upstream.reinfer writes them, the same rule after a merge):
+it is marked so, never shown as run.
 
 Pure bookkeeping, no I/O: the upstream check feeds it verdicts as runs finish and asks what to run next, so both
 workers stay busy while the bisection goes on.
@@ -16,14 +17,6 @@ workers stay busy while the bisection goes on.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Inferred:
-    verdict: str
-    left: str  # the run release before the cell, and the one after it, whose verdicts agree
-    right: str
 
 
 class Plan:
@@ -32,7 +25,6 @@ class Plan:
 
     def __init__(self, versions: list[str], rows: list[str], probes: Iterable[str]) -> None:
         self.versions, self.rows = list(versions), list(rows)
-        self.index = {v: i for i, v in enumerate(self.versions)}
         wanted = set(probes) | ({self.versions[0], self.versions[-1]} if self.versions else set())
         self.probes = [v for v in self.versions if v in wanted]
         self.verdicts: dict[str, dict[str, str]] = {}  # release -> patch -> verdict, for the releases run
@@ -59,19 +51,6 @@ class Plan:
                 mid = self.versions[(a + b) // 2]
                 if mid not in out:
                     out.append(mid)
-        return out
-
-    def inferred(self) -> dict[str, dict[str, Inferred]]:
-        """patch -> release -> the inferred verdict, for every release not run that lies between two run releases
-        agreeing for that patch. A release between two that disagree is left out: the plan is not complete."""
-        out: dict[str, dict[str, Inferred]] = {row: {} for row in self.rows}
-        run = [i for i, v in enumerate(self.versions) if v in self.verdicts]
-        for a, b in zip(run, run[1:], strict=False):
-            left, right = self.versions[a], self.versions[b]
-            for row in self.rows:
-                if self.verdicts[left][row] == self.verdicts[right][row]:
-                    for i in range(a + 1, b):
-                        out[row][self.versions[i]] = Inferred(self.verdicts[left][row], left, right)
         return out
 
 

@@ -271,36 +271,7 @@ def check_line(
         for name, o in outcomes.items():
             cells[name][version].update(behaviour=o.verdict, behaviour_detail=o.detail)
 
-    plan = None
-    with Progress(f"{line.key}", len(releases) + (0 if bisect else len(wanted))) as progress:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for version, results in pool.map(text, releases):
-                for r in results:
-                    cells[r.patch][version] = {"text": r.status, "text_detail": r.detail, "behaviour": None}
-            if not bisect:
-                for version, outcomes in zip(wanted, pool.map(judge, wanted), strict=True):
-                    record(version, outcomes)
-            elif wanted and rows:  # a line of features only has nothing to run
-                plan = bisection.Plan(wanted, rows, _probes(series, wanted, cells))
-                _run_plan(plan, pool, workers, judge, record, progress)
-    if plan is not None:
-        for name, inferred in plan.inferred().items():
-            for version, inf in inferred.items():
-                cells[name][version].update(
-                    behaviour=inf.verdict,
-                    behaviour_detail=_inferred_detail(cells[name][inf.left], inf.left, inf.right),
-                    inferred_from=[inf.left, inf.right],
-                )
-    if bisect:
-        for p in series:
-            if p.is_feature:
-                for cell in cells[p.name].values():
-                    cell.update(behaviour=FEATURE.verdict, behaviour_detail=FEATURE.detail)
-    for p in series:
-        for version, cell in cells[p.name].items():
-            cell["drop_when_met"] = drop_when_met(p, version)
-            cell["flags"] = _flags(cell["drop_when_met"], cell["behaviour"])
-    return {
+    result: dict[str, Any] = {
         "line": line.key,
         "companions": [f"{pkg}=={proofenv.wheel_version(a.filename)}" for pkg, a in companions(overlay, line)],
         "releases": [{"version": v, "wheel": a.filename, "sha256": a.sha256, "yanked": y} for v, a, y in releases],
@@ -316,6 +287,28 @@ def check_line(
             for p in series
         ],
     }
+    with Progress(f"{line.key}", len(releases) + (0 if bisect else len(wanted))) as progress:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for version, results in pool.map(text, releases):
+                for r in results:
+                    cells[r.patch][version] = {"text": r.status, "text_detail": r.detail, "behaviour": None}
+            if not bisect:
+                for version, outcomes in zip(wanted, pool.map(judge, wanted), strict=True):
+                    record(version, outcomes)
+            else:
+                for p in series:  # a feature is not judged by a proof: every cell is marked so
+                    for cell in cells[p.name].values() if p.is_feature else ():
+                        cell.update(behaviour=FEATURE.verdict, behaviour_detail=FEATURE.detail)
+                if wanted and rows:  # a line of features only has nothing to run
+                    plan = bisection.Plan(wanted, rows, _probes(result["patches"], wanted))
+                    _run_plan(plan, pool, workers, judge, record, progress)
+    if bisect:
+        reinfer(result)  # the cells between runs: by the same rule as after a merge
+    for p in series:
+        for version, cell in cells[p.name].items():
+            cell["drop_when_met"] = drop_when_met(p, version)
+            cell["flags"] = _flags(cell["drop_when_met"], cell["behaviour"])
+    return result
 
 
 def _is_feature_row(row: dict) -> bool:
@@ -328,21 +321,19 @@ def _inferred_detail(anchor: dict, left: str, right: str) -> str:
     return f"{anchor.get('behaviour_detail') or ''} [inferred, not run: {left} and {right} were run and agree]"
 
 
-def _probes(series: list[Patch] | list[dict], versions: list[str], cells: dict[str, dict[str, dict]]) -> set[str]:
+def _probes(rows: list[dict], versions: list[str]) -> set[str]:
     """Where a verdict can change: each release where a patch's Drop-When starts to hold or its text result changes,
     and the release its Upstream-Status names (Fixed-In, Partial-Fix-In), which lint judges by its verdict. The
-    first and the last release are added by the plan. ``series``: the patches, or the matrix's rows of them."""
+    first and the last release are added by the plan. ``rows``: the matrix's rows of a line's patches."""
     out: set[str] = set()
-    for p in series:
-        name = p.name if isinstance(p, Patch) else p["name"]
-        if p.is_feature if isinstance(p, Patch) else _is_feature_row(p):
+    for p in rows:
+        if _is_feature_row(p):
             continue
-        row = cells[name]
+        row = p["cells"]
         present = [v for v in versions if v in row]
         out |= bisection.probes(present, bisection.changes(present, lambda v, p=p: drop_when_met(p, v)))
         out |= bisection.probes(present, bisection.changes(present, lambda v, row=row: row[v]["text"]))
-        status = (p.trailers.get("Upstream-Status") if isinstance(p, Patch) else p.get("upstream_status")) or ""
-        words = status.split()
+        words = (p.get("upstream_status") or "").split()
         if len(words) >= 2 and words[0] in ("Fixed-In", "Partial-Fix-In") and words[1] in row:
             out.add(words[1])
     return out
@@ -411,8 +402,7 @@ def reinfer(line: dict) -> None:
     release where a verdict can change (a probe: a text or Drop-When change, a Fixed-In release) lies between
     them; any other cell not run is left unjudged (·) until a run bisects there. Features keep their mark."""
     versions = [r["version"] for r in line["releases"]]
-    cells_of = {p["name"]: p["cells"] for p in line["patches"]}
-    probes = _probes(line["patches"], versions, cells_of)
+    probes = _probes(line["patches"], versions)
     for p in line["patches"]:
         cells = p["cells"]
         if _is_feature_row(p):
