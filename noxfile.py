@@ -114,7 +114,7 @@ def status(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Tool tests: fast and offline, on synthetic wheels; plus checks of the real dist/ build."""
     tool(session, "build")
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test]", *shared_torch(session))  # torch: the proofs' rank harness is tested too
     session.run("pytest", "tests/tool", "-n", "auto", *session.posargs)  # every core (pytest-xdist)
 
 

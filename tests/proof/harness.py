@@ -1,10 +1,18 @@
 """Run a function on N real processes joined in a gloo process group on 127.0.0.1.
 
-Each rank is a fresh ``spawn``-ed interpreter (nothing inherited from pytest) with torchrun's environment,
-joins ``init_process_group("gloo", tcp://127.0.0.1:<free port>)`` (unless ``init_group=False``), runs
-``fn(rank, world_size, *args)`` and sends back its result or its exception: type name, message, the source files its
-traceback passed through, and the traceback text. The proof contract (conftest) judges the type and the message and
-checks the files for the code under test; the traceback text is for people and never takes part in a verdict.
+The ranks start as torchrun starts them: the parent (torchrun's agent) owns the TCP store on 127.0.0.1 and each
+rank gets torchrun's environment with ``TORCHELASTIC_USE_AGENT_STORE=True``, so every rank, rank 0 included, is
+a client of that store and may exit before the others without taking the store with it. Each rank then joins
+``init_process_group("gloo", tcp://127.0.0.1:<store port>)`` (unless ``init_group=False``: the code under test
+makes the group), runs ``fn(rank, world_size, *args)`` and sends back its result or its exception: type name,
+message, the source files its traceback passed through, and the traceback text. The proof contract (conftest)
+judges the type and the message and checks the files for the code under test; the traceback text is for people
+and never takes part in a verdict.
+
+Each rank is a new process forked from multiprocessing's fork server, which has imported torch and nothing else:
+no test state, no pytest, no transformers or accelerate (the code under test is imported by the rank, after its
+environment is set, as in a fresh interpreter); no torch thread pool exists in the server, so forking is safe.
+The rank's environment is the parent's at the call (as a spawned interpreter's would be) plus torchrun's.
 Every run is bounded in time; ranks still alive at the end are killed, so no process is left behind. A rank that
 dies without reporting, or does not report in time, raises :class:`RanksLost`: nothing was observed.
 """
@@ -15,7 +23,6 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
-import socket
 import sys
 import time
 import traceback
@@ -35,13 +42,42 @@ class RanksLost(CouldNotObserve):
     """Ranks died or hung without reporting a result or an exception."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Modules the fork server imports once, before it forks ranks: torch and the parts of it that transformers and
+# accelerate import (with numpy and sympy), five sixths of a rank's start-up. The code under test is not among
+# them: each rank imports it after its environment is set. These modules read some variables at import
+# (IMPORT_TIME_ENV), which a run's ``env`` therefore may not set: the server would not see them.
+PRELOAD = ["torch", "torch._dynamo", "torch.distributed.tensor", "torch.distributed.fsdp"]
+IMPORT_TIME_ENV = ("TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "OPENBLAS", "NPY_", "SYMPY")
+
+
+def _context(env: dict[str, str]):
+    late = sorted(k for k in env if k.upper().startswith(IMPORT_TIME_ENV))
+    if late:
+        raise ValueError(
+            f"run_ranks(env=...) sets {', '.join(late)}, which torch reads when it is imported, before the rank "
+            "starts; set it in the environment of the test process instead"
+        )
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def _agent_store(world_size: int):
+    """torchrun's agent store on 127.0.0.1; port 0 lets the OS pick a free port, so no other process can take it
+    in between. Without torch (the proof contract's own tests) there is no group to join: a placeholder port."""
+    try:
+        from torch.distributed import TCPStore
+    except ImportError:
+        return _NoStore()
+    return TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
+
+
+class _NoStore:
+    port = 0
 
 
 def _child(fn, rank, world_size, port, args, env, results, init_group):
+    os.environ.clear()
     os.environ.update(env)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -50,6 +86,7 @@ def _child(fn, rank, world_size, port, args, env, results, init_group):
         LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world_size),
         LOCAL_WORLD_SIZE=str(world_size),
+        TORCHELASTIC_USE_AGENT_STORE="True",
     )
     try:
         if init_group:
@@ -78,11 +115,14 @@ def run_ranks(
     With ``init_group=False`` the ranks start like torchrun's: the environment (RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT, ...) is set but no process group exists until the code under test creates one.
     """
-    ctx = mp.get_context("spawn")
+    ctx = _context(env or {})
+    rank_env = {**os.environ, **(env or {})}
     results = ctx.Queue()
-    port = free_port()
+    store = _agent_store(world_size)
     procs = [
-        ctx.Process(target=_child, args=(fn, r, world_size, port, args, env or {}, results, init_group), daemon=True)
+        ctx.Process(
+            target=_child, args=(fn, r, world_size, store.port, args, rank_env, results, init_group), daemon=True
+        )
         for r in range(world_size)
     ]
     for p in procs:
@@ -113,4 +153,5 @@ def run_ranks(
             if p.is_alive():
                 p.kill()
                 p.join()
+        del store  # the agent's store outlives every rank
     return [pickle.loads(got[r][1]) for r in range(world_size)]

@@ -1,0 +1,84 @@
+"""The proofs' rank harness (tests/proof/harness.py) on real gloo groups: what a rank may rely on.
+
+These run real ranks forked from the harness's fork server, so they need torch: the tests session takes it from the
+shared base environment (noxfile ``shared_torch``). The first test failed on the harness before torchrun's agent
+store: rank 0 hosted the store and took it down when it left first.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+# The harness under test; PATCHWHEEL_CONTRACT_UNDER_TEST points at another copy of tests/proof (an older one).
+CONTRACT = Path(os.environ.get("PATCHWHEEL_CONTRACT_UNDER_TEST") or Path(__file__).resolve().parents[1] / "proof")
+sys.path.insert(0, str(CONTRACT))
+from harness import RankFailed, run_ranks  # noqa: E402
+
+
+def _leave_or_use_the_store_late(rank, world_size):
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    if rank == 0:
+        return "left"
+    time.sleep(2)  # rank 0 has returned, destroyed its group and exited by now
+    _get_default_store().set("late", "still here")
+    return _get_default_store().get("late").decode()
+
+
+def test_rank_zero_may_leave_before_the_others():
+    """Under torchrun a rank may finish first and exit, and the others still reach the store (the agent's). With
+    the store on rank 0, rank 1 failed with ``DistNetworkError: Broken pipe``."""
+    assert run_ranks(_leave_or_use_the_store_late, 2) == ["left", "still here"]
+
+
+def _environment(rank, world_size):
+    import torch.distributed as dist
+
+    keys = ("PATCHWHEEL_HARNESS_PROBE", "PATCHWHEEL_HARNESS_GIVEN", "RANK", "WORLD_SIZE", "MASTER_ADDR")
+    return {
+        **{k: os.environ.get(k) for k in keys},
+        "agent_store": os.environ.get("TORCHELASTIC_USE_AGENT_STORE"),
+        "group": dist.is_initialized(),
+    }
+
+
+def test_a_rank_has_the_callers_environment_at_the_call_and_torchruns(monkeypatch):
+    """The fork server started at an earlier call; a variable the test process sets since must still reach the
+    ranks, as it would reach a freshly spawned interpreter."""
+    run_ranks(_environment, 1)  # the fork server is running from here on
+    monkeypatch.setenv("PATCHWHEEL_HARNESS_PROBE", "set after the server started")
+    got = run_ranks(_environment, 2, env={"PATCHWHEEL_HARNESS_GIVEN": "given"}, init_group=False)
+    for rank, seen in enumerate(got):
+        assert seen == {
+            "PATCHWHEEL_HARNESS_PROBE": "set after the server started",
+            "PATCHWHEEL_HARNESS_GIVEN": "given",
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "agent_store": "True",
+            "group": False,
+        }
+
+
+def test_a_variable_torch_reads_at_import_is_refused():
+    """torch is imported in the fork server before a rank starts, so an ``env`` it reads at import would be
+    silently ignored: refused, naming it."""
+    with pytest.raises(ValueError, match=r"sets OMP_NUM_THREADS, which torch reads when it is imported"):
+        run_ranks(_environment, 1, env={"OMP_NUM_THREADS": "1"})
+
+
+def _fail(rank, world_size):
+    if rank == 1:
+        raise KeyError("only rank 1")
+    return "ok"
+
+
+def test_a_rank_error_keeps_its_type_and_message():
+    with pytest.raises(RankFailed) as caught:
+        run_ranks(_fail, 2)
+    assert (caught.value.rank, caught.value.exc_type, caught.value.exc_message) == (1, "KeyError", "'only rank 1'")
