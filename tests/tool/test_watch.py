@@ -269,11 +269,10 @@ def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
     assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # yaml reads the key `on` as True
 
 
-def test_ci_workflow_runs_ci_run_and_requires_actionlint():
+def test_ci_workflow_runs_ci_run_on_pushes_and_pull_requests():
     doc = workflow("ci.yml")
     steps = doc["jobs"]["ci"]["steps"]
     assert steps[-1]["run"] == "bash .ci/run"
-    assert doc["jobs"]["ci"]["env"]["PATCHWHEEL_ACTIONLINT"] == "required"
     assert {"push", "pull_request"} <= set(doc[True])
 
 
