@@ -167,7 +167,9 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
     py = str(env_dir / "bin" / "python")
     tline = overlay.line("transformers", overlay.sets[SET]["transformers"])
     first = load_series(tline)[0]  # its proof runs in the consumer environment below
-    pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    # --no-compile: pip would compile all of torch's 2 GB ahead (20 s here); the proof run below compiles what it
+    # imports, once, as bytecode writing is on for it.
+    pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-compile"]
     subprocess.run(pip + ["--no-deps", f"transformers=={tline.version}"], check=True, capture_output=True)
 
     pins = [f"{pkg}=={overlay.line(pkg, ver).fixed_version}" for pkg, ver in overlay.sets[SET].items()]
@@ -192,16 +194,12 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
     assert first.name in status.stdout and "INTACT" in status.stdout
 
     pytest_cmd = [py, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(ROOT / first.test_module)]
-    run = dict(capture_output=True, text=True, cwd=ROOT, timeout=600)
-    collected = subprocess.run(pytest_cmd + ["--collect-only"], **run)  # type: ignore[call-overload]
-    tests = len(re.findall(r"^tests/proof/\S+::\S+$", collected.stdout, re.M))
-    assert collected.returncode == 0 and tests, collected.stdout[-3000:] + collected.stderr[-2000:]
+    run = dict(capture_output=True, text=True, cwd=ROOT, timeout=600, env={**os.environ, "PYTHONDONTWRITEBYTECODE": ""})
     proof = subprocess.run(pytest_cmd, **run)  # type: ignore[call-overload]
     print(proof.stdout[-2000:])
-    counts = re.search(r"^(\d+) passed(?:, (\d+) skipped)? in ", proof.stdout, re.M)
-    # The proof contract fails a skip that its test's marker does not allow, and any xfail or deselection would
-    # break the count: every collected test passed or skipped as allowed.
+    # The whole summary line: a failure, an error, an xfail, an xpass or a deselection would add a term to it. The
+    # proof contract fails a skip that its test's marker does not allow.
+    counts = re.search(r"^(\d+) passed(?:, (\d+) skipped)?(?:, \d+ warnings?)? in [\d.]+s", proof.stdout, re.M)
     assert proof.returncode == 0 and counts, proof.stdout[-3000:] + proof.stderr[-2000:]
-    passed, skipped = int(counts.group(1)), int(counts.group(2) or 0)
-    assert passed + skipped == tests, proof.stdout[-3000:]
+    assert int(counts.group(1)) > 0, proof.stdout[-3000:]
     assert f"carrying {first.name}: passed" in proof.stdout

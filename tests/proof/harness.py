@@ -9,10 +9,11 @@ message, the source files its traceback passed through, and the traceback text. 
 judges the type and the message and checks the files for the code under test; the traceback text is for people
 and never takes part in a verdict.
 
-Each rank is a new process forked from multiprocessing's fork server, which has imported torch and nothing else:
-no test state, no pytest, no transformers or accelerate (the code under test is imported by the rank, after its
-environment is set, as in a fresh interpreter); no torch thread pool exists in the server, so forking is safe.
-The rank's environment is the parent's at the call (as a spawned interpreter's would be) plus torchrun's.
+Each rank is a new process forked from multiprocessing's fork server, which the harness starts when it is imported
+and which imports torch and the libraries around it (PRELOAD) and holds none of the test process's state; it
+imports neither transformers nor accelerate (the code under test is imported by the rank after its environment is
+set, as in a fresh interpreter). No thread pool of torch exists in the server, so forking is safe. The rank's
+environment is the caller's at the call (as a spawned interpreter's would be) plus torchrun's.
 Every run is bounded in time; ranks still alive at the end are killed, so no process is left behind. A rank that
 dies without reporting, or does not report in time, raises :class:`RanksLost`: nothing was observed.
 """
@@ -42,24 +43,66 @@ class RanksLost(CouldNotObserve):
     """Ranks died or hung without reporting a result or an exception."""
 
 
-# Modules the fork server imports once, before it forks ranks: torch and the parts of it that transformers and
-# accelerate import (with numpy and sympy), five sixths of a rank's start-up. The code under test is not among
-# them: each rank imports it after its environment is set. These modules read some variables at import
-# (IMPORT_TIME_ENV), which a run's ``env`` therefore may not set: the server would not see them.
-PRELOAD = ["torch", "torch._dynamo", "torch.distributed.tensor", "torch.distributed.fsdp"]
-IMPORT_TIME_ENV = ("TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "OPENBLAS", "NPY_", "SYMPY")
+# Modules the fork server imports once, before it forks ranks: torch, the parts of it that transformers and
+# accelerate import (with numpy and sympy), and their other dependencies that are not under test; about nine tenths
+# of a rank's start-up. transformers and accelerate are not among them: each rank imports the code under test after
+# its environment is set. A module missing from an environment is skipped. These modules read some variables at
+# import (IMPORT_TIME_ENV), which a run's ``env`` therefore may not set: the server would not see them.
+PRELOAD = [
+    "torch",
+    "torch._dynamo",
+    "torch.distributed.tensor",
+    "torch.distributed.fsdp",
+    "huggingface_hub",
+    "safetensors.torch",
+    "tokenizers",
+    "regex",
+    "yaml",
+    "tqdm",
+    "jinja2",
+    "psutil",
+]
+IMPORT_TIME_ENV = (
+    "TORCH",
+    "PYTORCH",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "OPENBLAS",
+    "NPY_",
+    "SYMPY",
+    "HF_",
+    "HUGGINGFACE",
+    "TOKENIZERS",
+    "TQDM",
+)
 
 
 def _context(env: dict[str, str]):
     late = sorted(k for k in env if k.upper().startswith(IMPORT_TIME_ENV))
     if late:
         raise ValueError(
-            f"run_ranks(env=...) sets {', '.join(late)}, which torch reads when it is imported, before the rank "
-            "starts; set it in the environment of the test process instead"
+            f"run_ranks(env=...) sets {', '.join(late)}, read when torch or a library of the fork server's PRELOAD "
+            "is imported, before the rank starts; set it in the environment of the test process instead"
         )
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+def start_server() -> None:
+    """Start the fork server now: it imports PRELOAD while this process goes on (collecting the tests, importing
+    torch itself), instead of at the first run. Ranks fork from it later."""
+    from multiprocessing import forkserver
+
+    _context({})
+    forkserver.ensure_running()
+
+
+# On import: a test module that imports the harness will run ranks. Not in a rank, which imports this module while
+# it unpickles its function (multiprocessing marks that phase `_inheriting`, and refuses to start processes in it).
+if mp.parent_process() is None and not getattr(mp.current_process(), "_inheriting", False):
+    start_server()
 
 
 def _agent_store(world_size: int):

@@ -65,11 +65,12 @@ def test_a_rank_has_the_callers_environment_at_the_call_and_torchruns(monkeypatc
         }
 
 
-def test_a_variable_torch_reads_at_import_is_refused():
-    """torch is imported in the fork server before a rank starts, so an ``env`` it reads at import would be
-    silently ignored: refused, naming it."""
-    with pytest.raises(ValueError, match=r"sets OMP_NUM_THREADS, which torch reads when it is imported"):
-        run_ranks(_environment, 1, env={"OMP_NUM_THREADS": "1"})
+@pytest.mark.parametrize("name", ["OMP_NUM_THREADS", "HF_HUB_OFFLINE"])
+def test_a_variable_read_at_import_by_the_preloaded_modules_is_refused(name):
+    """torch and the other preloaded libraries are imported in the fork server before a rank starts, so an ``env``
+    they read at import would be silently ignored: refused, naming it."""
+    with pytest.raises(ValueError, match=rf"sets {name}, read when torch or a library of the fork server's PRELOAD"):
+        run_ranks(_environment, 1, env={name: "1"})
 
 
 def _fail(rank, world_size):
