@@ -124,7 +124,7 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=print) -> Built:
     names, new_entries = rewrite.plan(line, entries, patched, manifest)
     dest = out_dir / names.filename
     rewrite.write(new_entries, dest)
-    verify(line, dest, upstream_wheel, patches)  # verify: by reverse-apply, and against overlay/ (vendored)
+    verify(line, dest, upstream_wheel, patches, entries)  # verify: by reverse-apply, and against overlay/ (vendored)
     vendored.check_wheel(line, dest, patched)
     sha = fetch_mod.sha256_file(dest)
     return Built(line, names.filename, sha, patches, time.perf_counter() - t0)

@@ -48,13 +48,16 @@ def check_record(entries: list[Entry], record_name: str) -> list[str]:
     return problems
 
 
-def verify(line: ReleaseLine, built: Path, upstream_wheel: Path, patches: list[Patch]) -> dict:
-    """Raise PatchwheelError listing every problem; return the manifest the wheel carries."""
+def verify(
+    line: ReleaseLine, built: Path, upstream_wheel: Path, patches: list[Patch], upstream: list[Entry] | None = None
+) -> dict:
+    """Raise PatchwheelError listing every problem; return the manifest the wheel carries. ``upstream``: the
+    upstream wheel's members where the caller has read them already (the build has)."""
     names = wheel_names(line)
     if built.name != names.filename:
         raise PatchwheelError(f"{built.name} should be named {names.filename}", "rebuild")
     new = read(built)
-    old = read(upstream_wheel)
+    old = upstream if upstream is not None else read(upstream_wheel)
     new_data = {e.name: e.data for e in new}
     problems = check_record(new, f"{names.new_distinfo}/RECORD")
 

@@ -2,7 +2,7 @@
 
 - ``0001-<slug>.patch``: the patch carried alone onto the newest upstream release (3-way if needed), exported with
   the pinned format-patch flags, and verified: ``git am`` takes it on a fresh repository of that release's files.
-- ``reproducer/``: the proof test as a standalone pytest module (with the spawn harness it uses and a conftest
+- ``reproducer/``: the proof test as a standalone pytest module (with the rank harness it uses and a conftest
   that only registers the markers).
 - Before anything is written, the reproducer runs on that newest release both ways, in an environment of its
   own: it must fail with the bug's signature on the pristine release, and pass with the exported patch applied
