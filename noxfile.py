@@ -24,7 +24,11 @@ sys.path.insert(0, str(Path(__file__).parent / "src"))
 from patchwheel import fetch  # noqa: E402 - the tool runs in nox's interpreter: stdlib and packaging only
 from patchwheel.maint import proofenv  # noqa: E402
 
-nox.options.sessions = ["lint", "tests", "proof", "e2e", "upstream_check"]
+# The suite's sessions, the longest first: they run two at a time (one per core, at most four), since each has its
+# own environment and one alone leaves a core idle part of the time (a rank test's parent waits, pip waits on an
+# index). Their output is printed whole as each ends; `nox -j 1` runs them one by one.
+nox.options.sessions = ["tests", "upstream_check", "e2e", "proof", "lint"]
+nox.options.parallel = min(4, os.cpu_count() or 1)
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
 
@@ -58,11 +62,18 @@ def build(session: nox.Session) -> None:
     tool(session, "build", *session.posargs)
 
 
+@nox.session(venv_backend="none", default=False)
+def dist(session: nox.Session) -> None:
+    """dist/ built from the tree, for the sessions that test it (they require this one, which runs alone before
+    them: no session reads dist/ while it is rewritten). It takes no arguments, so theirs do not reach the build."""
+    tool(session, "build")
+
+
 #: mypy checks each folder on its own: the test folders are not packages, and each has its own conftest module.
 MYPY_TARGETS = ["src/patchwheel", "tests/tool", "tests/proof", "tests/e2e", "noxfile.py", "bench"]
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def lint(session: nox.Session) -> None:
     """Every patch series (names, files, trailers, the committed matrix), the vendored modules in overlay/ (equal to
     pristine + series); ruff (lint, format) and mypy on the code; the GitHub workflows (schema, actionlint)."""
@@ -91,22 +102,20 @@ def status(session: nox.Session) -> None:
     tool(session, "status", *session.posargs)
 
 
-@nox.session
+@nox.session(allow_parallel=True, requires=["dist"])
 def tests(session: nox.Session) -> None:
     """Tool tests: fast and offline, on synthetic wheels; plus checks of the real dist/ build."""
-    tool(session, "build")
     session.install("-e", ".[test]", *shared_torch(session))  # torch: the proofs' rank harness is tested too
-    session.run("pytest", "tests/tool", "-n", "auto", *session.posargs)  # every core (pytest-xdist)
+    # Every core (pytest-xdist); worksteal: a worker left idle takes tests queued for the other.
+    session.run("pytest", "tests/tool", "-n", "auto", "--dist", "worksteal", *basetemp(session), *session.posargs)
 
 
-@nox.session
+@nox.session(allow_parallel=True, requires=["dist"])
 @nox.parametrize("flavor", ["pristine", "fixed"])
 @nox.parametrize("pins", SETS)
 def proof(session: nox.Session, flavor: str, pins: str) -> None:
     """Proof tests on a consumer set's pristine pins (each must fail with its bug) or +fixed builds (must pass)."""
     reqs = Path(session.create_tmp()) / f"{flavor}-{pins}.txt"
-    if flavor == "fixed":
-        tool(session, "build")
     tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
     session.install(f"--find-links={ROOT / 'dist'}", *shared_torch(session), "-r", str(reqs), "pytest")
     # `status` exits 1 where a known bug applies: on the pristine pins it must say so, on +fixed builds it must not.
@@ -114,8 +123,20 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
     # Bytecode written once, by the first process that imports a module: the ranks the proofs spawn import
     # transformers afresh, and with PYTHONDONTWRITEBYTECODE set each would compile it from source.
     session.run(
-        "pytest", "tests/proof", "-p", "no:cacheprovider", *session.posargs, env={"PYTHONDONTWRITEBYTECODE": ""}
+        "pytest",
+        "tests/proof",
+        "-p",
+        "no:cacheprovider",
+        *basetemp(session),
+        *session.posargs,
+        env={"PYTHONDONTWRITEBYTECODE": ""},
     )
+
+
+def basetemp(session: nox.Session) -> list[str]:
+    """pytest's temporary folders inside the session's own: sessions that run at the same time never share (or
+    clean up) each other's."""
+    return ["--basetemp", str(Path(session.create_tmp()) / "pytest")]
 
 
 def shared_torch(session: nox.Session) -> list[str]:
@@ -140,7 +161,7 @@ def upstream(session: nox.Session) -> None:
     maint(session, "upstream", *session.posargs)
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def upstream_check(session: nox.Session) -> None:
     """Fails when the committed patches/STATUS.* disagrees with a fresh run on the releases of its Drop-When
     transitions (the smallest set that covers them all)."""
@@ -177,35 +198,33 @@ def export(session: nox.Session) -> None:
     tool(session, "export", *session.posargs)
 
 
-@nox.session
+@nox.session(allow_parallel=True, requires=["dist"])
 def e2e(session: nox.Session) -> None:
     """Publish to a real pypiserver on 127.0.0.1 and pip install the +fixed set into a fresh environment."""
-    tool(session, "build")
     session.install("-e", ".[e2e]")
     session.run(
         "pytest",
         "tests/e2e",
         "-p",
         "no:cacheprovider",
+        *basetemp(session),
         *session.posargs,
         env={"PATCHWHEEL_DIST": str(ROOT / "dist"), "TORCH_VERSION": TORCH.split("==")[1]},
     )
 
 
-@nox.session
+@nox.session(requires=["dist"])
 def mutants(session: nox.Session) -> None:
     """Revert each patch hunk alone and run its proof on the +fixed build (args: pkg[==version] ..., --out FILE).
     Not in the default suite: it runs every proof once per hunk (docs/proof-contract.md gives its duration)."""
-    tool(session, "build")
     maint(session, "mutants", *session.posargs)
 
 
-@nox.session
+@nox.session(requires=["dist"])
 def upstream_suite(session: nox.Session) -> None:
     """accelerate's own test suite (from its pinned sdist) on the pristine release and on the +fixed build: no test
     may pass on pristine and fail on +fixed (args: pkg[==version] ..., --out DIR). Not in the default suite: several
     minutes per release line. transformers is reported as skipped: its sdists ship no model or trainer tests."""
-    tool(session, "build")
     maint(session, "upstream-suite", *session.posargs)
 
 
