@@ -24,11 +24,23 @@ sys.path.insert(0, str(Path(__file__).parent / "src"))
 from patchwheel import fetch  # noqa: E402 - the tool runs in nox's interpreter: stdlib and packaging only
 from patchwheel.maint import proofenv  # noqa: E402
 
-# The suite's sessions, the longest first: they run two at a time (one per core, at most four), since each has its
-# own environment and one alone leaves a core idle part of the time (a rank test's parent waits, pip waits on an
-# index). Their output is printed whole as each ends; `nox -j 1` runs them one by one.
+# The suite's sessions, the longest first. A bare `nox` runs them in parallel, one per core (at most four): each
+# has its own environment, and one alone leaves a core idle part of the time (a rank test's parent waits, pip
+# waits on an index). Their output is printed whole as each ends; `nox -j 1` runs them one by one. Sessions chosen
+# by name (`nox -s build`) run as nox runs them, in this process, with their output as it comes.
 nox.options.sessions = ["tests", "upstream_check", "e2e", "proof", "lint"]
-nox.options.parallel = min(4, os.cpu_count() or 1)
+_CHOOSING = {"-s", "-e", "--session", "--sessions", "-k", "--keywords", "-t", "--tags"}
+
+
+def _runs_the_suite(argv: list[str]) -> bool:
+    """No session chosen on the command line (before its `--`) or in NOXSESSION: nox runs the default sessions."""
+    args = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+    chosen = any(a.split("=")[0] in _CHOOSING or (a[:2] in {"-s", "-e", "-k", "-t"} and a[2:3] != "-") for a in args)
+    return not chosen and not os.environ.get("NOXSESSION")
+
+
+if _runs_the_suite(sys.argv):
+    nox.options.parallel = min(4, os.cpu_count() or 1)
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
 
