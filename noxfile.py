@@ -29,14 +29,25 @@ from patchwheel.maint import proofenv  # noqa: E402
 # waits on an index). Their output is printed whole as each ends; `nox -j 1` runs them one by one. Sessions chosen
 # by name (`nox -s build`) run as nox runs them, in this process, with their output as it comes.
 nox.options.sessions = ["tests", "upstream_check", "e2e", "proof", "lint"]
-_CHOOSING = {"-s", "-e", "--session", "--sessions", "-k", "--keywords", "-t", "--tags"}
+_CHOOSING = {"--session", "--sessions", "--keywords", "--tags"}
+#: nox's short options that take a value, and its single-dash options of two letters (-ts alone takes none).
+_SHORT_WITH_VALUE, _TWO_LETTERS = set("sekt" + "jpfP"), {"-ts", "-db", "-fb"}
 
 
 def _runs_the_suite(argv: list[str]) -> bool:
-    """No session chosen on the command line (before its `--`) or in NOXSESSION: nox runs the default sessions."""
-    args = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
-    chosen = any(a.split("=")[0] in _CHOOSING or (a[:2] in {"-s", "-e", "-k", "-t"} and a[2:3] != "-") for a in args)
-    return not chosen and not os.environ.get("NOXSESSION")
+    """No session chosen on the command line (-s/-e/-k/-t, also combined as in -Rs, before any `--`) or in
+    NOXSESSION: nox runs the default sessions."""
+    for arg in argv[1 : argv.index("--")] if "--" in argv else argv[1:]:
+        if arg.split("=")[0] in _CHOOSING:
+            return False
+        if not arg.startswith("-") or arg.startswith("--") or arg in _TWO_LETTERS or arg[:3] in _TWO_LETTERS:
+            continue
+        for letter in arg[1:]:  # -Rs: flags, then at most one option whose value may follow in the same word
+            if letter in "sekt":
+                return False
+            if letter in _SHORT_WITH_VALUE:
+                break
+    return not os.environ.get("NOXSESSION")
 
 
 if _runs_the_suite(sys.argv):

@@ -41,6 +41,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _serving(proc: subprocess.Popen, url: str) -> bool:
+    """True once pypiserver answers on ``url``; False if it exited (it could not bind the port) or hung 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(url + "/simple/", timeout=2).close()
+            return True
+        except OSError:
+            if proc.poll() is not None:
+                return False
+            if time.monotonic() > deadline:
+                proc.kill()
+                return False
+            time.sleep(0.3)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("pypiserver")
@@ -49,40 +65,40 @@ def server(tmp_path_factory):
     ht = HtpasswdFile(str(base / "htpasswd"), new=True)
     ht.set_password(USER, PASSWORD)
     ht.save()
-    port = _free_port()
-    log = (base / "server.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pypiserver",
-            "run",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--passwords",
-            str(base / "htpasswd"),
-            "--authenticate",
-            "update",
-            "--hash-algo",
-            "sha256",
-            str(packages),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    # The port is free when chosen but not held: another process (a session running beside this one) may take it
+    # before pypiserver binds it. Then pypiserver exits, and it starts again on another port.
+    for _attempt in range(3):
+        port = _free_port()
+        log = (base / "server.log").open("w")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pypiserver",
+                "run",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--passwords",
+                str(base / "htpasswd"),
+                "--authenticate",
+                "update",
+                "--hash-algo",
+                "sha256",
+                str(packages),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        if _serving(proc, url):
+            break
+        proc.wait()
+        log.close()
+    else:
+        pytest.fail(f"pypiserver did not start:\n{(base / 'server.log').read_text()}")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/simple/", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"pypiserver did not start:\n{(base / 'server.log').read_text()}")
-                time.sleep(0.3)
         yield {"url": url, "packages": packages, "log": base / "server.log"}
     finally:
         proc.terminate()

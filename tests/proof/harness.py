@@ -12,8 +12,9 @@ and never takes part in a verdict.
 Each rank is a new process forked from multiprocessing's fork server, which the harness starts when it is imported
 and which imports torch and the libraries around it (PRELOAD) and holds none of the test process's state; it
 imports neither transformers nor accelerate (the code under test is imported by the rank after its environment is
-set, as in a fresh interpreter). No thread pool of torch exists in the server, so forking is safe. The rank's
-environment is the caller's at the call (as a spawned interpreter's would be) plus torchrun's.
+set, as in a fresh interpreter). torch starts no thread pool at import; numpy's OpenBLAS may, and it stops and
+restarts its threads around a fork (pthread_atfork), so forking from the server is safe. The rank's environment
+is the caller's at the call (as a spawned interpreter's would be) plus torchrun's.
 Every run is bounded in time; ranks still alive at the end are killed, so no process is left behind. A rank that
 dies without reporting, or does not report in time, raises :class:`RanksLost`: nothing was observed.
 """
@@ -25,6 +26,7 @@ import os
 import pickle
 import queue
 import sys
+import tempfile
 import time
 import traceback
 
@@ -47,7 +49,8 @@ class RanksLost(CouldNotObserve):
 # accelerate import (with numpy and sympy), and their other dependencies that are not under test; about nine tenths
 # of a rank's start-up. transformers and accelerate are not among them: each rank imports the code under test after
 # its environment is set. A module missing from an environment is skipped. These modules read some variables at
-# import (IMPORT_TIME_ENV), which a run's ``env`` therefore may not set: the server would not see them.
+# import (IMPORT_TIME_ENV), which a run's ``env`` therefore may not set: the server would not see them. (Nor does it
+# see such a variable the test process sets after the server started: no proof does.)
 PRELOAD = [
     "torch",
     "torch._dynamo",
@@ -63,6 +66,8 @@ PRELOAD = [
     "psutil",
 ]
 IMPORT_TIME_ENV = (
+    "HOME",
+    "XDG_",
     "TORCH",
     "PYTORCH",
     "OMP_",
@@ -85,9 +90,30 @@ def _context(env: dict[str, str]):
             f"run_ranks(env=...) sets {', '.join(late)}, read when torch or a library of the fork server's PRELOAD "
             "is imported, before the rank starts; set it in the environment of the test process instead"
         )
+    _short_socket_folder()
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+#: multiprocessing keeps the fork server's Unix socket at <its folder>/listener-XXXXXXXX, its folder being
+#: <temporary folder>/pymp-XXXXXXXX, and a socket path has at most 107 bytes.
+SOCKET_FOLDER_ROOM = 70
+
+
+def _short_socket_folder() -> None:
+    """Where the temporary folder's path is too long for the socket (nox's per-session TMPDIR in a deep checkout,
+    such as a CI runner's /home/runner/work/<repo>/<repo>), multiprocessing's folder is made under /tmp instead;
+    it keeps the first folder it makes for the life of the process."""
+    from multiprocessing import util
+
+    if len(tempfile.gettempdir()) <= SOCKET_FOLDER_ROOM or not os.path.isdir("/tmp"):
+        return
+    saved, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    try:
+        util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
 
 
 def start_server() -> None:
@@ -100,8 +126,13 @@ def start_server() -> None:
 
 
 # On import: a test module that imports the harness will run ranks. Not in a rank, which imports this module while
-# it unpickles its function (multiprocessing marks that phase `_inheriting`, and refuses to start processes in it).
-if mp.parent_process() is None and not getattr(mp.current_process(), "_inheriting", False):
+# it unpickles its function (multiprocessing marks that phase `_inheriting`, and refuses to start processes in it),
+# nor in a pytest-xdist worker, which imports every test module and may run no rank: there the first run starts it.
+if (
+    mp.parent_process() is None
+    and not getattr(mp.current_process(), "_inheriting", False)
+    and "PYTEST_XDIST_WORKER" not in os.environ
+):
     start_server()
 
 
@@ -168,11 +199,14 @@ def run_ranks(
         )
         for r in range(world_size)
     ]
-    for p in procs:
-        p.start()
     got: dict[int, tuple] = {}
     deadline = time.monotonic() + timeout
     try:
+        for p in procs:
+            try:
+                p.start()
+            except (OSError, EOFError) as exc:  # the fork server is gone or refused: no rank ran
+                raise RanksLost(f"could not start the ranks: {type(exc).__name__}: {exc}") from exc
         while len(got) < world_size:
             try:
                 rank, kind, payload = results.get(timeout=1.0)
@@ -192,6 +226,8 @@ def run_ranks(
                 raise RankFailed(rank, name, msg, files, tb)
     finally:
         for p in procs:
+            if p.pid is None:  # never started
+                continue
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()

@@ -8,6 +8,7 @@ store: rank 0 hosted the store and took it down when it left first.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,17 +18,32 @@ import pytest
 # The harness under test; PATCHWHEEL_CONTRACT_UNDER_TEST points at another copy of tests/proof (an older one).
 CONTRACT = Path(os.environ.get("PATCHWHEEL_CONTRACT_UNDER_TEST") or Path(__file__).resolve().parents[1] / "proof")
 sys.path.insert(0, str(CONTRACT))
-from harness import RankFailed, run_ranks  # noqa: E402
+from harness import RankFailed, RanksLost, run_ranks  # noqa: E402
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped
+    except FileNotFoundError:
+        return True
 
 
 def _leave_or_use_the_store_late(rank, world_size):
     from torch.distributed.distributed_c10d import _get_default_store
 
+    store = _get_default_store()
     if rank == 0:
+        store.set("rank0-pid", str(os.getpid()))
         return "left"
-    time.sleep(2)  # rank 0 has returned, destroyed its group and exited by now
-    _get_default_store().set("late", "still here")
-    return _get_default_store().get("late").decode()
+    pid = int(store.get("rank0-pid"))
+    deadline = time.monotonic() + 60
+    while not _gone(pid):  # rank 0 has returned, destroyed its group and exited
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank 0 (pid {pid}) did not exit")
+        time.sleep(0.05)
+    store.set("late", "still here")
+    return store.get("late").decode()
 
 
 def test_rank_zero_may_leave_before_the_others():
@@ -71,6 +87,51 @@ def test_a_variable_read_at_import_by_the_preloaded_modules_is_refused(name):
     they read at import would be silently ignored: refused, naming it."""
     with pytest.raises(ValueError, match=rf"sets {name}, read when torch or a library of the fork server's PRELOAD"):
         run_ranks(_environment, 1, env={name: "1"})
+
+
+LONG_TMPDIR_RUN = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import harness
+
+
+def rank(rank, world_size):
+    return rank
+
+
+if __name__ == "__main__":
+    print(harness.run_ranks(rank, 2))
+"""
+
+
+def test_a_temporary_folder_too_long_for_a_unix_socket(tmp_path):
+    """nox gives each session TMPDIR=<checkout>/.nox/<session>/tmp; in a CI runner's deep checkout that is longer
+    than a Unix socket path allows for the fork server's listener (``OSError: AF_UNIX path too long``)."""
+    long = tmp_path / ("d" * (120 - len(str(tmp_path))))
+    long.mkdir()
+    script = tmp_path / "run.py"
+    script.write_text(LONG_TMPDIR_RUN)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}  # the harness starts on import
+    res = subprocess.run(
+        [sys.executable, str(script), str(CONTRACT)],
+        env={**env, "TMPDIR": str(long)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "[0, 1]", res.stdout[-2000:] + res.stderr[-3000:]
+
+
+def test_ranks_that_cannot_start_are_lost_not_an_error_of_the_code_under_test(monkeypatch):
+    """A fork server that is gone refuses the connection: nothing ran, so nothing was observed."""
+    import multiprocessing.context
+
+    def refused(process_obj):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "_Popen", staticmethod(refused))
+    with pytest.raises(RanksLost, match="could not start the ranks: ConnectionRefusedError"):
+        run_ranks(_environment, 2)
 
 
 def _fail(rank, world_size):
