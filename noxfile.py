@@ -1,7 +1,7 @@
-"""Sessions are thin: each one calls the tool (python -m patchwheel) or pytest. No logic lives here.
+"""Sessions are thin: each one calls the tool (python -m patchwheel) or pytest; the only logic is how nox runs them.
 
     nox -s build          build the +fixed wheels, a PEP 503 index and consumer pins into dist/
-    nox                   the test suite: lint, tool tests, proof tests (pristine and fixed), end to end
+    nox                   the test suite, its sessions in parallel: lint, tool tests, proofs (pristine, fixed), e2e
     nox -s vendor         write overlay/<pkg>/<version>/, the fixed modules, from the pinned wheels and the series
     nox -s refresh -- <pkg> <version> <patch>   fold an edit of those modules into the patch
     nox -s new -- <pkg> <version> <slug>        make the edits a new patch, with a proof-test stub
@@ -143,7 +143,7 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
     session.install(f"--find-links={ROOT / 'dist'}", *shared_torch(session), "-r", str(reqs), "pytest")
     # `status` exits 1 where a known bug applies: on the pristine pins it must say so, on +fixed builds it must not.
     session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV, success_codes=[1 if flavor == "pristine" else 0])
-    # Bytecode written once, by the first process that imports a module: the ranks the proofs spawn import
+    # Bytecode written once, by the first process that imports a module: the ranks the proofs start import
     # transformers afresh, and with PYTHONDONTWRITEBYTECODE set each would compile it from source.
     session.run(
         "pytest",
