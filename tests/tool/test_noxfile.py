@@ -65,7 +65,9 @@ def test_sessions_that_read_dist_require_the_build_and_do_not_build_themselves(n
     for name in ("tests", "proof", "e2e", "mutants", "upstream_suite"):
         assert sessions[name].requires == ["dist"], name
     assert not sessions["dist"].allow_parallel  # runs alone
-    for name in nox.options.sessions:
+    suite = list(nox.options.sessions or [])
+    assert suite, "the noxfile names the default sessions"
+    for name in suite:
         assert sessions[name].allow_parallel, name
     text = (ROOT / "noxfile.py").read_text()
     assert text.count('tool(session, "build")') == 1  # the dist session's (the build session passes its args)
