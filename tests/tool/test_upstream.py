@@ -68,6 +68,41 @@ def _in_threads(target, n: int) -> list[str]:
     return errors
 
 
+FIRST_ENVIRONMENTS_AT_ONCE = """
+import sys, sysconfig, threading
+sys.path.insert(0, sys.argv[1])
+from patchwheel.maint import proofenv  # noqa: F401
+
+barrier, seen = threading.Barrier(16), []
+
+
+def ask():  # what uv's find_uv_bin asks, in each worker making its first environment
+    barrier.wait()
+    seen.append(sysconfig.get_config_var("EXE"))
+
+
+threads = [threading.Thread(target=ask) for _ in range(16)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(sum(value is None for value in seen))
+"""
+
+
+def test_workers_never_see_sysconfig_half_filled(tmp_path):
+    """A cold upstream check failed: both workers made their first environment at once, sysconfig filled its
+    variables in one while the other read EXE as None (TypeError in uv's find_uv_bin). In a fresh interpreter,
+    without the fill on proofenv's import, 16 threads see None in every run."""
+    script = tmp_path / "first_environments.py"
+    script.write_text(FIRST_ENVIRONMENTS_AT_ONCE)
+    for _ in range(3):
+        res = subprocess.run(
+            [sys.executable, str(script), str(Path(proofenv.__file__).parents[2])], capture_output=True, text=True
+        )
+        assert res.returncode == 0 and res.stdout.strip() == "0", res.stdout + res.stderr
+
+
 def test_release_env_is_built_once_for_concurrent_threads(demo_project, monkeypatch):
     builds = FakeBuilds(monkeypatch)
     wheels = [("demo", demo_project.load().line("demo").wheel)]

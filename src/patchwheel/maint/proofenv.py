@@ -48,6 +48,11 @@ MARKER = "patchwheel-env.json"
 _path_locks: dict[str, threading.Lock] = {}
 _path_locks_guard = threading.Lock()
 
+# sysconfig fills its variables on first use, and a thread that asks while another fills them sees them half
+# filled (Python 3.11: uv's find_uv_bin read EXE as None in one of the upstream check's workers, both making their
+# first environment). Filled here, on import, before any worker thread exists.
+sysconfig.get_config_vars()
+
 
 def torch_version() -> str:
     return os.environ.get("TORCH_VERSION", "2.13.0")
