@@ -201,3 +201,25 @@ def other_patch_set(demo: Demo) -> None:
         TRAILERS,
     )
     demo.set_series(("0001-add-swap.patch", other))
+
+
+def stub_proof_runs(monkeypatch, tmp_path: Path, run_proof) -> None:
+    """The upstream check without real environments or pytest: ``release_env`` makes a folder per release (named
+    as the real one), ``run_proof(env, root, proof, timeout=900, first_bug=False)`` is the caller's, and
+    ``run_proofs`` runs it on each file."""
+    from packaging.utils import parse_wheel_filename
+
+    from patchwheel.maint import proofenv
+
+    def release_env(cache, wheels):
+        env = tmp_path / "envs" / "+".join(f"{pkg}-{parse_wheel_filename(a.filename)[1]}" for pkg, a in wheels)
+        env.mkdir(parents=True, exist_ok=True)
+        return env
+
+    monkeypatch.setattr(proofenv, "release_env", release_env)
+    monkeypatch.setattr(proofenv, "run_proof", run_proof)
+    monkeypatch.setattr(
+        proofenv,
+        "run_proofs",
+        lambda env, root, files, timeout=900, first_bug=False: {f: run_proof(env, root, f) for f in files},
+    )

@@ -16,14 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from packaging.utils import parse_wheel_filename
 
 from patchwheel import cli, fetch, index
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import export, mutants, proofenv, rebase, upstream
 
-from conftest import CORE, both_ways_ok
+from conftest import CORE, both_ways_ok, stub_proof_runs
 
 # --- 1. shared environments and the verdict cache ------------------------------------------------------------------
 
@@ -177,24 +176,13 @@ def _fake_proofs(monkeypatch, tmp_path) -> dict[tuple[str, str], int]:
     runs: dict[tuple[str, str], int] = {}
     lock = threading.Lock()
 
-    def release_env(cache, wheels):
-        env = tmp_path / "envs" / "+".join(f"{pkg}-{parse_wheel_filename(a.filename)[1]}" for pkg, a in wheels)
-        env.mkdir(parents=True, exist_ok=True)
-        return env
-
     def run_proof(env, root, proof, timeout=900, first_bug=False):
         time.sleep(0.2)
         with lock:
             runs[(Path(env).name, proof)] = runs.get((Path(env).name, proof), 0) + 1
         return proofenv.ProofOutcome("fails", "test_greet: the bug")
 
-    monkeypatch.setattr(proofenv, "release_env", release_env)
-    monkeypatch.setattr(proofenv, "run_proof", run_proof)
-    monkeypatch.setattr(
-        proofenv,
-        "run_proofs",
-        lambda env, root, files, timeout=900, first_bug=False: {f: run_proof(env, root, f) for f in files},
-    )
+    stub_proof_runs(monkeypatch, tmp_path, run_proof)
     return runs
 
 

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from patchwheel import cli
 from patchwheel.maint import proofenv, upstream, watch
 
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, stub_proof_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,11 +28,6 @@ def fake_proofs(monkeypatch, tmp_path, fixed_from: str | None) -> list[str]:
     runs: list[str] = []
     lock = threading.Lock()
 
-    def release_env(cache, wheels):
-        env = tmp_path / "envs" / "+".join(f"{pkg}-{parse_wheel_filename(a.filename)[1]}" for pkg, a in wheels)
-        env.mkdir(parents=True, exist_ok=True)
-        return env
-
     def run_proof(env, root, proof, timeout=900, first_bug=False):
         version = Path(env).name.split("-", 1)[1]
         with lock:
@@ -42,13 +36,7 @@ def fake_proofs(monkeypatch, tmp_path, fixed_from: str | None) -> list[str]:
             return proofenv.ProofOutcome("passes", "1 passed")
         return proofenv.ProofOutcome("fails", "test_greet: BugSymptom: no comma")
 
-    monkeypatch.setattr(proofenv, "release_env", release_env)
-    monkeypatch.setattr(proofenv, "run_proof", run_proof)
-    monkeypatch.setattr(
-        proofenv,
-        "run_proofs",
-        lambda env, root, files, timeout=900, first_bug=False: {f: run_proof(env, root, f) for f in files},
-    )
+    stub_proof_runs(monkeypatch, tmp_path, run_proof)
     return runs
 
 
