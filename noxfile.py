@@ -1,7 +1,8 @@
 """Sessions are thin: each one calls the tool (python -m patchwheel) or pytest; the only logic is how nox runs them.
 
     nox -s build          build the +fixed wheels, a PEP 503 index and consumer pins into dist/
-    nox                   the test suite, its sessions in parallel: lint, tool tests, proofs (pristine, fixed), e2e
+    nox                   the test suite, its sessions in parallel: lint, tool tests, proofs (pristine, fixed),
+                          guards (pristine against fixed), e2e
     nox -s vendor         write overlay/<pkg>/<version>/, the fixed modules, from the pinned wheels and the series
     nox -s refresh -- <pkg> <version> <patch>   fold an edit of those modules into the patch
     nox -s new -- <pkg> <version> <slug>        make the edits a new patch, with a proof-test stub
@@ -28,7 +29,7 @@ from patchwheel.maint import proofenv  # noqa: E402
 # has its own environment, and one alone leaves a core idle part of the time (a rank test's parent waits, pip
 # waits on an index). Their output is printed whole as each ends; `nox -j 1` runs them one by one. Sessions chosen
 # by name (`nox -s build`) run as nox runs them, in this process, with their output as it comes.
-nox.options.sessions = ["tests", "upstream_check", "e2e", "proof", "lint"]
+nox.options.sessions = ["tests", "upstream_check", "e2e", "proof", "guards", "lint"]
 _CHOOSING = {"--session", "--sessions", "--keywords", "--tags"}
 #: nox's short options that take a value, and its single-dash options of two letters (-ts alone takes none).
 _SHORT_WITH_VALUE, _TWO_LETTERS = set("sekt" + "jpfP"), {"-ts", "-db", "-fb"}
@@ -93,7 +94,7 @@ def dist(session: nox.Session) -> None:
 
 
 #: mypy checks each folder on its own: the test folders are not packages, and each has its own conftest module.
-MYPY_TARGETS = ["src/patchwheel", "tests/tool", "tests/proof", "tests/e2e", "noxfile.py", "bench"]
+MYPY_TARGETS = ["src/patchwheel", "tests/tool", "tests/proof", "tests/guards", "tests/e2e", "noxfile.py", "bench"]
 
 
 @nox.session(allow_parallel=True)
@@ -140,7 +141,7 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
     """Proof tests on a consumer set's pristine pins (each must fail with its bug) or +fixed builds (must pass)."""
     reqs = Path(session.create_tmp()) / f"{flavor}-{pins}.txt"
     tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
-    session.install(f"--find-links={ROOT / 'dist'}", *shared_torch(session), "-r", str(reqs), "pytest")
+    session.install(*from_dist(session), *shared_torch(session), "-r", str(reqs), "pytest")
     # `status` exits 1 where a known bug applies: on the pristine pins it must say so, on +fixed builds it must not.
     session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV, success_codes=[1 if flavor == "pristine" else 0])
     # Bytecode written once, by the first process that imports a module: the ranks the proofs start import
@@ -154,6 +155,43 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
         *session.posargs,
         env={"PYTHONDONTWRITEBYTECODE": ""},
     )
+
+
+@nox.session(allow_parallel=True, requires=["dist"])
+@nox.parametrize("pins", SETS)
+def guards(session: nox.Session, pins: str) -> None:
+    """Differential guards (tests/guards, each patch's Guard-Test): every scenario next to a bug runs on the set's
+    pristine pins, then on its +fixed builds, and what a user could observe must be equal unless the guard declares
+    the difference intended (docs/proof-contract.md#nothing-else-changed-guards)."""
+    tmp = Path(session.create_tmp())
+    reference = tmp / "pristine.json"
+    reference.unlink(missing_ok=True)
+    # The guards of the patches this set's lines carry (their Guard-Test trailers).
+    modules = str(tool(session, "guards", "--set", pins, silent=True)).split()
+    # Both runs order sets of strings alike (a library's message may list one).
+    env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONHASHSEED": "0"}
+    for flavor, mode in (("pristine", "--guard-record"), ("fixed", "--guard-against")):
+        reqs = tmp / f"{flavor}-{pins}.txt"
+        tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
+        session.install(*from_dist(session), *shared_torch(session), "-r", str(reqs), "pytest")
+        session.run(
+            "pytest",
+            *modules,
+            mode,
+            str(reference),
+            "-p",
+            "no:cacheprovider",
+            *basetemp(session),
+            *session.posargs,
+            env=env,
+        )
+
+
+def from_dist(session: nox.Session) -> list[str]:
+    """Install options for the +fixed wheels in dist/. uv caches a wheel from a find-links folder by its file name,
+    and a rebuilt dist/ (`build --clean`) has new bytes under the same names: uv is told to look again."""
+    refresh = ["--refresh-package", "transformers", "--refresh-package", "accelerate"]
+    return [f"--find-links={ROOT / 'dist'}", *(refresh if session.venv_backend == "uv" else [])]
 
 
 def basetemp(session: nox.Session) -> list[str]:

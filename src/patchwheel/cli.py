@@ -155,6 +155,21 @@ def cmd_requirements(args) -> int:
     return 0
 
 
+def cmd_guards(args) -> int:
+    """The guard modules of a consumer set: every Guard-Test of the patches its release lines carry."""
+    from . import patches
+
+    overlay = config.load(_root(args))
+    if args.set not in overlay.sets:
+        raise PatchwheelError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
+    modules = set()
+    for pkg, version in overlay.sets[args.set].items():
+        for patch in patches.load_series(overlay.line(pkg, version)):
+            modules.update(patches.guard_modules(patch))
+    print("\n".join(sorted(modules)))
+    return 0
+
+
 def cmd_upstream(args) -> int:
     from .maint import upstream, watch
 
@@ -356,6 +371,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--set", default="default")
     r.add_argument("-o", "--output", help="write the lines to this file")
     r.set_defaults(func=cmd_requirements)
+    g = sub.add_parser("guards", help="the guard modules of a consumer set's patches (used by noxfile.py)")
+    g.add_argument("--set", default="default")
+    g.set_defaults(func=cmd_guards)
     u = sub.add_parser("upstream", help="patch x release matrix by text and by behaviour -> patches/STATUS.*")
     u.add_argument("releases", nargs="*", help="e.g. transformers==4.53.3 'accelerate>=1.10' (default: all newer)")
     u.add_argument(

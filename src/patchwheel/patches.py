@@ -9,6 +9,8 @@ tree. Its metadata lives in git trailers at the end of the commit message (they 
                      | Partial-Fix-In <version> <the proof test that still fails there>
     Proof-Test:      tests/proof/test_x.py[::test_y, ...] a fix: the test(s) that prove the bug (fail without the patch)
     Feature-Test:    tests/proof/test_x.py             instead, for a capability the patch adds
+    Guard-Test:      tests/guards/test_x.py[, ...]     the differential guards of the bug's neighbourhood: scenarios
+                                                       run on pristine and +fixed whose outcomes must be equal
     Drop-When:       transformers>=4.54.0   a release condition;
                      proof-passes-upstream  (fixes only) no release is known to fix it: the upstream check decides
                                             by running the proof on pristine releases;
@@ -43,7 +45,8 @@ FORMAT_PATCH_FLAGS = ("--keep-subject", "--no-stat", "--zero-commit", "--full-in
 DROP_BY_BEHAVIOUR = "proof-passes-upstream"
 #: Drop-When prefix for a capability: dropped once upstream releases the PR that carries it.
 DROP_BY_PR = "pr-released"
-REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Drop-When")
+GUARD_TRAILER = "Guard-Test"
+REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Drop-When", GUARD_TRAILER)
 TEST_TRAILERS = ("Proof-Test", "Feature-Test")
 _NAME = re.compile(r"^(\d{4})-([a-z0-9][a-z0-9.-]*)\.patch$")
 _TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.+)$")
@@ -315,6 +318,42 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
             )
     for key in tests:
         out += _check_test_ref(patch, t[key], root, key)
+    if GUARD_TRAILER in t:
+        out += _check_guard_ref(patch, t[GUARD_TRAILER], root, line.package)
+    return out
+
+
+_GUARD_MARK = re.compile(r"""pytest\.mark\.guard\(\s*package\s*=\s*["']([\w.-]+)["']\s*\)""")
+
+
+def guard_modules(patch: Patch) -> list[str]:
+    """The modules of a patch's ``Guard-Test`` trailer (a comma-separated list of tests/guards/<file>.py)."""
+    return [v.strip() for v in patch.trailers.get(GUARD_TRAILER, "").split(",") if v.strip()]
+
+
+def _check_guard_ref(patch: Patch, value: str, root: Path | None, package: str) -> list[str]:
+    """Each entry a guard module of this package: tests/guards/<file>.py, marked ``pytest.mark.guard(package=...)``."""
+    files = [v.strip() for v in value.split(",") if v.strip()]
+    if not files or any(not f.startswith("tests/guards/") or not f.endswith(".py") or "::" in f for f in files):
+        return [
+            f"{patch.name}: {GUARD_TRAILER} {value!r} must be tests/guards/<file>.py[, tests/guards/<file>.py ...]: "
+            "the guard modules whose scenarios run on pristine and +fixed "
+            "(docs/proof-contract.md#nothing-else-changed-guards)"
+        ]
+    out = []
+    for file in files:
+        if root is None:
+            continue
+        src = root / file
+        if not src.is_file():
+            out.append(f"{patch.name}: {GUARD_TRAILER} file {file} does not exist: write the guards of this fix there")
+            continue
+        marked = set(_GUARD_MARK.findall(src.read_text()))
+        if package not in marked:
+            out.append(
+                f"{patch.name}: {GUARD_TRAILER} file {file} is not marked pytest.mark.guard(package={package!r})"
+                + (f" (it guards {', '.join(sorted(marked))})" if marked else "")
+            )
     return out
 
 

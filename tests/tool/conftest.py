@@ -91,8 +91,10 @@ TRAILERS = {
     "Upstream-Issue": "https://github.com/example/demo/issues/1",
     "Upstream-Status": "Pending",
     "Proof-Test": "tests/proof/test_demo.py::test_greet",
+    "Guard-Test": "tests/guards/test_demo.py",
     "Drop-When": "demo>=1.1.0",
 }
+GUARD = 'import pytest\n\npytestmark = pytest.mark.guard(package="demo")\n\n\ndef test_greet(observe):\n    pass\n'
 
 
 def edit_greet(files):
@@ -174,6 +176,8 @@ def demo_project(tmp_path, monkeypatch) -> Demo:
     root = tmp_path / "project"
     (root / "tests" / "proof").mkdir(parents=True)
     (root / "tests" / "proof" / "test_demo.py").write_text("def test_greet():\n    pass\n")
+    (root / "tests" / "guards").mkdir()
+    (root / "tests" / "guards" / "test_demo.py").write_text(GUARD)
     demo = Demo(root, index, cache, whl, sha)
     demo.write_pins()
     (root / "overlay" / "sets.toml").write_text('[set.default]\ndemo = "1.0.0"\n')

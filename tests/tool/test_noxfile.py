@@ -62,7 +62,7 @@ def test_sessions_that_read_dist_require_the_build_and_do_not_build_themselves(n
     import nox.registry
 
     sessions = nox.registry.get()
-    for name in ("tests", "proof", "e2e", "mutants", "upstream_suite"):
+    for name in ("tests", "proof", "guards", "e2e", "mutants", "upstream_suite"):
         assert sessions[name].requires == ["dist"], name
     assert not sessions["dist"].allow_parallel  # runs alone
     suite = list(nox.options.sessions or [])

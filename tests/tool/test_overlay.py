@@ -341,9 +341,9 @@ def test_new_refuses_bad_input(demo_project):
 
 @pytest.fixture
 def real_root(tmp_path) -> Path:
-    """A copy of this project's overlay/, patches/ and proof tests (the real pins; wheels from the cache)."""
+    """A copy of this project's overlay/, patches/, proof tests and guards (the real pins; wheels from the cache)."""
     root = tmp_path / "real"
-    for part in ("overlay", "patches", "tests/proof"):
+    for part in ("overlay", "patches", "tests/proof", "tests/guards"):
         shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 

@@ -23,7 +23,7 @@ import pytest
 from patchwheel import config, patches
 from patchwheel.maint import proofenv, upstream
 
-from conftest import CORE, INIT, edit_greet, make_patch
+from conftest import CORE, GUARD, INIT, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 # The contract under test; point it at another copy of tests/proof to judge an older conftest and harness.
@@ -51,6 +51,8 @@ class Project:
         (root / "tests" / "proof").mkdir(parents=True)
         for name in ("conftest.py", "harness.py", "proofkit.py"):
             shutil.copy(CONTRACT / name, root / "tests" / "proof" / name)
+        (root / "tests" / "guards").mkdir()
+        (root / "tests" / "guards" / "test_demo.py").write_text(GUARD)
         (root / "src").symlink_to(ROOT / "src")
         (root / "overlay" / "demo").mkdir(parents=True)
         self.site = root / "site"
@@ -73,6 +75,7 @@ class Project:
             "Upstream-Issue": "https://github.com/example/demo/issues/1",
             "Upstream-Status": "Pending",
             "Proof-Test": proof,
+            "Guard-Test": "tests/guards/test_demo.py",
             "Drop-When": "proof-passes-upstream",
             **(trailers or {}),
         }

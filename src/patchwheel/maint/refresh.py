@@ -291,6 +291,7 @@ TODO: the root cause, and how this change fixes it. What changes for users who n
 Upstream-Issue: TODO https://github.com/huggingface/{package}/issues/<N>
 Upstream-Status: Pending
 {test_trailer}: {test}
+Guard-Test: {guard}
 Drop-When: {drop_when}
 """
 
@@ -351,6 +352,7 @@ def new(
         package=line.package,
         test_trailer="Feature-Test" if feature else "Proof-Test",
         test=test,
+        guard=f"tests/guards/test_{func}.py",
         drop_when="pr-released pending" if feature else "proof-passes-upstream",
     )
     new_paths = [p for p in edits.edited if p not in {t for q in series for t in q.touched}]
@@ -389,6 +391,7 @@ def new(
     log(f"wrote {_rel(overlay, line.patch_dir / name)} from the edit of {files}")
     log(f"{'wrote the stub' if stub else 'kept'} {test} ({'it fails until written' if stub else 'it exists'})")
     log("next: replace every TODO in the patch's message (subject, problem, fix, Upstream-Issue), write the test")
-    log("      so that it fails on the pristine release with the bug's own exception, then `nox -s lint` and")
-    log("      `nox -s proof`; change the code again by editing the overlay and `nox -s refresh`")
+    log("      so that it fails on the pristine release with the bug's own exception, and the guards of the bug's")
+    log(f"      neighbourhood in tests/guards/test_{func}.py (its Guard-Test), then `nox -s lint`, `nox -s proof`")
+    log("      and `nox -s guards`; change the code again by editing the overlay and `nox -s refresh`")
     return 0

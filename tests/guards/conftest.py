@@ -1,0 +1,342 @@
+"""Differential guards: proven harmless, not only proven fixed.
+
+A proof shows that a patch fixes its bug; a guard shows that it leaves the bug's neighbourhood alone. Each guard is
+a scenario that never hits the bug (a custom ``compute_loss`` that does not pass the count, a single process, a DDP
+model whose DTensor buffer is not broadcast). It runs twice, on the same consumer set's pristine pins and +fixed
+builds, and what a user could observe must be equal::
+
+    pytest tests/guards --guard-record pristine.json     # pristine environment: the reference
+    pytest tests/guards --guard-against pristine.json    # +fixed environment: every difference fails
+
+What is compared, per test (guardkit.py): the values the test passes to ``observe(key, value)`` (losses, gradient
+norms, returned types, ``state_dict`` keys; floats to 1e-6), what the scenario raised (type and message), and
+every warning and log record at the default level. Temporary paths and memory addresses are normalised away. A
+guard needs no knowledge of the right answer: pristine is the reference.
+
+A difference fails unless the guard declares it intended, with the reason, for the releases where it occurs::
+
+    @pytest.mark.intended("losses", reason="...", when="transformers<4.51")
+    @pytest.mark.intended("warnings", reason="...", match=r"^UserWarning: Was asked to gather")
+
+``when`` (optional) is a condition on a package's upstream release; ``match`` (optional) narrows a declaration on
+a list (warnings, logs) to its entries that match, and ``"*"`` covers the whole record (a scenario that is in the
+bug on some releases, not next to it). A declaration that is in force but whose
+difference did not occur fails too: it would hide the next, unintended difference at that key.
+
+What counts as an observation: an exception the code under test raised (it went through library code, and its
+innermost frame is not in the guard's own code), a rank's exception likewise. An exception from the guard's own
+code (a failed ``assert``, a typo, an object that does not pickle), a rank that died, a guard that observed
+nothing, and a skip not marked ``may_skip(reason=...)`` are errors of the guard, in both runs: a guard that cannot
+fail proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests" / "proof"))  # the proofs' tiny models, rank harness and DataParallel stand-in
+sys.path.insert(0, str(HERE))
+
+from patchwheel import status  # noqa: E402  (standard library only)
+
+import guardkit  # noqa: E402
+
+#: The guards' own code, and the test helpers they use (tiny models, the rank harness, the DataParallel stand-in).
+GUARDS, HELPERS = str(HERE) + os.sep, str(ROOT / "tests" / "proof") + os.sep
+RESERVED = ("raised", "warnings", "logs")
+
+
+class GuardDifference(AssertionError):
+    """The +fixed build differs from pristine where the guard declares no difference."""
+
+
+class GuardError(Exception):
+    """The guard could not observe: its own code failed, a rank died, or it recorded nothing."""
+
+
+@dataclass
+class Observation:
+    """What one guard test observed; the test calls it: ``observe("losses", trainer.losses)``."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, key: str, value: Any) -> None:
+        if key in RESERVED or key in self.values:
+            raise GuardError(f"observe({key!r}, ...): the key is {'reserved' if key in RESERVED else 'already used'}")
+        self.values[key] = guardkit.plain(value)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("guards")
+    group.addoption("--guard-record", metavar="FILE", help="pristine run: record what each guard observes to FILE")
+    group.addoption(
+        "--guard-against", metavar="FILE", help="+fixed run: compare what each guard observes with FILE (pristine)"
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "guard(package): a differential guard of package's patches (see conftest)")
+    config.addinivalue_line(
+        "markers", "intended(key, reason, when=None, match=None): a difference from pristine that the fix means"
+    )
+    config.addinivalue_line("markers", "may_skip(reason): the guard may skip for this reason (e.g. needs CUDA)")
+    record, against = config.getoption("--guard-record"), config.getoption("--guard-against")
+    if (record or against) and os.environ.get("PYTHONHASHSEED") in (None, "", "random"):
+        raise pytest.UsageError(
+            "guards compare two runs: set PYTHONHASHSEED (e.g. PYTHONHASHSEED=0) so that both order sets of strings "
+            "alike (a library message may list one); `nox -s guards` sets it"
+        )
+    if record and against:
+        raise pytest.UsageError("--guard-record (pristine) and --guard-against (+fixed) are two runs: give one")
+    config.guard_state = State(record=record, against=against)
+
+
+@dataclass
+class State:
+    record: str | None
+    against: str | None
+    records: dict[str, Any] = field(default_factory=dict)
+    reference: dict[str, Any] | None = None
+    verdicts: list[tuple[str, str]] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Which builds are installed
+
+
+def _installed(package: str) -> dict:
+    info = status.inspect(package)
+    if not info["installed"]:
+        raise pytest.UsageError(f"{package} is not installed in {sys.executable}")
+    return info
+
+
+def _upstream_version(package: str) -> str:
+    info = _installed(package)
+    return info["upstream"]["version"] if info["fixed"] else info["version"]
+
+
+def pytest_collection_modifyitems(config, items):
+    state: State = config.guard_state
+    packages = set()
+    for item in items:
+        marker = item.get_closest_marker("guard")
+        if marker is None or "package" not in marker.kwargs:
+            raise pytest.UsageError(
+                f"{item.nodeid}: every test under tests/guards needs @pytest.mark.guard(package=...)"
+            )
+        packages.add(marker.kwargs["package"])
+        for intended in item.iter_markers("intended"):
+            if len(intended.args) != 1 or not intended.kwargs.get("reason"):
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.intended(key, reason=..., when=...) names why")
+    builds = {p: _installed(p) for p in sorted(packages)}
+    if state.record:
+        fixed = [p for p, info in builds.items() if info["fixed"]]
+        if fixed:
+            raise pytest.UsageError(
+                f"--guard-record records the reference, which is pristine; {', '.join(fixed)} is a +fixed build here"
+            )
+    if state.against:
+        path = Path(state.against)
+        if not path.is_file():
+            raise pytest.UsageError(f"--guard-against {path}: no such file; record it first with --guard-record")
+        state.reference = json.loads(path.read_text())
+        pristine = state.reference["pristine"]
+        for p, info in builds.items():
+            if not info["fixed"]:
+                raise pytest.UsageError(f"--guard-against compares a +fixed build with pristine; {p} is pristine here")
+            if pristine.get(p) != info["upstream"]["version"]:
+                raise pytest.UsageError(
+                    f"{path} was recorded on {p} {pristine.get(p)}, but this is a +fixed build of "
+                    f"{info['upstream']['version']}: record the same set's pristine pins"
+                )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running a guard: what it observed, raised, warned and logged
+
+
+@pytest.fixture
+def observe(request) -> Observation:
+    obs = Observation()
+    request.node.guard_observation = obs
+    return obs
+
+
+def _own(files: list[str]) -> bool:
+    """An exception raised by the guard's own code (its innermost frame is in tests/guards), or one that never went
+    through library code (only the guards and their helpers are on its traceback): the guard's error. An exception
+    from a helper that stands in for library code (the simulated CUDA scatter) went through the library first."""
+    paths = [os.path.realpath(f) for f in files]
+    return not paths or paths[-1].startswith(GUARDS) or all(p.startswith((GUARDS, HELPERS)) for p in paths)
+
+
+def _raised(exc: BaseException) -> dict:
+    """An exception as an observation: the code under test's (or a rank's) type and message."""
+    if type(exc).__name__ == "RankFailed":
+        files, kind, message = list(exc.files), exc.exc_type, exc.exc_message  # type: ignore[attr-defined]
+    else:
+        tb = exc.__traceback__
+        files = []
+        while tb is not None:
+            files.append(tb.tb_frame.f_code.co_filename)
+            tb = tb.tb_next
+        kind, message = type(exc).__name__, str(exc)
+    if type(exc).__name__ in ("RanksLost", "CouldNotObserve", "GuardError") or _own(files):
+        raise GuardError(
+            f"the guard's own code failed ({kind}: {message.strip().splitlines()[0] if message.strip() else ''}): "
+            "an error of the guard, not an observation; fix the guard"
+        ) from exc
+    return {"type": kind, "message": message}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    raised = None
+    with guardkit.capture() as seen:
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - what the code under test raised is the observation
+            raised = _raised(exc)
+    obs: Observation | None = getattr(pyfuncitem, "guard_observation", None)
+    if obs is None:
+        raise GuardError(f"{pyfuncitem.nodeid} does not take the `observe` fixture: it records nothing")
+    if not obs.values and raised is None:
+        raise GuardError(f"{pyfuncitem.nodeid} observed nothing: a guard that records nothing cannot differ")
+    tmp = str(pyfuncitem.config._tmp_path_factory.getbasetemp())
+    record = guardkit.normalize(
+        {**obs.values, "raised": raised, "warnings": seen.warnings, "logs": seen.logs},
+        {tmp: "<tmp>", os.path.realpath(tmp): "<tmp>"},
+    )
+    _judge(pyfuncitem, record)
+    return True
+
+
+def _in_force(item, intended) -> bool:
+    from packaging.requirements import Requirement
+
+    when = intended.kwargs.get("when")
+    if not when:
+        return True
+    req = Requirement(when)
+    return req.specifier.contains(_upstream_version(req.name), prereleases=True)
+
+
+def _judge(item, record: dict) -> None:
+    state: State = item.config.guard_state
+    if state.reference is None:
+        state.records[item.nodeid] = record
+        done = "recorded" if state.record else "ran (nothing to compare with)"
+        if record["raised"]:
+            done += f", raised {record['raised']['type']}: {_show(record['raised']['message'], 160)}"
+        state.verdicts.append((item.nodeid, done))
+        return
+    reference = state.reference["records"].get(item.nodeid)
+    if reference is None:
+        raise GuardError(f"{state.against} has no record of {item.nodeid}: record the pristine run again")
+    declared = [m for m in item.iter_markers("intended") if _in_force(item, m)]
+    reference, record, occurred = _set_aside(declared, reference, record)
+    found = guardkit.differences(reference, record)
+    by_key = [m for m in declared if "match" not in m.kwargs]
+    unexplained = [d for d in found if not any(guardkit.covers(m.args[0], d[0]) for m in by_key)]
+    stale = [m for m in by_key if not any(guardkit.covers(m.args[0], d[0]) for d in found)]
+    stale += [m for m, seen in zip([m for m in declared if "match" in m.kwargs], occurred, strict=True) if not seen]
+    if unexplained or stale:
+        lines = [f"  {path}: pristine {_show(a)}, +fixed {_show(b)}" for path, a, b in unexplained]
+        lines += [
+            f"  {m.args[0]}: declared intended ({m.kwargs['reason']}) but equal to pristine here: remove the "
+            "declaration or narrow its `when`"
+            for m in stale
+        ]
+        where = [p for p, _, _ in unexplained] + [f"{m.args[0]} (declared, did not differ)" for m in stale]
+        state.verdicts.append((item.nodeid, f"DIFFERS from pristine at {', '.join(where)}"))
+        raise GuardDifference(
+            "the +fixed build differs from pristine where the guard declares no difference:\n" + "\n".join(lines)
+        )
+    reasons = sorted({m.kwargs["reason"] for m in declared})
+    state.verdicts.append((item.nodeid, "same as pristine" + (f"; intended: {'; '.join(reasons)}" if reasons else "")))
+
+
+def _set_aside(declared, reference: dict, record: dict) -> tuple[dict, dict, list[bool]]:
+    """A declaration with ``match=<regex>`` covers only the entries of a list (warnings, logs) that match: they are
+    set aside on both sides before comparing; it occurred if the set-aside entries differ (one flag per such
+    declaration, in order)."""
+    occurred = []
+    for m in declared:
+        if "match" not in m.kwargs:
+            continue
+        key, pattern = m.args[0], re.compile(m.kwargs["match"])
+        if not isinstance(reference.get(key), list) or not isinstance(record.get(key), list):
+            raise GuardError(f"@pytest.mark.intended({key!r}, match=...) needs a recorded list at {key!r}")
+
+        def split(side: dict, key: str = key, pattern: re.Pattern = pattern) -> tuple[list, list]:
+            hit = [isinstance(x, str) and bool(pattern.search(x)) for x in side[key]]
+            ours = [x for x, h in zip(side[key], hit, strict=True) if h]
+            return ours, [x for x, h in zip(side[key], hit, strict=True) if not h]
+
+        (ours_ref, rest_ref), (ours_got, rest_got) = split(reference), split(record)
+        occurred.append(ours_ref != ours_got)
+        reference, record = {**reference, key: rest_ref}, {**record, key: rest_got}
+    return reference, record, occurred
+
+
+def _show(value: Any, width: int = 300) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= width else text[:width] + "…"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    if rep.skipped and not hasattr(rep, "wasxfail"):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        allowed = item.get_closest_marker("may_skip")
+        if allowed is None:
+            rep.outcome = "failed"
+            rep.longrepr = (
+                f"[SKIP] {item.nodeid} skipped ({reason}): a guard that does not run shows nothing. If the skip is "
+                "legitimate, mark it @pytest.mark.may_skip(reason=...)"
+            )
+        elif call.when != "teardown":
+            item.config.guard_state.not_run.append(f"{item.nodeid}: {reason} (allowed: {allowed.kwargs['reason']})")
+    return rep
+
+
+def pytest_sessionfinish(session):
+    state: State = session.config.guard_state
+    if state.record and state.records:
+        builds = {}
+        for item in session.items:
+            package = item.get_closest_marker("guard").kwargs["package"]
+            builds[package] = _installed(package)["version"]
+        path = Path(state.record)
+        part = path.with_name(path.name + ".part")
+        part.write_text(json.dumps({"pristine": builds, "records": state.records}, indent=1, sort_keys=True))
+        os.replace(part, path)
+
+
+def pytest_terminal_summary(terminalreporter):
+    state: State = terminalreporter.config.guard_state
+    if state.verdicts:
+        title = "guards: +fixed compared with pristine" if state.against else "guards: pristine recorded"
+        terminalreporter.section(title)
+        for nodeid, verdict in state.verdicts:
+            terminalreporter.write_line(f"{nodeid}\n    {verdict}")
+    if state.not_run:
+        terminalreporter.section("guards that did not run")
+        for line in state.not_run:
+            terminalreporter.write_line(line)
+    if state.record and state.records:
+        terminalreporter.write_line(f"recorded {len(state.records)} guard(s) to {state.record}")
