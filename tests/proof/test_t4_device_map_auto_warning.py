@@ -4,7 +4,8 @@ loads a full copy.
 Since ``device_map="auto"`` no longer means tensor parallelism in a distributed run (T4, upstream 4.54.0), every
 process loads the whole model. Upstream logs that at INFO level, which the default verbosity hides: users who
 relied on the automatic sharding get one full copy per rank without a word. The patch logs a warning instead,
-once per process and on rank 0 only.
+once per process and on rank 0 only, when there is more than one process, with advice that works on the release
+at hand.
 
 Run for real: 2 spawned ranks with torchrun's environment (no process group), the default transformers
 verbosity, each rank loads the same checkpoint twice with ``device_map="auto"`` and records what transformers'
@@ -13,23 +14,19 @@ logger emitted at WARNING or above.
 
 from __future__ import annotations
 
+import re
+
 import pytest
-import torch
 
 from harness import run_ranks
-from tiny_llama import small_config
+from tiny_llama import save_small
 
 pytestmark = pytest.mark.feature(package="transformers")
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from transformers import LlamaForCausalLM
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("llama")
-    LlamaForCausalLM(small_config()).save_pretrained(path)
-    return str(path)
+    return save_small(tmp_path_factory.mktemp("llama"))
 
 
 def _load_twice_recording_warnings(rank, world_size, ckpt, device_map):
@@ -60,9 +57,39 @@ def test_rank_0_is_told_once_that_each_process_loads_a_full_copy(checkpoint):
     rank0, rank1 = run_ranks(_load_twice_recording_warnings, 2, checkpoint, "auto", init_group=False)
     assert len(rank0) == 1, f"rank 0 must be told exactly once, got {rank0}"
     (message,) = rank0
-    assert "full copy of the model in each process" in message, message
-    assert 'tp_plan="auto"' in message and 'device_map={"": local_rank}' in message, message
     assert rank1 == [], f"only rank 0 speaks, rank 1 logged {rank1}"
+    _advice_is_current(message, checkpoint)
+    assert "full copy of the model in each process" in message and "WORLD_SIZE=2" in message, message
+    assert 'device_map={"": local_rank}' in message and "LOCAL_RANK" in message, f"local_rank unexplained: {message}"
+
+
+def _advice_is_current(message, ckpt):
+    """The tensor-parallel advice, passed to ``from_pretrained`` as written, draws no deprecation warning from this
+    release (5.x deprecates ``tp_plan=`` in favour of ``distributed_config=DistributedConfig(tp_plan=...)``). One
+    process without a distributed environment: the load itself may fail (4.x wants a process group), only the
+    warnings about the arguments are judged."""
+    import warnings
+
+    import transformers
+
+    match = re.search(r"For tensor parallelism, pass `([^`]+)` instead", message)
+    assert match, f"no tensor-parallel advice: {message}"
+    advice = match.group(1)
+    kwargs = eval(f"dict({advice})", {"DistributedConfig": getattr(transformers, "DistributedConfig", None)})  # noqa: S307
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            transformers.AutoModelForCausalLM.from_pretrained(ckpt, **kwargs)
+        except (OSError, ValueError, RuntimeError):
+            pass
+    deprecated = [str(w.message) for w in caught if issubclass(w.category, FutureWarning | DeprecationWarning)]
+    assert not deprecated, f"the advice `{advice}` is deprecated on this release: {deprecated}"
+
+
+def test_a_single_process_is_not_told(checkpoint):
+    """One process (``torchrun --nproc-per-node 1``, or a launcher that always sets WORLD_SIZE=1) holds the only
+    copy: nothing to say."""
+    assert run_ranks(_load_twice_recording_warnings, 1, checkpoint, "auto", init_group=False) == [[]]
 
 
 def test_other_device_maps_stay_silent(checkpoint):

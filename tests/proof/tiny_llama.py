@@ -50,3 +50,12 @@ def save(path, layout: str):
     shards = list(path.glob("*.safetensors"))
     assert (len(shards) > 1) == (layout == "sharded"), shards
     return path
+
+
+def save_small(path) -> str:
+    """Save a seeded random ``small_config`` Llama to ``path`` (one file); returns the path as a string."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(small_config()).save_pretrained(path)
+    return str(path)

@@ -880,8 +880,9 @@ def _load_state_dict_into_meta_model(
 
 def _unfilled_meta_tensors(model: "PreTrainedModel", device_map: Optional[Dict] = None) -> List[str]:
     """Names of parameters and buffers on the meta device that nothing will fill. Tensors of modules that the
-    device map offloads to disk are on meta on purpose: the hooks of `dispatch_model` load them."""
-    disk = [name for name, device in (device_map or {}).items() if device == "disk"]
+    device map offloads to disk are on meta on purpose (the hooks of `dispatch_model` load them), as are those it
+    places on meta."""
+    disk = [name for name, device in (device_map or {}).items() if str(device) in ("disk", "meta")]
     return [
         name
         for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers())
@@ -4111,12 +4112,17 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
                 "`tp_plan` and `device_map` are mutually exclusive. Choose either one for parallelization."
             )
 
-        if device_map == "auto" and int(os.environ.get("WORLD_SIZE", 0)) and int(os.environ.get("RANK", 0)) == 0:
+        if (
+            device_map == "auto"
+            and int(os.environ.get("WORLD_SIZE", 0)) > 1
+            and int(os.environ.get("RANK", 0)) == 0
+        ):
             logger.warning_once(
-                '`device_map="auto"` in a distributed run (WORLD_SIZE is set) loads a full copy of the model in each '
-                "process; it does not shard the model across processes. For tensor parallelism, pass "
-                '`tp_plan="auto"` instead; for one replica per process on its own device, pass '
-                '`device_map={"": local_rank}`.'
+                f'`device_map="auto"` in a distributed run (WORLD_SIZE={os.environ["WORLD_SIZE"]}) loads a full copy '
+                "of the model in each process; it does not shard the model across processes. For tensor parallelism, "
+                'pass `tp_plan="auto"` instead; for one replica per process on its own device, pass '
+                '`device_map={"": local_rank}`, where `local_rank` is the index of the process on its machine (the '
+                "`LOCAL_RANK` environment variable)."
             )
 
         # We need to correctly dispatch the model on the current process device. The easiest way for this is to use a simple
@@ -4445,9 +4451,10 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
             # Let's make sure we don't run the init function of buffer modules
             model = cls(config, *model_args, **model_kwargs)
 
-        # Under a meta default device every tensor read from the checkpoint would land on meta too, and loading would
-        # fail later with a misleading "Cannot copy out of meta tensor": stop here with the cause.
-        if torch.empty(0).device.type == "meta":  # a `with torch.device("meta")` block or the default device
+        # Under a meta default device every tensor read from the checkpoint would land on meta too, and dispatching it
+        # to the `device_map` would fail later with a misleading "Cannot copy out of meta tensor": stop here with the
+        # cause. (Without a `device_map` nothing is dispatched, and the model stays where the context puts it.)
+        if device_map is not None and torch.empty(0).device.type == "meta":  # `with torch.device("meta")` or default
             raise _meta_tensors_error(model, _unfilled_meta_tensors(model), meta_default_device=True)
 
         # Make sure to tie the weights correctly

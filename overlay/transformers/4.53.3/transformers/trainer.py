@@ -292,20 +292,28 @@ def safe_globals():
 
 class _DataParallelWithScalarKwargs(nn.DataParallel):
     """
-    `nn.DataParallel` that gives every replica the 0-d tensor keyword arguments whole, on the replica's device, as it
-    does for non-tensor arguments, instead of chunking them along `dim`, which fails for a 0-d tensor. The Trainer
-    passes one to the model: the batch's `num_items_in_batch` token count.
+    `nn.DataParallel` for the Trainer's `num_items_in_batch`, the token count of the whole batch, by which the model
+    divides its summed loss. DataParallel chunks a tensor keyword argument along `dim`, which fails for a 0-d tensor,
+    and hands a number to every replica whole, so each replica's loss would be its share of the batch loss, and the
+    mean of the replicas' losses a fraction of it. This subclass gives every replica that runs the count divided by
+    the number of replicas that run, on its device: each replica's loss is then a mean over its share of the batch,
+    and their mean, which the Trainer takes, is the batch loss. Other 0-d tensor keyword arguments are given to every
+    replica whole, as non-tensor ones are.
     """
 
     def scatter(self, inputs, kwargs, device_ids):
+        kwargs = kwargs or {}
         scalars = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.dim() == 0}
-        if not scalars:
+        num_items_in_batch = kwargs.get("num_items_in_batch")
+        if not scalars and num_items_in_batch is None:
             return super().scatter(inputs, kwargs, device_ids)
         # Scatter `None` in their place, which is replicated like any non-tensor argument, then put in the copies
         inputs, kwargs = super().scatter(inputs, {**kwargs, **dict.fromkeys(scalars)}, device_ids)
         device_type = self.src_device_obj.type
         for device_id, replica_kwargs in zip(device_ids, kwargs):
             replica_kwargs.update({k: v.to(torch.device(device_type, device_id)) for k, v in scalars.items()})
+            if num_items_in_batch is not None:
+                replica_kwargs["num_items_in_batch"] = replica_kwargs["num_items_in_batch"] / len(kwargs)
         return inputs, kwargs
 
 
@@ -3796,11 +3804,7 @@ class Trainer:
             kwargs["learning_rate"] = self._get_learning_rate()
 
         if self.args.n_gpu > 1:
-            if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
-                # Each replica divided its loss by the whole batch's `num_items_in_batch`: their sum is the batch loss
-                loss = loss.sum()
-            else:
-                loss = loss.mean()  # mean() to average on multi-gpu parallel training
+            loss = loss.mean()  # mean() to average on multi-gpu parallel training
 
         if self.use_apex:
             from apex import amp

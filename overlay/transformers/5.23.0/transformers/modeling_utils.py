@@ -4206,12 +4206,17 @@ class PreTrainedModel(
                 "`state_dict` cannot be passed together with a model name or a `gguf_file`. Use one of the two loading strategies."
             )
 
-        if device_map == "auto" and int(os.environ.get("WORLD_SIZE", "0")) and int(os.environ.get("RANK", "0")) == 0:
+        if (
+            device_map == "auto"
+            and int(os.environ.get("WORLD_SIZE", "0")) > 1
+            and int(os.environ.get("RANK", "0")) == 0
+        ):
             logger.warning_once(
-                '`device_map="auto"` in a distributed run (WORLD_SIZE is set) loads a full copy of the model in each '
-                "process; it does not shard the model across processes. For tensor parallelism, pass "
-                '`tp_plan="auto"` instead; for one replica per process on its own device, pass '
-                '`device_map={"": local_rank}`.'
+                f'`device_map="auto"` in a distributed run (WORLD_SIZE={os.environ["WORLD_SIZE"]}) loads a full copy '
+                "of the model in each process; it does not shard the model across processes. For tensor parallelism, "
+                'pass `distributed_config=DistributedConfig(tp_plan="auto")` instead; for one replica per process on '
+                'its own device, pass `device_map={"": local_rank}`, where `local_rank` is the index of the process '
+                "on its machine (the `LOCAL_RANK` environment variable)."
             )
 
         has_standalone_tp_args = tp_plan is not None or tp_size is not None

@@ -1,0 +1,74 @@
+"""Guards for T2 (tensors left on the meta device at load): the loads next to the bug.
+
+The bug needs a tensor on meta when the model is dispatched (``ACCELERATE_INIT_INCLUDE_BUFFERS=1`` on 4.50, a meta
+default device, or a model that registers a buffer on meta). Next to it: an ordinary load, with and without
+``device_map="auto"``; partial disk offload, whose weights stay on meta on purpose; and a meta default device
+without a ``device_map`` (a meta model on purpose, which upstream handles itself). Recorded: every parameter and
+buffer (device, dtype, sums), the device map, greedy tokens, and the warnings and log records.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tiny_llama
+
+pytestmark = pytest.mark.guard(package="transformers")
+GREEDY = {"max_new_tokens": 4, "do_sample": False, "pad_token_id": 0}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return tiny_llama.save(tmp_path_factory.mktemp("llama31"), "sharded")
+
+
+def _tensors(model):
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
+    return {
+        name: [str(t.device.type), str(t.dtype)]
+        + ([] if t.device.type == "meta" else [float(t.double().sum()), float(t.double().abs().sum())])
+        for name, t in sorted(tensors.items())
+    }
+
+
+def _record(observe, model, generate=True):
+    observe("tensors", _tensors(model))
+    observe("device_map", {k: str(v) for k, v in getattr(model, "hf_device_map", {}).items()})
+    if generate:
+        observe("tokens", model.generate(tiny_llama.INPUT, **GREEDY))
+
+
+@pytest.mark.parametrize("device_map", [None, "auto"], ids=["no-device_map", "device_map-auto"])
+def test_ordinary_load(observe, checkpoint, device_map):
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {} if device_map is None else {"device_map": device_map}
+    _record(observe, AutoModelForCausalLM.from_pretrained(checkpoint, **kwargs))
+
+
+def test_partial_disk_offload(observe, checkpoint, tmp_path):
+    """``device_map="auto"`` with a small ``max_memory``: some weights offloaded to disk stay on meta, on purpose."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path / "offload")
+    )
+    _record(observe, model)
+
+
+@pytest.mark.parametrize("style", ["with-torch.device", "set_default_device"])
+def test_meta_default_device_without_device_map(observe, checkpoint, style):
+    """A meta default device and no ``device_map``: what upstream does there (an empty model, or its own error)."""
+    from transformers import AutoModelForCausalLM
+
+    if style == "with-torch.device":
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    else:
+        torch.set_default_device("meta")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(checkpoint)
+        finally:
+            torch.set_default_device(None)
+    _record(observe, model, generate=False)

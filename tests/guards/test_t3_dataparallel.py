@@ -1,0 +1,240 @@
+"""Guards for T3 (``num_items_in_batch`` under ``nn.DataParallel``): what Trainer users next to the bug do.
+
+Each scenario runs the real Trainer on a tiny Llama, with ``n_gpu`` forced to 2 and ``nn.DataParallel`` simulated
+on CPU by torch's own scatter code (dataparallel_sim.py), or on one device. Batches are full (8 rows, 4 per step,
+2 per replica), so no scenario is the bug's last smaller batch. Rows carry different numbers of supervised tokens,
+so a changed normalisation shows in the losses. Recorded: each step's loss, the logged gradient norms, the weights
+after training, evaluation and prediction results, and what the DataParallel wrapper exposes.
+
+On transformers before 4.57, pristine Trainer cannot pass the count through DataParallel (4.50: the 0-d count's
+``chunk`` fails; 4.51 to 4.56: one replica runs and the rest of the batch is dropped): scenarios in which Trainer's
+own ``compute_loss`` passes it are in the bug there, not next to it, and declare so.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from dataparallel_sim import simulate
+from tiny_llama import small_config
+
+pytestmark = pytest.mark.guard(package="transformers")
+
+ROWS, SEQ, BATCH = 8, 8, 4
+SUPERVISED = [7, 2, 5, 1, 4, 6, 3, 8]
+IN_THE_BUG = pytest.mark.intended(
+    "*",
+    reason="pristine Trainer cannot pass the count through DataParallel before 4.57 (4.50: the 0-d count's chunk "
+    "fails; 4.51-4.56: one replica runs): the scenario is in the bug there",
+    when="transformers<4.57",
+)
+SCALAR_LOSSES = pytest.mark.intended(
+    "warnings",
+    match=r"^UserWarning: Was asked to gather along dimension 0, but all input tensors were scalars",
+    reason="each replica's loss is 0-d again, as on one device (pristine divided it by a [1, 1] slice of the count), "
+    "and torch's gather says that it stacks scalars, as it does for every DataParallel model not given the count",
+    when="transformers>=4.57",
+)
+
+
+def _rows(n=ROWS):
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for i in range(n):
+        ids = torch.randint(1, 64, (SEQ,), generator=g)
+        labels = ids.clone()
+        labels[: SEQ - SUPERVISED[i % len(SUPERVISED)]] = -100
+        out.append({"input_ids": ids, "labels": labels, "attention_mask": torch.ones(SEQ, dtype=torch.long)})
+    return out
+
+
+def _model(cls=None):
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return (cls or LlamaForCausalLM)(small_config(vocab_size=64, use_cache=False))
+
+
+def _mean_loss_model():
+    """A model whose ``forward`` takes ``**kwargs`` (so Trainer passes it the count) but returns its own mean loss,
+    ignoring the count, as sequence-classification heads do."""
+    from transformers import LlamaForCausalLM
+
+    class MeanLossLlama(LlamaForCausalLM):
+        def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None, **kwargs):
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, labels=labels, **kwargs)
+
+    return _model(MeanLossLlama)
+
+
+def _no_count_llama():
+    """A Llama that takes no count (``accepts_loss_kwargs = False``), made a global of this module so that an
+    instance pickles (transformers is imported by the test, not when pytest collects this module)."""
+    if "NoCountLlama" not in globals():
+        from transformers import LlamaForCausalLM
+
+        cls = type("NoCountLlama", (LlamaForCausalLM,), {"accepts_loss_kwargs": False, "__module__": __name__})
+        globals()["NoCountLlama"] = cls
+    return globals()["NoCountLlama"]
+
+
+def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, evaluate=False, **args_kw):
+    from transformers import Trainer, TrainingArguments
+
+    losses: list[float] = []
+
+    class Recording(trainer_cls or Trainer):  # type: ignore[misc]
+        def training_step(self, *args, **kwargs):
+            loss = super().training_step(*args, **kwargs)
+            losses.append(loss.item())
+            return loss
+
+    if n_gpu > 1:
+        simulate(monkeypatch, n_gpu)
+    fields = {
+        "output_dir": str(tmp_path / "out"),
+        "per_device_train_batch_size": BATCH // n_gpu,
+        "per_device_eval_batch_size": BATCH // n_gpu,
+        "max_steps": steps,
+        "learning_rate": 0.5,
+        "optim": "sgd",
+        "lr_scheduler_type": "constant",
+        "report_to": [],
+        "use_cpu": True,
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "seed": 0,
+        "disable_tqdm": True,
+        **args_kw,
+    }
+    args = TrainingArguments(**fields)
+    args._n_gpu = n_gpu  # what n_gpu visible GPUs give: Trainer wraps DataParallel and scales the batch
+    trainer = Recording(model=model, args=args, train_dataset=_rows(), eval_dataset=_rows(BATCH))
+    trainer.train()
+    trainer.guard = {
+        "losses": losses,
+        "grad_norms": [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e],
+        "weights": [float(sum(p.double().sum() for p in model.parameters())), float(_norm(model))],
+    }
+    if evaluate:
+        trainer.guard["eval_loss"] = trainer.evaluate()["eval_loss"]
+    return trainer
+
+
+def _norm(model):
+    return torch.sqrt(sum((p.double() ** 2).sum() for p in model.parameters()))
+
+
+def _observe(observe, trainer):
+    for key, value in trainer.guard.items():
+        observe(key, value)
+
+
+def test_one_device(observe, tmp_path, monkeypatch):
+    """No DataParallel (n_gpu 1): training and evaluation as before."""
+    _observe(observe, _train(tmp_path, monkeypatch, _model(), n_gpu=1, evaluate=True))
+
+
+def _own_loss_trainer(scaled_for_ga):
+    from transformers import Trainer
+
+    class OwnLoss(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            outputs = model(**inputs)  # the count is not passed: each replica returns its own mean
+            return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    if scaled_for_ga is not None:
+        OwnLoss.loss_is_scaled_for_ga = scaled_for_ga
+    return OwnLoss
+
+
+@pytest.mark.parametrize("scaled_for_ga", [None, False], ids=["default", "loss_is_scaled_for_ga-False"])
+def test_compute_loss_override_without_the_count(observe, tmp_path, monkeypatch, scaled_for_ga):
+    """The common custom Trainer: ``model(**inputs)``, ``outputs.loss``, no count; with gradient accumulation 2.
+    ``loss_is_scaled_for_ga`` is upstream's switch (5.x) for trainers that compute their own loss."""
+    trainer = _train(
+        tmp_path,
+        monkeypatch,
+        _model(),
+        trainer_cls=_own_loss_trainer(scaled_for_ga),
+        gradient_accumulation_steps=2,
+        evaluate=True,
+    )
+    _observe(observe, trainer)
+
+
+@IN_THE_BUG
+@pytest.mark.intended(
+    "*",
+    reason="with average_tokens_across_devices=True pristine multiplies the replicas' losses by n_gpu, so a model "
+    "that returns its own mean loss got n_gpu times it; each replica now divides by its share of the count, and the "
+    "replicas' mean is the loss, with either setting",
+    when="transformers>=4.57",
+)
+def test_mean_loss_model_averaging_tokens(observe, tmp_path, monkeypatch):
+    """A model that takes ``**kwargs`` and returns its own mean loss, ``average_tokens_across_devices=True`` (5.x's
+    default; 4.x turns it off in a single process, and says so)."""
+    _observe(observe, _train(tmp_path, monkeypatch, _mean_loss_model(), average_tokens_across_devices=True))
+
+
+@IN_THE_BUG
+def test_mean_loss_model_not_averaging_tokens(observe, tmp_path, monkeypatch):
+    """The same with ``average_tokens_across_devices=False``: each replica's mean, averaged, as before."""
+    _observe(observe, _train(tmp_path, monkeypatch, _mean_loss_model(), average_tokens_across_devices=False))
+
+
+@IN_THE_BUG
+@SCALAR_LOSSES
+def test_gradient_accumulation(observe, tmp_path, monkeypatch):
+    """Trainer's own loss, which takes the count, over 2 accumulated full batches per step, then evaluation."""
+    _observe(observe, _train(tmp_path, monkeypatch, _model(), steps=1, gradient_accumulation_steps=2, evaluate=True))
+
+
+@SCALAR_LOSSES
+def test_evaluate_and_predict(observe, tmp_path, monkeypatch):
+    """``evaluate`` and ``predict`` under DataParallel, before any training."""
+    from transformers import Trainer, TrainingArguments
+
+    simulate(monkeypatch)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_eval_batch_size=2, report_to=[], use_cpu=True, disable_tqdm=True
+    )
+    args._n_gpu = 2
+    trainer = Trainer(model=_model(), args=args)
+    metrics = trainer.evaluate(eval_dataset=_rows(BATCH))
+    observe("eval_loss", metrics["eval_loss"])
+    prediction = trainer.predict(_rows(BATCH))
+    logits = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    observe("predictions", {"shape": list(logits.shape), "sum": float(logits.astype("float64").sum())})
+    observe("test_loss", prediction.metrics["test_loss"])
+
+
+@pytest.mark.intended(
+    "wrapper.type",
+    reason="Trainer wraps the model in a DataParallel subclass that hands each replica its share of the count",
+)
+def test_the_wrapper(observe, tmp_path, monkeypatch):
+    """What the wrapped model exposes: its type, ``module``, ``state_dict`` keys, public attributes, and that it
+    pickles. The model takes no count (``accepts_loss_kwargs = False``), so no release is in the bug here."""
+    trainer = _train(tmp_path, monkeypatch, _model(_no_count_llama()), steps=1)
+    wrapped = trainer.model_wrapped
+    copy = pickle.loads(pickle.dumps(wrapped))
+    observe(
+        "wrapper",
+        {
+            "type": type(wrapped).__name__,
+            "is_data_parallel": isinstance(wrapped, torch.nn.DataParallel),
+            "module": type(wrapped.module).__name__,
+            "module_is_trainer_model": wrapped.module is trainer.model,
+            "state_dict": list(wrapped.state_dict()),
+            "public_attributes": sorted(k for k in vars(wrapped) if not k.startswith("_")),
+            "pickled_type_is_its_type": type(copy) is type(wrapped),
+            "pickled_state_dict_equal": all(
+                torch.equal(a, b)
+                for a, b in zip(wrapped.state_dict().values(), copy.state_dict().values(), strict=True)
+            ),
+        },
+    )
