@@ -13,7 +13,9 @@ DDP. Output and gradients equal the unsharded model's. What the patch must not d
 - switch a CPU job to tensor parallelism on ``ACCELERATE_USE_TP=true`` alone (``TrainingArguments(tp_size=N)`` of
   transformers 4.50 sets it, with ``TP_SIZE``, for the whole process): only a configuration passed to the
   Accelerator does;
-- (1.10+) read an FSDP2 model's 1-D mesh as a tensor-parallel degree.
+- (1.10+) read an FSDP2 model's 1-D mesh as a tensor-parallel degree;
+- (1.10+) leave a CPU job's user guessing: a model sharded on a mesh of its own is told to use the Accelerator's
+  "tp" mesh, and a refused ParallelismConfig says that tensor parallelism alone is what a CPU job accepts.
 
 A capability, not a bug: on a release without the patch this test does not run (see conftest).
 Real runs: 2 spawned ranks, gloo on 127.0.0.1, CPU device mesh.
@@ -22,6 +24,7 @@ Real runs: 2 spawned ranks, gloo on 127.0.0.1, CPU device mesh.
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -188,3 +191,54 @@ def test_fsdp2_mesh_is_not_a_tensor_parallel_degree():
         assert r["tp"] == 2, f"rank {rank}: the tensor-parallel model's degree: {r}"
         assert r["fsdp2"] is None, f"rank {rank}: an FSDP2 model read as tensor-parallel: {r}"
         assert "should undergo tensor parallel" in r["prepare"], f"rank {rank}: {r}"
+
+
+def _refusals(rank, world_size):
+    """What a CPU job is told (accelerate >= 1.10): a tensor-parallel model sharded on a mesh of its own, without a
+    "tp" dimension; and a ParallelismConfig whose parallelism is not tensor parallelism alone."""
+    from accelerate import Accelerator
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.state import AcceleratorState
+    from torch.distributed.device_mesh import init_device_mesh
+
+    accelerator, _ = _explicit_tp_accelerator(world_size)
+    model = _shard(_model(), init_device_mesh("cpu", (world_size,)), "parameters")
+    try:
+        accelerator.prepare(model)
+    except NotImplementedError as exc:
+        result = {"own_mesh": str(exc)}
+    else:
+        result = {"own_mesh": "accepted as tensor-parallel"}
+    AcceleratorState._reset_state(True)
+    try:
+        Accelerator(parallelism_config=ParallelismConfig(dp_replicate_size=world_size))
+    except ValueError as exc:
+        return {**result, "data_parallel": str(exc)}
+    return {**result, "data_parallel": "accepted"}
+
+
+@pytest.fixture(scope="module")
+def refusals():
+    if importlib.util.find_spec("accelerate.parallelism_config") is None:
+        pytest.skip("accelerate < 1.10 has no ParallelismConfig: its TP prepare shards the model itself")
+    return run_ranks(_refusals, 2, env=CPU_JOB)
+
+
+@pytest.mark.may_skip(reason="accelerate < 1.10 has no ParallelismConfig: its TP prepare shards the model itself")
+def test_a_model_sharded_on_another_mesh_is_told_to_use_the_tp_mesh(refusals):
+    """The tensor-parallel degree is read from the "tp" dimension of the model's mesh: a model sharded on a mesh
+    without one is refused, and the message must say which mesh to shard it on (and read as sentences)."""
+    for rank, r in enumerate(refusals):
+        message = r["own_mesh"]
+        assert "should undergo tensor parallel" in message, f"rank {rank}: taken as sharded: {r}"
+        assert "torch_device_mesh['tp']" in message, f"rank {rank}: does not name the Accelerator's tp mesh: {message}"
+        assert not re.search(r"\.[A-Z]", message), f"rank {rank}: sentences run together: {message}"
+
+
+@pytest.mark.may_skip(reason="accelerate < 1.10 has no ParallelismConfig: its TP prepare shards the model itself")
+def test_a_refused_cpu_configuration_is_told_what_a_cpu_job_accepts(refusals):
+    """Data parallelism in a ParallelismConfig stays refused on MULTI_CPU; the refusal must say that tensor
+    parallelism alone is accepted there."""
+    for rank, r in enumerate(refusals):
+        message = r["data_parallel"]
+        assert "MULTI_CPU" in message and "tensor parallelism alone" in message, f"rank {rank}: {message}"

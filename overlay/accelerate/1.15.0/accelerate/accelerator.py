@@ -1767,41 +1767,39 @@ class Accelerator:
 
         return result
 
-    @staticmethod
-    def _dtensor_layout(model: torch.nn.Module):
-        """Names of the parameters and buffers that are DTensors and of those that are not, and the DTensors' device
-        meshes and placements (each listed once)."""
+    def _refuse_dtensor_model_for_ddp(self, model: torch.nn.Module):
+        """DDP keeps a full replica of every parameter and buffer it synchronizes on each rank: it cannot wrap a model
+        sharded into DTensors (tensor parallelism, FSDP2). Its start-up broadcast fails on them, or would overwrite the
+        other ranks' shards with rank 0's, so say what the model holds and what trains it on this backend."""
+        # What DDP broadcasts from rank 0: every parameter, and every buffer unless `broadcast_buffers=False`, less
+        # those the model names in `_ddp_params_and_buffers_to_ignore`.
+        include_buffers = self.ddp_handler.broadcast_buffers if self.ddp_handler is not None else True
+        ignore = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))
+        if not model_has_dtensor(model, include_buffers=include_buffers, ignore=ignore):
+            return
+
         if is_torch_version(">=", "2.5.0"):
             from torch.distributed.tensor import DTensor
         else:
             from torch.distributed._tensor import DTensor
-        sharded, plain, meshes, placements = [], [], [], []
-        for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
-            if not isinstance(tensor, DTensor):
-                plain.append(name)
-                continue
-            sharded.append(name)
+        tensors = list(model.named_parameters()) + (list(model.named_buffers()) if include_buffers else [])
+        dtensors = {name: tensor for name, tensor in tensors if name not in ignore and isinstance(tensor, DTensor)}
+        plain = [name for name, _ in tensors if name not in ignore and name not in dtensors]
+        meshes, placements = [], []
+        for tensor in dtensors.values():
             if tensor.device_mesh not in meshes:
                 meshes.append(tensor.device_mesh)
             if tensor.placements not in placements:
                 placements.append(tensor.placements)
-        return sharded, plain, meshes, placements
-
-    def _refuse_dtensor_model_for_ddp(self, model: torch.nn.Module):
-        """DDP keeps a full replica of every parameter and buffer on each rank: it cannot wrap a model sharded into
-        DTensors (tensor parallelism, FSDP2). Its start-up broadcast fails on them, or would overwrite the other
-        ranks' shards with rank 0's, so say what the model holds and which configuration trains it."""
-        sharded, plain, meshes, placements = self._dtensor_layout(model)
-        if not sharded:
-            return
 
         def some(items):
             items = [str(item) for item in items]
             return ", ".join(items[:4]) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
 
         layout = (
-            f"{len(sharded)} of its parameters and buffers are DTensors ({some(sharded)}) on {some(meshes)} with "
-            f"placements {some(placements)}" + (f"; {len(plain)} are plain tensors ({some(plain)})" if plain else "")
+            f"{len(dtensors)} of its {'parameters and buffers' if include_buffers else 'parameters'} are DTensors "
+            f"({some(dtensors)}) on {some(meshes)} with placements {some(placements)}"
+            + (f"; {len(plain)} are plain tensors ({some(plain)})" if plain else "")
         )
         try:
             from torch.distributed.fsdp import FSDPModule
@@ -1809,22 +1807,51 @@ class Accelerator:
             fsdp2 = False
         else:
             fsdp2 = any(isinstance(module, FSDPModule) for module in model.modules())
-        if fsdp2:
+        # No device map: `local_process_index` names a GPU that a CPU job lacks, and a `torch.device` such as
+        # `accelerator.device` reaches some `transformers` releases as its index, an accelerator ordinal.
+        unsharded = (
+            'load it unsharded: `from_pretrained(...)` without `tp_plan` or `device_map="auto"`, and `prepare` '
+            "places it on `accelerator.device`"
+        )
+        buffers = {name for name, _ in model.named_buffers()}
+        if all(name in buffers for name in dtensors):
+            advice = (
+                "Only buffers are DTensors: if they need no synchronization across processes, "
+                "`kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)]` keeps DDP from broadcasting "
+                "them (or name them in the model's `_ddp_params_and_buffers_to_ignore`); otherwise make them plain "
+                "tensors."
+            )
+        elif fsdp2 and self.distributed_type == DistributedType.MULTI_CPU:
+            advice = (
+                "It was sharded with FSDP2 (`fully_shard`), which the Accelerator does not configure for CPU jobs: to "
+                "train it with DDP, pass it without `fully_shard`."
+            )
+        elif fsdp2:
             advice = (
                 "It was sharded with FSDP2 (`fully_shard`). To train it with FSDP2, pass it unsharded to an "
                 "Accelerator configured with `fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)`, whose "
-                "`prepare` shards it (FSDP needs a GPU-like device); to train with DDP, pass it without `fully_shard`."
+                "`prepare` shards it; to train with DDP, pass it without `fully_shard`."
             )
         else:
-            advice = (
-                "To train it with tensor parallelism, configure it in the Accelerator: "
-                "`parallelism_config=ParallelismConfig(tp_size=...)`; to train with DDP, load the model "
-                'unsharded (e.g. `from_pretrained(..., device_map={"": accelerator.local_process_index})`, without '
-                "`tp_plan`)."
-            )
+            # Ask the configuration whether it accepts this backend for tensor parallelism.
+            try:
+                ParallelismConfig(
+                    dp_replicate_size=1, dp_shard_size=1, tp_size=self.num_processes, cp_size=1, sp_size=1
+                )._validate_accelerator(self)
+            except ValueError as error:
+                advice = (
+                    f"Tensor parallelism cannot be configured for this job ({str(error).rstrip('.')}): to train it "
+                    f"with DDP, {unsharded}."
+                )
+            else:
+                advice = (
+                    "To train it with tensor parallelism, configure it in the Accelerator: "
+                    "`parallelism_config=ParallelismConfig(tp_size=...)`, as for a model loaded with "
+                    f'`from_pretrained(..., tp_plan="auto")`; to train with DDP, {unsharded}.'
+                )
         raise ValueError(
             f"`prepare` cannot wrap this model in DistributedDataParallel: {layout}. DDP keeps a full replica of "
-            f"every parameter and buffer on each rank and cannot wrap sharded ones. {advice}"
+            f"every parameter and buffer it synchronizes on each rank and cannot wrap sharded ones. {advice}"
         )
 
     def prepare_model(
@@ -1961,8 +1988,10 @@ class Accelerator:
                 model_tp_size = get_model_tp_size(model)
                 if model_tp_size is None:
                     raise NotImplementedError(
-                        "Model should undergo tensor parallel before passing it to accelerate."
-                        "You can use .from_pretrained(..., tp_plan='auto') if the model supports"
+                        "Model should undergo tensor parallel before passing it to accelerate. You can use "
+                        "`.from_pretrained(..., tp_plan='auto')` if the model supports it, or shard it with "
+                        "`parallelize_module` on the Accelerator's 'tp' mesh, `accelerator.torch_device_mesh['tp']`: "
+                        "the tensor parallel size is read from the 'tp' dimension of the mesh its DTensors are on."
                     )
                 if model_tp_size != self.parallelism_config.tp_size:
                     raise ValueError(

@@ -395,7 +395,7 @@ class ParallelismConfig:
             or (accelerator.distributed_type == DistributedType.MULTI_CPU and self.tp_size == self.total_size)
         ):
             raise ValueError(
-                f"ParallelismConfig is only compatible DistributedType.FSDP (version 2) or DistributedType.Multi{{Device}} or DistributedType.DEEPSPEED, but got {accelerator.distributed_type}."
+                f"ParallelismConfig is only compatible with DistributedType.FSDP (version 2), DistributedType.Multi{{Device}}, DistributedType.DEEPSPEED, or DistributedType.MULTI_CPU with tensor parallelism alone (tp_size equal to the number of processes), but got {accelerator.distributed_type}."
             )
 
         for parallelism, size in self._sizes.items():

@@ -1476,41 +1476,39 @@ class Accelerator:
 
         return result if len(result) > 1 else result[0]
 
-    @staticmethod
-    def _dtensor_layout(model: torch.nn.Module):
-        """Names of the parameters and buffers that are DTensors and of those that are not, and the DTensors' device
-        meshes and placements (each listed once)."""
+    def _refuse_dtensor_model_for_ddp(self, model: torch.nn.Module):
+        """DDP keeps a full replica of every parameter and buffer it synchronizes on each rank: it cannot wrap a model
+        sharded into DTensors (tensor parallelism, FSDP2). Its start-up broadcast fails on them, or would overwrite the
+        other ranks' shards with rank 0's, so say what the model holds and what trains it on this backend."""
         if is_torch_version(">=", "2.5.0"):
             from torch.distributed.tensor import DTensor
         else:
             from torch.distributed._tensor import DTensor
-        sharded, plain, meshes, placements = [], [], [], []
-        for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
-            if not isinstance(tensor, DTensor):
-                plain.append(name)
-                continue
-            sharded.append(name)
+
+        # What DDP broadcasts from rank 0: every parameter, and every buffer unless `broadcast_buffers=False`, less
+        # those the model names in `_ddp_params_and_buffers_to_ignore`.
+        include_buffers = self.ddp_handler.broadcast_buffers if self.ddp_handler is not None else True
+        ignore = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))
+        tensors = list(model.named_parameters()) + (list(model.named_buffers()) if include_buffers else [])
+        dtensors = {name: tensor for name, tensor in tensors if name not in ignore and isinstance(tensor, DTensor)}
+        if not dtensors:
+            return
+        plain = [name for name, _ in tensors if name not in ignore and name not in dtensors]
+        meshes, placements = [], []
+        for tensor in dtensors.values():
             if tensor.device_mesh not in meshes:
                 meshes.append(tensor.device_mesh)
             if tensor.placements not in placements:
                 placements.append(tensor.placements)
-        return sharded, plain, meshes, placements
-
-    def _refuse_dtensor_model_for_ddp(self, model: torch.nn.Module):
-        """DDP keeps a full replica of every parameter and buffer on each rank: it cannot wrap a model sharded into
-        DTensors (tensor parallelism, FSDP2). Its start-up broadcast fails on them, or would overwrite the other
-        ranks' shards with rank 0's, so say what the model holds and which configuration trains it."""
-        sharded, plain, meshes, placements = self._dtensor_layout(model)
-        if not sharded:
-            return
 
         def some(items):
             items = [str(item) for item in items]
             return ", ".join(items[:4]) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
 
         layout = (
-            f"{len(sharded)} of its parameters and buffers are DTensors ({some(sharded)}) on {some(meshes)} with "
-            f"placements {some(placements)}" + (f"; {len(plain)} are plain tensors ({some(plain)})" if plain else "")
+            f"{len(dtensors)} of its {'parameters and buffers' if include_buffers else 'parameters'} are DTensors "
+            f"({some(dtensors)}) on {some(meshes)} with placements {some(placements)}"
+            + (f"; {len(plain)} are plain tensors ({some(plain)})" if plain else "")
         )
         try:
             from torch.distributed.fsdp import FSDPModule
@@ -1518,22 +1516,48 @@ class Accelerator:
             fsdp2 = False
         else:
             fsdp2 = any(isinstance(module, FSDPModule) for module in model.modules())
-        if fsdp2:
+        # No device map: `local_process_index` names a GPU that a CPU job lacks, and a `torch.device` such as
+        # `accelerator.device` reaches some `transformers` releases as its index, an accelerator ordinal.
+        unsharded = (
+            'load it unsharded: `from_pretrained(...)` without `tp_plan` or `device_map="auto"`, and `prepare` '
+            "places it on `accelerator.device`"
+        )
+        buffers = {name for name, _ in model.named_buffers()}
+        if all(name in buffers for name in dtensors):
+            advice = (
+                "Only buffers are DTensors: if they need no synchronization across processes, "
+                "`kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)]` keeps DDP from broadcasting "
+                "them (or name them in the model's `_ddp_params_and_buffers_to_ignore`); otherwise make them plain "
+                "tensors."
+            )
+        elif fsdp2 and self.distributed_type == DistributedType.MULTI_CPU:
+            advice = (
+                "It was sharded with FSDP2 (`fully_shard`), which the Accelerator does not configure for CPU jobs: to "
+                "train it with DDP, pass it without `fully_shard`."
+            )
+        elif fsdp2:
             advice = (
                 "It was sharded with FSDP2 (`fully_shard`). To train it with FSDP2, pass it unsharded to an "
                 "Accelerator configured with `fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)`, whose "
-                "`prepare` shards it (FSDP needs a GPU-like device); to train with DDP, pass it without `fully_shard`."
+                "`prepare` shards it; to train with DDP, pass it without `fully_shard`."
             )
         else:
-            advice = (
-                "To train it with tensor parallelism, configure it in the Accelerator: "
-                "`torch_tp_plugin=TorchTensorParallelPlugin(tp_size=...)`; to train with DDP, load the model "
-                'unsharded (e.g. `from_pretrained(..., device_map={"": accelerator.local_process_index})`, without '
-                "`tp_plan`)."
-            )
+            # Ask the plugin where it builds its device mesh: tensor parallelism runs on such devices only.
+            mesh_device = TorchTensorParallelPlugin._mesh_device_type()
+            if mesh_device != self.device.type:
+                advice = (
+                    f"Tensor parallelism cannot be configured for this job (`TorchTensorParallelPlugin` builds its "
+                    f"device mesh on {mesh_device}, not {self.device.type}): to train it with DDP, {unsharded}."
+                )
+            else:
+                advice = (
+                    "To train it with tensor parallelism, pass it unsharded to an Accelerator configured with "
+                    "`torch_tp_plugin=TorchTensorParallelPlugin(tp_size=...)`, whose `prepare` shards it with its "
+                    f"tensor parallel plan (`transformers` models); to train with DDP, {unsharded}."
+                )
         raise ValueError(
             f"`prepare` cannot wrap this model in DistributedDataParallel: {layout}. DDP keeps a full replica of "
-            f"every parameter and buffer on each rank and cannot wrap sharded ones. {advice}"
+            f"every parameter and buffer it synchronizes on each rank and cannot wrap sharded ones. {advice}"
         )
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool = None, evaluation_mode: bool = False):
@@ -1665,8 +1689,11 @@ class Accelerator:
                 # A model whose parameters are already DTensors (`parallelize_module`,
                 # `from_pretrained(..., tp_plan="auto")`) is ready: no DDP, and no second round of sharding.
                 # DTensor buffers alone leave its parameters to shard.
-                parameters = {name for name, _ in model.named_parameters()}
-                already_sharded = any(name in parameters for name in self._dtensor_layout(model)[0])
+                if is_torch_version(">=", "2.5.0"):
+                    from torch.distributed.tensor import DTensor
+                else:
+                    from torch.distributed._tensor import DTensor
+                already_sharded = any(isinstance(p, DTensor) for p in model.parameters())
                 if not already_sharded and hasattr(model, "supports_tp_plan") and not model.supports_tp_plan:
                     if not compare_versions("transformers", ">=", BETA_TP_AVAILABLE_TRANSFORMERS_VERSION):
                         raise ValueError(f"TP requires transformers >= {BETA_TP_AVAILABLE_TRANSFORMERS_VERSION}")

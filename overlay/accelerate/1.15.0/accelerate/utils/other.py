@@ -20,7 +20,7 @@ from codecs import encode
 from collections import OrderedDict
 from functools import partial, reduce
 from types import MethodType
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 import torch
@@ -228,16 +228,20 @@ def compile_regions_fsdp2(module: torch.nn.Module, **compile_kwargs) -> torch.nn
     return module
 
 
-def model_has_dtensor(model: torch.nn.Module) -> bool:
+def model_has_dtensor(model: torch.nn.Module, include_buffers: bool = False, ignore: Iterable[str] = ()) -> bool:
     """
-    Check if the model has DTensor parameters.
+    Check if the model has DTensor parameters (and, with `include_buffers`, buffers).
 
     Args:
         model (`torch.nn.Module`):
             The model to check.
+        include_buffers (`bool`, *optional*, defaults to `False`):
+            Whether to check the model's buffers too.
+        ignore (`Iterable[str]`, *optional*):
+            Names of parameters and buffers to leave out, e.g. the model's `_ddp_params_and_buffers_to_ignore`.
 
     Returns:
-        `bool`: Whether the model has DTensor parameters.
+        `bool`: Whether the model has DTensor parameters (or buffers).
     """
     if is_torch_version(">=", "2.5.0"):
         from torch.distributed.tensor import DTensor
@@ -245,7 +249,9 @@ def model_has_dtensor(model: torch.nn.Module) -> bool:
         # from torch 2.0.0 (oldest supported accelerate torch version), DTensor is in torch.distributed._tensor
         from torch.distributed._tensor import DTensor
 
-    return any(isinstance(p, DTensor) for p in model.parameters())
+    ignore = set(ignore)
+    tensors = list(model.named_parameters()) + (list(model.named_buffers()) if include_buffers else [])
+    return any(isinstance(tensor, DTensor) for name, tensor in tensors if name not in ignore)
 
 
 def get_model_tp_size(model: torch.nn.Module) -> Optional[int]:
