@@ -29,7 +29,7 @@ from patchwheel.maint import proofenv  # noqa: E402
 # has its own environment, and one alone leaves a core idle part of the time (a rank test's parent waits, pip
 # waits on an index). Their output is printed whole as each ends; `nox -j 1` runs them one by one. Sessions chosen
 # by name (`nox -s build`) run as nox runs them, in this process, with their output as it comes.
-nox.options.sessions = ["tests", "upstream_check", "e2e", "proof", "guards", "lint"]
+nox.options.sessions = ["tests", "guards", "e2e", "proof", "upstream_check", "lint"]
 _CHOOSING = {"--session", "--sessions", "--keywords", "--tags"}
 #: nox's short options that take a value, and its single-dash options of two letters (-ts alone takes none).
 _SHORT_WITH_VALUE, _TWO_LETTERS = set("sekt" + "jpfP"), {"-ts", "-db", "-fb"}

@@ -89,6 +89,11 @@ def capture() -> Iterator[Captured]:
         got.logs.extend(f"{r.levelname} {r.name}: {r.getMessage()}" for r in handler.records)
 
 
+def raised(exc: BaseException) -> dict:
+    """An exception of the code under test as an observed value (a scenario that goes on after it, in a rank)."""
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON: numbers, strings, lists and string-keyed dicts; tensors as nested lists, torch sizes and
     tuples as lists, types and dtypes by name. Anything else is refused, so no record holds a ``repr`` with an

@@ -40,12 +40,15 @@ def _load(ckpt, device_map):
     }
 
 
-def _rank_load(rank, world_size, ckpt, device_map):
+def _rank_load(rank, world_size, ckpt, device_maps):
     import guardkit
 
-    with guardkit.capture() as seen:
-        loaded = _load(ckpt, device_map)
-    return {**loaded, "warnings": seen.warnings, "logs": seen.logs}
+    results = {}
+    for device_map in device_maps:
+        with guardkit.capture() as seen:
+            loaded = _load(ckpt, device_map)
+        results[str(device_map)] = {**loaded, "warnings": seen.warnings, "logs": seen.logs}
+    return results
 
 
 def test_world_size_unset(observe, checkpoint, monkeypatch):
@@ -63,12 +66,11 @@ def test_world_size_unset(observe, checkpoint, monkeypatch):
 )
 def test_single_process_under_torchrun(observe, checkpoint):
     """``torchrun --nproc-per-node 1`` (WORLD_SIZE=1), ``device_map="auto"``: one process, the only copy."""
-    (rank0,) = run_ranks(_rank_load, 1, checkpoint, "auto", init_group=False)
+    (rank0,) = run_ranks(_rank_load, 1, checkpoint, ["auto"], init_group=False)
     observe("rank0", rank0)
 
 
-@pytest.mark.parametrize("device_map", [None, "cpu"], ids=["no-device_map", "device_map-cpu"])
-def test_two_processes_without_device_map_auto(observe, checkpoint, device_map):
-    """torchrun with 2 processes, no ``device_map`` or ``device_map="cpu"``: a replica each, as before."""
-    for rank, result in enumerate(run_ranks(_rank_load, 2, checkpoint, device_map, init_group=False)):
+def test_two_processes_without_device_map_auto(observe, checkpoint):
+    """torchrun with 2 processes, no ``device_map``, then ``device_map="cpu"``: a replica each, as before."""
+    for rank, result in enumerate(run_ranks(_rank_load, 2, checkpoint, [None, "cpu"], init_group=False)):
         observe(f"rank{rank}", result)

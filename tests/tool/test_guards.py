@@ -1,9 +1,10 @@
 """The differential guards (tests/guards/conftest.py and guardkit.py) judged on a synthetic package, one rule each.
 
-Each test builds a small project with the real guard plugin and an installed package "demo" (a folder on
-PYTHONPATH with its dist-info): pristine 1.0.0, or a +fixed build of it whose code may differ. A guard module runs
-with ``--guard-record`` on pristine, then with ``--guard-against`` on the +fixed build, as `nox -s guards` runs it;
-the tests read the exit status and the summary.
+A small project holds the real guard plugin and an installed package "demo" (a folder on PYTHONPATH with its
+dist-info): pristine 1.0.0, or a +fixed build of it whose code differs where a rule plants a difference. One guard
+module holds a guard per rule; it runs with ``--guard-record`` on pristine, then with ``--guard-against`` on the
++fixed build, as `nox -s guards` runs it, and each test reads its guard's outcome from the JUnit report (the runs
+are made once per worker). The refusals that stop a whole run (wrong builds, no hash seed) run on their own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -21,23 +23,163 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 GUARDS = ROOT / "tests" / "guards"
 
+# Each function serves one guard; the +fixed build (FIXED) changes some of them.
 PRISTINE = """
 import logging
 import warnings
 
-def loss():
-    return 4.158
+def train(steps, start=4.158):
+    return [start - 0.01 * i for i in range(steps)]
 
-def train(steps):
-    return [4.158 - 0.01 * i for i in range(steps)]
+def keys():
+    return ["a.weight", "b.weight"]
 
-def load(device_map=None):
+def load(device_map):
     if device_map == "meta":
         raise ValueError("cannot load onto meta")
-    return {"type": "Model", "keys": ["a.weight", "b.weight"]}
+    return "Model"
 
-def notice():
+def quiet():
     pass
+
+def gather():
+    pass
+"""
+FIXED = (
+    PRISTINE.replace("def train(steps, start=4.158):", "def train(steps, start=4.158, planted=0.0):")
+    .replace("return [start - 0.01 * i", "return [start + planted - 0.01 * i")
+    .replace('        raise ValueError("cannot load onto meta")\n', "        pass\n")
+    .replace('    return ["a.weight", "b.weight"]', '    return ["a.weight", "c.weight"]')
+    .replace("def gather():\n    pass", 'def gather():\n    warnings.warn("gather of scalars")')
+    + """
+def quiet_warning():
+    warnings.warn("each process loads a full copy")
+
+def quiet_log():
+    logging.getLogger("demo").warning("full copy")
+
+def quiet_info():
+    logging.getLogger("demo").info("hidden")
+
+def gather_and_more():
+    gather()
+    warnings.warn("new")
+"""
+)
+
+# What pristine calls is what +fixed calls; the +fixed build's extra functions stand in for pristine's quiet().
+RULES = """
+import pytest
+
+import demo
+
+pytestmark = pytest.mark.guard(package="demo")
+FIXED = hasattr(demo, "quiet_warning")
+
+
+def _call(name):
+    getattr(demo, name if FIXED else "quiet")()
+
+
+def test_same(observe):
+    observe("losses", demo.train(3))
+
+
+def test_planted_loss(observe):
+    observe("losses", demo.train(3, planted=4.158) if FIXED else demo.train(3))
+
+
+def test_float_noise(observe):
+    observe("losses", demo.train(3, planted=4e-10) if FIXED else demo.train(3))
+
+
+def test_new_warning(observe):
+    observe("losses", demo.train(1))
+    _call("quiet_warning")
+
+
+def test_new_log_record(observe):
+    observe("losses", demo.train(1))
+    _call("quiet_log")
+
+
+def test_info_below_the_default_level(observe):
+    observe("losses", demo.train(1))
+    _call("quiet_info")
+
+
+def test_exception_of_the_code_under_test(observe):
+    observe("loaded", demo.load("meta"))
+
+
+@pytest.mark.intended("losses", reason="the fix doubles a halved loss", when="demo<2")
+def test_declared(observe):
+    observe("losses", demo.train(3, planted=4.158) if FIXED else demo.train(3))
+
+
+@pytest.mark.intended("losses", reason="the fix doubles a halved loss", when="demo<2")
+def test_declared_covers_only_its_key(observe):
+    observe("losses", demo.train(3, planted=4.158) if FIXED else demo.train(3))
+    observe("keys", demo.keys())
+
+
+@pytest.mark.intended("losses", reason="the fix doubles a halved loss", when="demo<2")
+def test_declared_but_equal(observe):
+    observe("losses", demo.train(3))
+
+
+@pytest.mark.intended("losses", reason="the fix doubles a halved loss", when="demo>=2")
+def test_declared_out_of_force(observe):
+    observe("losses", demo.train(3, planted=4.158) if FIXED else demo.train(3))
+
+
+@pytest.mark.intended("warnings", match="^UserWarning: gather", reason="torch says it stacks scalars")
+def test_declared_matching_warnings(observe):
+    observe("losses", demo.train(1))
+    demo.gather()
+
+
+@pytest.mark.intended("warnings", match="^UserWarning: gather", reason="torch says it stacks scalars")
+def test_declared_matching_warnings_and_another(observe):
+    observe("losses", demo.train(1))
+    _call("gather_and_more")
+
+
+def test_not_in_the_reference(observe):
+    observe("losses", demo.train(1))
+"""
+
+CANNOT_OBSERVE = """
+import pytest
+
+import demo
+
+pytestmark = pytest.mark.guard(package="demo")
+
+
+def test_own_assert(observe):
+    assert demo.train(1) == [5]
+
+
+def test_nothing(observe):
+    demo.train(1)
+
+
+def test_no_fixture():
+    demo.train(1)
+
+
+def test_reserved_key(observe):
+    observe("raised", 1)
+
+
+def test_skip(observe):
+    pytest.skip("no GPU")
+
+
+@pytest.mark.may_skip(reason="GPU form")
+def test_allowed_skip(observe):
+    pytest.skip("no GPU")
 """
 
 
@@ -48,6 +190,7 @@ class Project:
         for name in ("conftest.py", "guardkit.py"):
             shutil.copy(GUARDS / name, root / "tests" / "guards" / name)
         (root / "src").symlink_to(ROOT / "src")
+        (root / "pytest.ini").write_text("[pytest]\n")  # the project is its own rootdir, wherever it lies
         self.site = root / "site"
         self.reference = root / "pristine.json"
 
@@ -64,203 +207,163 @@ class Project:
             (info / "overlay-fixes.json").write_text(json.dumps(manifest))
 
     def guard(self, body: str) -> None:
-        head = "import pytest\n\nimport demo\n\npytestmark = pytest.mark.guard(package='demo')\n\n"
-        (self.root / "tests" / "guards" / "test_demo.py").write_text(head + textwrap.dedent(body))
+        (self.root / "tests" / "guards" / "test_demo.py").write_text(body)
 
-    def run(self, mode: str, *, seed: str | None = "0") -> tuple[int, str]:
+    def run(self, mode: str, *args: str, seed: str | None = "0") -> tuple[int, str, dict[str, str]]:
+        """Exit status, output, and each guard's outcome: "passed", "skipped", or its failure's message."""
         env = {**os.environ, "PYTHONPATH": str(self.site)}
         env.pop("PYTHONHASHSEED", None)
         if seed is not None:
             env["PYTHONHASHSEED"] = seed
+        junit = self.root / "junit.xml"
+        junit.unlink(missing_ok=True)
         res = subprocess.run(
-            [sys.executable, "-m", "pytest", "tests/guards", mode, str(self.reference), "-p", "no:cacheprovider"],
+            [sys.executable, "-m", "pytest", "tests/guards", mode, str(self.reference), "-p", "no:cacheprovider"]
+            + [f"--junitxml={junit}", *args],
             cwd=self.root,
             env=env,
             capture_output=True,
             text=True,
             timeout=300,
         )
-        return res.returncode, res.stdout + res.stderr
-
-    def both(self, fixed_code: str) -> tuple[int, str]:
-        """Record on pristine (it must pass), then compare the +fixed build running ``fixed_code``."""
-        self.install()
-        code, out = self.run("--guard-record")
-        assert code == 0, out
-        self.install(fixed_code, fixed=True)
-        return self.run("--guard-against")
-
-
-@pytest.fixture
-def project(tmp_path):
-    return Project(tmp_path / "project")
+        outcomes = {}
+        if junit.is_file():
+            for case in ET.parse(junit).iter("testcase"):
+                bad = case.find("failure")
+                bad = bad if bad is not None else case.find("error")
+                skipped = case.find("skipped")
+                outcomes[case.get("name", "")] = (
+                    (bad.get("message") or bad.text or "")  # the exception's message, not the traceback
+                    if bad is not None
+                    else ("skipped" if skipped is not None else "passed")
+                )
+        return res.returncode, res.stdout + res.stderr, outcomes
 
 
-TRAINS = """
-def test_training(observe):
-    observe("losses", demo.train(3))
-    demo.notice()
-"""
-
-
-def test_the_same_code_is_the_same(project):
-    project.guard(TRAINS)
-    code, out = project.both(PRISTINE)
-    assert code == 0, out
-    assert "same as pristine" in out, out
-
-
-def test_a_planted_loss_difference_fails_and_names_both_values(project):
-    project.guard(TRAINS)
-    code, out = project.both(PRISTINE.replace("return [4.158 - 0.01 * i", "return [8.316 - 0.02 * i"))
-    assert code == 1, out
-    assert "GuardDifference" in out and "losses[0]: pristine 4.158, +fixed 8.316" in out, out
-    assert "DIFFERS from pristine at losses[0], losses[1], losses[2]" in out, out
-
-
-def test_float_noise_below_the_tolerance_is_the_same(project):
-    project.guard(TRAINS)
-    code, out = project.both(PRISTINE.replace("return [4.158 - 0.01 * i", "return [4.1580000004 - 0.01 * i"))
-    assert code == 0, out
-
-
-def test_a_new_warning_or_log_record_fails(project):
-    project.guard(TRAINS)
-    new_warning = PRISTINE.replace(
-        "def notice():\n    pass", 'def notice():\n    warnings.warn("each process loads a full copy")'
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory) -> tuple[str, dict[str, str]]:
+    """The rules module recorded on pristine (without test_not_in_the_reference), compared on +fixed."""
+    project = Project(tmp_path_factory.mktemp("guards") / "project")
+    project.guard(RULES)
+    project.install()
+    code, out, outcomes = project.run(
+        "--guard-record", "--deselect", "tests/guards/test_demo.py::test_not_in_the_reference"
     )
-    code, out = project.both(new_warning)
-    assert code == 1 and 'warnings: pristine [], +fixed ["UserWarning: each process loads a full copy"]' in out, out
-    new_log = PRISTINE.replace(
-        "def notice():\n    pass", 'def notice():\n    logging.getLogger("demo").warning("full copy")'
-    )
-    code, out = project.both(new_log)
-    assert code == 1 and 'logs: pristine [], +fixed ["WARNING demo: full copy"]' in out, out
+    assert code == 0 and set(outcomes.values()) == {"passed"}, out
+    project.install(FIXED, fixed=True)
+    return project.run("--guard-against")[1:]
 
 
-def test_an_info_record_below_the_default_level_is_not_seen(project):
-    project.guard(TRAINS)
-    info = PRISTINE.replace("def notice():\n    pass", 'def notice():\n    logging.getLogger("demo").info("hidden")')
-    code, out = project.both(info)
-    assert code == 0, out
+def _outcome(compared, name: str) -> str:
+    return compared[1][name]
 
 
-def test_an_exception_of_the_code_under_test_is_an_observation(project):
-    project.guard(
-        """
-        def test_meta_load(observe):
-            observe("loaded", demo.load("meta"))
-        """
-    )
-    code, out = project.both(PRISTINE.replace('raise ValueError("cannot load onto meta")', "pass"))
-    assert code == 1, out
-    assert 'raised: pristine {"message": "cannot load onto meta", "type": "ValueError"}, +fixed null' in out, out
+def test_the_same_code_is_the_same(compared):
+    assert _outcome(compared, "test_same") == "passed"
+    assert "tests/guards/test_demo.py::test_same\n    same as pristine" in compared[0]
 
 
-DECLARED = """
-@pytest.mark.intended("losses", reason="the fix halves a doubled loss", when="demo<2")
-def test_training(observe):
-    observe("losses", demo.train(3))
-    observe("keys", demo.load()["keys"])
-"""
+def test_a_planted_loss_difference_fails_and_names_both_values(compared):
+    message = _outcome(compared, "test_planted_loss")
+    assert "GuardDifference" in message and "losses[0]: pristine 4.158, +fixed 8.316" in message, message
+    assert "DIFFERS from pristine at losses[0], losses[1], losses[2]" in compared[0]
 
 
-def test_a_declared_difference_passes_with_its_reason(project):
-    project.guard(DECLARED)
-    code, out = project.both(PRISTINE.replace("return [4.158 - 0.01 * i", "return [2.079 - 0.01 * i"))
-    assert code == 0, out
-    assert "same as pristine; intended: the fix halves a doubled loss" in out, out
+def test_float_noise_below_the_tolerance_is_the_same(compared):
+    assert _outcome(compared, "test_float_noise") == "passed"
 
 
-def test_a_declaration_covers_only_its_key(project):
-    project.guard(DECLARED)
-    code, out = project.both(PRISTINE.replace('"b.weight"', '"c.weight"'))
-    assert code == 1 and 'keys[1]: pristine "b.weight", +fixed "c.weight"' in out, out
+def test_a_new_warning_or_log_record_fails(compared):
+    message = _outcome(compared, "test_new_warning")
+    assert 'warnings: pristine [], +fixed ["UserWarning: each process loads a full copy"]' in message, message
+    message = _outcome(compared, "test_new_log_record")
+    assert 'logs: pristine [], +fixed ["WARNING demo: full copy"]' in message, message
 
 
-def test_a_declared_difference_that_does_not_occur_fails(project):
-    project.guard(DECLARED)
-    code, out = project.both(PRISTINE)
-    assert code == 1, out
-    assert "losses: declared intended (the fix halves a doubled loss) but equal to pristine here" in out, out
+def test_an_info_record_below_the_default_level_is_not_seen(compared):
+    assert _outcome(compared, "test_info_below_the_default_level") == "passed"
 
 
-def test_a_declaration_out_of_force_covers_nothing(project):
-    project.guard(DECLARED.replace('when="demo<2"', 'when="demo>=2"'))
-    code, out = project.both(PRISTINE.replace("return [4.158 - 0.01 * i", "return [2.079 - 0.01 * i"))
-    assert code == 1 and "losses[0]: pristine 4.158, +fixed 2.079" in out, out
+def test_an_exception_of_the_code_under_test_is_an_observation(compared):
+    message = _outcome(compared, "test_exception_of_the_code_under_test")
+    assert 'raised: pristine {"message": "cannot load onto meta", "type": "ValueError"}, +fixed null' in message
 
 
-def test_a_declaration_on_matching_warnings_only(project):
-    project.guard(
-        """
-        @pytest.mark.intended("warnings", match="^UserWarning: gather", reason="torch says it stacks scalars")
-        def test_training(observe):
-            observe("losses", demo.train(1))
-            demo.notice()
-        """
-    )
-    gather = PRISTINE.replace("def notice():\n    pass", 'def notice():\n    warnings.warn("gather of scalars")')
-    code, out = project.both(gather)
-    assert code == 0 and "intended: torch says it stacks scalars" in out, out
-    both = gather.replace(
-        'warnings.warn("gather of scalars")', 'warnings.warn("gather of scalars"); warnings.warn("new")'
-    )
-    code, out = project.both(both)
-    assert code == 1 and 'warnings: pristine [], +fixed ["UserWarning: new"]' in out, out
+def test_a_declared_difference_passes_with_its_reason(compared):
+    assert _outcome(compared, "test_declared") == "passed"
+    assert "test_declared\n    same as pristine; intended: the fix doubles a halved loss" in compared[0]
+
+
+def test_a_declaration_covers_only_its_key(compared):
+    message = _outcome(compared, "test_declared_covers_only_its_key")
+    assert 'keys[1]: pristine "b.weight", +fixed "c.weight"' in message and "losses" not in message, message
+
+
+def test_a_declared_difference_that_does_not_occur_fails(compared):
+    message = _outcome(compared, "test_declared_but_equal")
+    assert "losses: declared intended (the fix doubles a halved loss) but equal to pristine here" in message
+
+
+def test_a_declaration_out_of_force_covers_nothing(compared):
+    message = _outcome(compared, "test_declared_out_of_force")
+    assert "losses[0]: pristine 4.158, +fixed 8.316" in message, message
+
+
+def test_a_declaration_on_matching_warnings_only(compared):
+    assert _outcome(compared, "test_declared_matching_warnings") == "passed"
+    assert "intended: torch says it stacks scalars" in compared[0]
+    message = _outcome(compared, "test_declared_matching_warnings_and_another")
+    assert 'warnings: pristine [], +fixed ["UserWarning: new"]' in message, message
+
+
+def test_a_guard_missing_from_the_reference_fails(compared):
+    message = _outcome(compared, "test_not_in_the_reference")
+    assert "has no record of tests/guards/test_demo.py::test_not_in_the_reference" in message, message
+
+
+@pytest.fixture(scope="module")
+def cannot_observe(tmp_path_factory) -> dict[str, str]:
+    project = Project(tmp_path_factory.mktemp("guards") / "project")
+    project.guard(CANNOT_OBSERVE)
+    project.install()
+    return project.run("--guard-record")[2]
 
 
 @pytest.mark.parametrize(
-    "body,error",
+    "name,error",
     [
-        ("def test_x(observe):\n    assert demo.loss() == 5\n", "the guard's own code failed (AssertionError"),
-        ("def test_x(observe):\n    demo.loss()\n", "observed nothing"),
-        ("def test_x():\n    demo.loss()\n", "does not take the `observe` fixture"),
-        ("def test_x(observe):\n    observe('raised', 1)\n", "the key is reserved"),
+        ("test_own_assert", "the guard's own code failed (AssertionError"),
+        ("test_nothing", "observed nothing"),
+        ("test_no_fixture", "does not take the `observe` fixture"),
+        ("test_reserved_key", "the key is reserved"),
+        ("test_skip", "a guard that does not run shows nothing"),
     ],
-    ids=["own-assert", "nothing", "no-fixture", "reserved-key"],
 )
-def test_a_guard_that_cannot_observe_is_an_error_in_both_runs(project, body, error):
-    project.guard(body)
-    project.install()
-    code, out = project.run("--guard-record")
-    assert code == 1 and error in out, out
+def test_a_guard_that_cannot_observe_is_an_error(cannot_observe, name, error):
+    assert error in cannot_observe[name], cannot_observe[name]
 
 
-def test_a_skip_fails_unless_allowed(project):
-    project.guard("def test_x(observe):\n    pytest.skip('no GPU')\n")
-    project.install()
-    code, out = project.run("--guard-record")
-    assert code == 1 and "a guard that does not run shows nothing" in out, out
-    project.guard("@pytest.mark.may_skip(reason='GPU form')\ndef test_x(observe):\n    pytest.skip('no GPU')\n")
-    code, out = project.run("--guard-record")
-    assert code == 0 and "guards that did not run" in out and "allowed: GPU form" in out, out
+def test_a_skip_it_allows_is_listed(cannot_observe):
+    assert cannot_observe["test_allowed_skip"] == "skipped"
 
 
-def test_the_runs_must_be_the_right_builds(project):
-    project.guard(TRAINS)
+def test_the_runs_must_be_the_right_builds(tmp_path):
+    project = Project(tmp_path / "project")
+    project.guard(
+        "import pytest\n\npytestmark = pytest.mark.guard(package='demo')\n\n\ndef test_x(observe):\n    pass\n"
+    )
     project.install(fixed=True)
-    code, out = project.run("--guard-record")
+    code, out, _ = project.run("--guard-record")
     assert code == 4 and "--guard-record records the reference, which is pristine" in out, out
     project.install()
-    assert project.run("--guard-record")[0] == 0
-    code, out = project.run("--guard-against")
+    code, out, _ = project.run("--guard-record", seed=None)
+    assert code == 4 and "set PYTHONHASHSEED" in out, out
+    project.reference.write_text(json.dumps({"pristine": {"demo": "1.0.0"}, "records": {}}))
+    code, out, _ = project.run("--guard-against")
     assert code == 4 and "--guard-against compares a +fixed build with pristine; demo is pristine here" in out, out
     project.install(fixed=True, version="1.1.0")
-    code, out = project.run("--guard-against")
+    code, out, _ = project.run("--guard-against")
     assert code == 4 and "was recorded on demo 1.0.0, but this is a +fixed build of 1.1.0" in out, out
-    code, out = project.run("--guard-record", seed=None)
-    assert code == 4 and "set PYTHONHASHSEED" in out, out
-
-
-def test_a_guard_missing_from_the_reference_fails(project):
-    project.guard(TRAINS)
-    project.install()
-    assert project.run("--guard-record")[0] == 0
-    project.guard(TRAINS + "\n\ndef test_new(observe):\n    observe('x', 1)\n")
-    project.install(fixed=True)
-    code, out = project.run("--guard-against")
-    assert code == 1 and "has no record of tests/guards/test_demo.py::test_new" in out, out
 
 
 def test_the_guards_of_a_set_are_its_patches_guard_tests(demo_project, capsys):
