@@ -171,10 +171,11 @@ def guards(session: nox.Session, pins: str) -> None:
     modules = str(tool(session, "guards", "--set", pins, silent=True)).split()
     # Both runs order sets of strings alike (a library's message may list one).
     env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONHASHSEED": "0"}
+    torch = shared_torch(session)
     for flavor, mode in (("pristine", "--guard-record"), ("fixed", "--guard-against")):
         reqs = tmp / f"{flavor}-{pins}.txt"
         tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
-        session.install(*from_dist(session), *shared_torch(session), "-r", str(reqs), "pytest")
+        session.install(*from_dist(session), *torch, "-r", str(reqs), "pytest")
         session.run(
             "pytest",
             *modules,
