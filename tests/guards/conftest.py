@@ -128,6 +128,7 @@ def _upstream_version(package: str) -> str:
     return info["upstream"]["version"] if info["fixed"] else info["version"]
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m deselect: only the guards that run are checked
 def pytest_collection_modifyitems(config, items):
     state: State = config.guard_state
     packages = set()
@@ -138,6 +139,11 @@ def pytest_collection_modifyitems(config, items):
                 f"{item.nodeid}: every test under tests/guards needs @pytest.mark.guard(package=...)"
             )
         packages.add(marker.kwargs["package"])
+        if item.get_closest_marker("xfail") is not None:
+            raise pytest.UsageError(
+                f"{item.nodeid}: a guard cannot be xfail (it would swallow a difference): declare the difference "
+                "with @pytest.mark.intended(key, reason=...)"
+            )
         for intended in item.iter_markers("intended"):
             if len(intended.args) != 1 or not intended.kwargs.get("reason"):
                 raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.intended(key, reason=..., when=...) names why")
@@ -250,8 +256,8 @@ def _judge(item, record: dict) -> None:
     reference, record, occurred = _set_aside(declared, reference, record)
     found = guardkit.differences(reference, record)
     by_key = [m for m in declared if "match" not in m.kwargs]
-    unexplained = [d for d in found if not any(guardkit.covers(m.args[0], d[0]) for m in by_key)]
-    stale = [m for m in by_key if not any(guardkit.covers(m.args[0], d[0]) for d in found)]
+    unexplained = [d for d in found if not any(guardkit.covers(m.args[0], d) for m in by_key)]
+    stale = [m for m in by_key if not any(guardkit.covers(m.args[0], d) or m.args[0] == "*" for d in found)]
     stale += [m for m, seen in zip([m for m in declared if "match" in m.kwargs], occurred, strict=True) if not seen]
     if unexplained or stale:
         lines = [f"  {path}: pristine {_show(a)}, +fixed {_show(b)}" for path, a, b in unexplained]
@@ -265,8 +271,28 @@ def _judge(item, record: dict) -> None:
         raise GuardDifference(
             "the +fixed build differs from pristine where the guard declares no difference:\n" + "\n".join(lines)
         )
-    reasons = sorted({m.kwargs["reason"] for m in declared})
-    state.verdicts.append((item.nodeid, "same as pristine" + (f"; intended: {'; '.join(reasons)}" if reasons else "")))
+    state.verdicts.append((item.nodeid, _verdict(declared, found, occurred)))
+
+
+def _verdict(declared, found, occurred) -> str:
+    """What a passing guard says: equal, or which differences its declarations accepted, and why; a scenario in the
+    bug (``*``) says that it was not compared, only that the +fixed build raised nothing new."""
+    if any(m.args[0] == "*" for m in declared):
+        reasons = "; ".join(m.kwargs["reason"] for m in declared if m.args[0] == "*")
+        return f"NOT COMPARED, in the bug here ({reasons}); +fixed raised nothing pristine did not"
+    if not declared:
+        return "same as pristine"
+    accepted: dict[str, list[str]] = {}  # reason -> the differences it accepted
+    matching = [m for m in declared if "match" in m.kwargs]
+    for m in declared:
+        if "match" in m.kwargs:
+            if occurred[matching.index(m)]:
+                accepted.setdefault(m.kwargs["reason"], []).append(f"{m.args[0]} matching {m.kwargs['match']!r}")
+        else:
+            paths = [d[0] for d in found if guardkit.covers(m.args[0], d)]
+            accepted.setdefault(m.kwargs["reason"], []).extend(paths)
+    accepted_text = "; ".join(f"{', '.join(paths)} ({reason})" for reason, paths in accepted.items())
+    return "same as pristine except, as declared: " + accepted_text
 
 
 def _set_aside(declared, reference: dict, record: dict) -> tuple[dict, dict, list[bool]]:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import math
 import re
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,9 +54,7 @@ def forget_once() -> None:
     ``warning_once``), so that each scenario shows what it would show alone, whatever the scenarios before it did:
     a scenario that failed on one build before it reached a warning would otherwise move that warning to a later
     scenario on that build only."""
-    import sys
-
-    owners = [logging.Logger]
+    owners: list[type] = [logging.Logger]
     adapter = getattr(sys.modules.get("accelerate.logging"), "MultiProcessAdapter", None)
     if adapter is not None:
         owners.append(adapter)
@@ -71,6 +70,9 @@ def capture() -> Iterator[Captured]:
     """Every warning raised inside (the filter is "always": a warning that Python's default filter shows once per
     place is counted each time, alike in both runs) and every log record emitted at the loggers' levels."""
     forget_once()
+    torch = sys.modules.get("torch")
+    if torch is not None:  # torch's own warn-once warnings, shown once per process, would move between scenarios
+        torch.set_warn_always(True)
     got = Captured()
     handler = _Handler()
     loggers = [logging.getLogger(name) for name in LOGGERS]
@@ -159,7 +161,11 @@ def differences(reference: Any, got: Any, path: str = "") -> list[tuple[str, Any
     return [] if _same(reference, got) else [(path, reference, got)]
 
 
-def covers(key: str, path: str) -> bool:
-    """Whether a declared key covers a difference's path: the key itself, anything under it, or, for ``*``, the
-    whole record (a scenario that is in the bug on some releases, not next to it)."""
-    return key == "*" or path == key or path.startswith((key + ".", key + "["))
+def covers(key: str, difference: tuple[str, Any, Any]) -> bool:
+    """Whether a declared key covers a difference (path, pristine's value, +fixed's value): the key itself, anything
+    under it, or, for ``*``, the whole record (a scenario that is in the bug on some releases, not next to it), but
+    never an exception that the +fixed build raised where pristine raised none."""
+    path, reference, _ = difference
+    if key == "*":
+        return not (path == "raised" and reference is None)
+    return path == key or path.startswith((key + ".", key + "["))

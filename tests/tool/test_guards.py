@@ -49,6 +49,10 @@ FIXED = (
     PRISTINE.replace("def train(steps, start=4.158):", "def train(steps, start=4.158, planted=0.0):")
     .replace("return [start - 0.01 * i", "return [start + planted - 0.01 * i")
     .replace('        raise ValueError("cannot load onto meta")\n', "        pass\n")
+    .replace(
+        '    return "Model"',
+        '    if device_map == "meta-fixed-crash":\n        raise RuntimeError("new crash")\n    return "Model"',
+    )
     .replace('    return ["a.weight", "b.weight"]', '    return ["a.weight", "c.weight"]')
     .replace("def gather():\n    pass", 'def gather():\n    warnings.warn("gather of scalars")')
     + """
@@ -143,6 +147,18 @@ def test_declared_matching_warnings(observe):
 def test_declared_matching_warnings_and_another(observe):
     observe("losses", demo.train(1))
     _call("gather_and_more")
+
+
+@pytest.mark.intended("*", reason="pristine crashes here: the bug itself")
+def test_in_the_bug(observe):
+    observe("loaded", demo.load("meta"))
+
+
+@pytest.mark.intended("*", reason="pristine differs here: the bug itself")
+def test_in_the_bug_but_fixed_crashes(observe):
+    observe("losses", demo.train(1))
+    if FIXED:
+        demo.load("meta-fixed-crash")
 
 
 def test_not_in_the_reference(observe):
@@ -291,7 +307,8 @@ def test_an_exception_of_the_code_under_test_is_an_observation(compared):
 
 def test_a_declared_difference_passes_with_its_reason(compared):
     assert _outcome(compared, "test_declared") == "passed"
-    assert "test_declared\n    same as pristine; intended: the fix doubles a halved loss" in compared[0]
+    verdict = "same as pristine except, as declared: losses[0], losses[1], losses[2] (the fix doubles a halved loss)"
+    assert f"test_declared\n    {verdict}" in compared[0]
 
 
 def test_a_declaration_covers_only_its_key(compared):
@@ -311,9 +328,20 @@ def test_a_declaration_out_of_force_covers_nothing(compared):
 
 def test_a_declaration_on_matching_warnings_only(compared):
     assert _outcome(compared, "test_declared_matching_warnings") == "passed"
-    assert "intended: torch says it stacks scalars" in compared[0]
+    assert "warnings matching '^UserWarning: gather' (torch says it stacks scalars)" in compared[0]
     message = _outcome(compared, "test_declared_matching_warnings_and_another")
     assert 'warnings: pristine [], +fixed ["UserWarning: new"]' in message, message
+
+
+def test_a_scenario_in_the_bug_says_it_was_not_compared(compared):
+    assert _outcome(compared, "test_in_the_bug") == "passed"
+    assert "test_in_the_bug\n    NOT COMPARED, in the bug here (pristine crashes here: the bug itself)" in compared[0]
+
+
+def test_a_scenario_in_the_bug_still_fails_on_a_new_exception(compared):
+    message = _outcome(compared, "test_in_the_bug_but_fixed_crashes")
+    assert 'raised: pristine null, +fixed {"type": "RuntimeError", "message": "new crash"}' in message, message
+    assert "declared intended" not in message, message
 
 
 def test_a_guard_missing_from_the_reference_fails(compared):
@@ -364,6 +392,32 @@ def test_the_runs_must_be_the_right_builds(tmp_path):
     project.install(fixed=True, version="1.1.0")
     code, out, _ = project.run("--guard-against")
     assert code == 4 and "was recorded on demo 1.0.0, but this is a +fixed build of 1.1.0" in out, out
+
+
+def test_a_guard_cannot_be_xfail(tmp_path):
+    project = Project(tmp_path / "project")
+    project.guard(
+        "import pytest\n\npytestmark = pytest.mark.guard(package='demo')\n\n\n"
+        "@pytest.mark.xfail\ndef test_x(observe):\n    observe('x', 1)\n"
+    )
+    project.install()
+    code, out, _ = project.run("--guard-record")
+    assert code == 4 and "a guard cannot be xfail" in out, out
+
+
+def test_a_selection_compares_the_guards_it_selects(tmp_path):
+    """`-k` deselects before the builds are checked: the deselected guards' packages need not be installed."""
+    project = Project(tmp_path / "project")
+    project.guard(
+        "import pytest\n\npytestmark = pytest.mark.guard(package='demo')\n\n\n"
+        "def test_x(observe):\n    observe('x', 1)\n\n\n"
+        "@pytest.mark.guard(package='other')\ndef test_other(observe):\n    observe('y', 1)\n"
+    )
+    project.install()
+    assert project.run("--guard-record", "-k", "test_x")[0] == 0
+    project.install(fixed=True)
+    code, out, _ = project.run("--guard-against", "-k", "test_x")
+    assert code == 0, out
 
 
 def test_the_guards_of_a_set_are_its_patches_guard_tests(demo_project, capsys):
