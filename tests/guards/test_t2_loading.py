@@ -3,8 +3,8 @@
 The bug needs a tensor on meta when the model is dispatched (``ACCELERATE_INIT_INCLUDE_BUFFERS=1`` on 4.50, a meta
 default device, or a model that registers a buffer on meta). Next to it: an ordinary load, with and without
 ``device_map="auto"``; partial disk offload, whose weights stay on meta on purpose; and a meta default device
-without a ``device_map`` (a meta model on purpose, which upstream handles itself). Recorded: every parameter and
-buffer (device, dtype, sums), the device map, greedy tokens, and the warnings and log records.
+without a ``device_map`` or with one onto meta (a meta model on purpose, which upstream handles itself). Recorded:
+every parameter and buffer (device, dtype, sums), the device map, greedy tokens, and the warnings and log records.
 """
 
 from __future__ import annotations
@@ -71,4 +71,14 @@ def test_meta_default_device_without_device_map(observe, checkpoint, style):
             model = AutoModelForCausalLM.from_pretrained(checkpoint)
         finally:
             torch.set_default_device(None)
+    _record(observe, model, generate=False)
+
+
+@pytest.mark.parametrize("device_map", ["meta", {"": "meta"}], ids=["str", "dict"])
+def test_meta_default_device_with_a_meta_device_map(observe, checkpoint, device_map):
+    """A meta default device and a ``device_map`` that places the whole model on meta: a model on meta, on purpose."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, device_map=device_map)
     _record(observe, model, generate=False)

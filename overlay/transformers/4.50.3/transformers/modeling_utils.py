@@ -878,6 +878,12 @@ def _load_state_dict_into_meta_model(
     return disk_offload_index, cpu_offload_index
 
 
+def _places_everything_on_meta(device_map) -> bool:
+    """Whether a `device_map` ("meta", a `torch.device` or a dict of them) puts the whole model on meta, on purpose."""
+    devices = device_map.values() if isinstance(device_map, dict) else [device_map]
+    return all(str(device) == "meta" for device in devices)
+
+
 def _unfilled_meta_tensors(model: "PreTrainedModel", device_map: Optional[Dict] = None) -> List[str]:
     """Names of parameters and buffers on the meta device that nothing will fill. Tensors of modules that the
     device map offloads to disk are on meta on purpose (the hooks of `dispatch_model` load them), as are those it
@@ -4453,8 +4459,9 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
 
         # Under a meta default device every tensor read from the checkpoint would land on meta too, and dispatching it
         # to the `device_map` would fail later with a misleading "Cannot copy out of meta tensor": stop here with the
-        # cause. (Without a `device_map` nothing is dispatched, and the model stays where the context puts it.)
-        if device_map is not None and torch.empty(0).device.type == "meta":  # `with torch.device("meta")` or default
+        # cause. (Without a `device_map`, or with one that places the model on meta, nothing is loaded onto a device.)
+        meta_default = torch.empty(0).device.type == "meta"  # `with torch.device("meta")` or the default device
+        if meta_default and device_map is not None and not _places_everything_on_meta(device_map):
             raise _meta_tensors_error(model, _unfilled_meta_tensors(model), meta_default_device=True)
 
         # Make sure to tie the weights correctly

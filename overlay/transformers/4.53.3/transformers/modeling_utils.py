@@ -979,6 +979,12 @@ def load_shard_files_with_threadpool(args_list):
     return error_msgs, disk_offload_index, cpu_offload_index
 
 
+def _places_everything_on_meta(device_map) -> bool:
+    """Whether a `device_map` ("meta", a `torch.device` or a dict of them) puts the whole model on meta, on purpose."""
+    devices = device_map.values() if isinstance(device_map, dict) else [device_map]
+    return all(str(device) == "meta" for device in devices)
+
+
 def _unfilled_meta_tensors(model: "PreTrainedModel", device_map: Optional[dict] = None) -> list[str]:
     """Names of parameters and buffers on the meta device that nothing will fill. Tensors of modules that the
     device map offloads to disk are on meta on purpose (the hooks of `dispatch_model` load them), as are those it
@@ -4816,9 +4822,9 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, PushToHubMixin, PeftAdapterMi
 
         # Under a meta default device every tensor read from the checkpoint would land on meta too, and dispatching it
         # to the `device_map` would fail later with a misleading "Cannot copy out of meta tensor": stop here with the
-        # cause. (Without a `device_map`, the context became `{"": meta}`: nothing is dispatched.)
-        meta = torch.device("meta")
-        if get_torch_context_manager_or_global_device() == meta and device_map not in (None, {"": meta}):
+        # cause. (Without a `device_map` the context becomes `{"": meta}`: like a map onto meta, it loads nothing.)
+        meta_default = get_torch_context_manager_or_global_device() == torch.device("meta")
+        if meta_default and device_map is not None and not _places_everything_on_meta(device_map):
             raise _meta_tensors_error(model, _unfilled_meta_tensors(model), meta_default_device=True)
 
         # Make sure to tie the weights correctly
