@@ -108,6 +108,7 @@ def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, 
         "logging_steps": 1,
         "seed": 0,
         "disable_tqdm": True,
+        "max_grad_norm": 0.0,  # no clipping: the updated weights show a change of the gradients' scale
         **args_kw,
     }
     args = TrainingArguments(**fields)
@@ -166,13 +167,22 @@ def test_compute_loss_override_without_the_count(observe, tmp_path, monkeypatch,
     _observe(observe, trainer)
 
 
+def _declared_scale(reason):
+    """The loss, gradients and updated weights of a scenario whose n_gpu scale the fix corrects (5.x)."""
+
+    def mark(test):
+        for key in ("losses", "grad_norms", "weights"):
+            test = pytest.mark.intended(key, reason=reason, when="transformers>=4.57")(test)
+        return test
+
+    return mark
+
+
 @IN_THE_BUG
-@pytest.mark.intended(
-    "*",
-    reason="with average_tokens_across_devices=True pristine multiplies the replicas' losses by n_gpu, so a model "
-    "that returns its own mean loss got n_gpu times it; each replica now divides by its share of the count, and the "
-    "replicas' mean is the loss, with either setting",
-    when="transformers>=4.57",
+@_declared_scale(
+    "with average_tokens_across_devices=True pristine multiplies the replicas' losses by n_gpu, so a model that "
+    "returns its own mean loss got n_gpu times it; each replica now divides by its share of the count, and the "
+    "replicas' mean is the loss, with either setting"
 )
 def test_mean_loss_model_averaging_tokens(observe, tmp_path, monkeypatch):
     """A model that takes ``**kwargs`` and returns its own mean loss, ``average_tokens_across_devices=True`` (5.x's
@@ -184,6 +194,16 @@ def test_mean_loss_model_averaging_tokens(observe, tmp_path, monkeypatch):
 def test_mean_loss_model_not_averaging_tokens(observe, tmp_path, monkeypatch):
     """The same with ``average_tokens_across_devices=False``: each replica's mean, averaged, as before."""
     _observe(observe, _train(tmp_path, monkeypatch, _mean_loss_model(), average_tokens_across_devices=False))
+
+
+@IN_THE_BUG
+@_declared_scale(
+    "pristine multiplied the batch loss that the label smoother returns by n_gpu "
+    "(average_tokens_across_devices=True): n_gpu times the loss of one device; it is the batch loss now"
+)
+def test_label_smoothing(observe, tmp_path, monkeypatch):
+    """Trainer's label smoother (``label_smoothing_factor``) on the gathered outputs, with the count."""
+    _observe(observe, _train(tmp_path, monkeypatch, _model(), label_smoothing_factor=0.1))
 
 
 @IN_THE_BUG
