@@ -375,11 +375,12 @@ def test_a_skip_it_allows_is_listed(cannot_observe):
     assert cannot_observe["test_allowed_skip"] == "skipped"
 
 
+DEMO_GUARD = "import pytest\n\npytestmark = pytest.mark.guard(package='demo')\n\n\n"
+
+
 def test_the_runs_must_be_the_right_builds(tmp_path):
     project = Project(tmp_path / "project")
-    project.guard(
-        "import pytest\n\npytestmark = pytest.mark.guard(package='demo')\n\n\ndef test_x(observe):\n    pass\n"
-    )
+    project.guard(DEMO_GUARD + "def test_x(observe):\n    pass\n")
     project.install(fixed=True)
     code, out, _ = project.run("--guard-record")
     assert code == 4 and "--guard-record records the reference, which is pristine" in out, out
@@ -396,10 +397,7 @@ def test_the_runs_must_be_the_right_builds(tmp_path):
 
 def test_a_guard_cannot_be_xfail(tmp_path):
     project = Project(tmp_path / "project")
-    project.guard(
-        "import pytest\n\npytestmark = pytest.mark.guard(package='demo')\n\n\n"
-        "@pytest.mark.xfail\ndef test_x(observe):\n    observe('x', 1)\n"
-    )
+    project.guard(DEMO_GUARD + "@pytest.mark.xfail\ndef test_x(observe):\n    observe('x', 1)\n")
     project.install()
     code, out, _ = project.run("--guard-record")
     assert code == 4 and "a guard cannot be xfail" in out, out
@@ -409,8 +407,7 @@ def test_a_selection_compares_the_guards_it_selects(tmp_path):
     """`-k` deselects before the builds are checked: the deselected guards' packages need not be installed."""
     project = Project(tmp_path / "project")
     project.guard(
-        "import pytest\n\npytestmark = pytest.mark.guard(package='demo')\n\n\n"
-        "def test_x(observe):\n    observe('x', 1)\n\n\n"
+        DEMO_GUARD + "def test_x(observe):\n    observe('x', 1)\n\n\n"
         "@pytest.mark.guard(package='other')\ndef test_other(observe):\n    observe('y', 1)\n"
     )
     project.install()
