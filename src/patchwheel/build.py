@@ -24,8 +24,8 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from . import buildno, publish, rewrite, vendored
 from . import fetch as fetch_mod
-from . import publish, rewrite, vendored
 from .apply import apply_line
 from .config import Overlay, ReleaseLine
 from .errors import PatchwheelError
@@ -117,6 +117,7 @@ def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[st
 def build_line(line: ReleaseLine, out_dir: Path, *, log=print) -> Built:
     t0 = time.perf_counter()
     patches = load_series(line)  # lint
+    buildno.check(line)  # the wheel's name must be the series' own
     upstream_wheel = fetch_mod.fetch(line.package, line.wheel, log=log)  # fetch
     entries = rewrite.read(upstream_wheel)
     patched = apply_line(line, patches, {e.name: e.data for e in entries})  # apply
@@ -143,14 +144,14 @@ def pins_text(set_name: str, wheels: list[Published], hashed: bool) -> str:
             "# For a fully hash-locked requirements file, or on their own with --no-deps:",
             "#   pip install --no-deps --extra-index-url <index> -r <this file>",
         ]
-        body = [f"{w.package}=={w.fixed_version} --hash=sha256:{w.sha256}" for w in wheels]
+        body = [f"{w.package}=={w.fixed_version} --hash=sha256:{w.sha256}  # {w.filename}" for w in wheels]
     else:
         head = [
             f"# patchwheel constraints for the consumer set '{set_name}' (overlay/sets.toml).",
             "#   pip install --extra-index-url <index> -c <this file> transformers accelerate",
             "# Both pins matter: a bare or ranged name would pick the newest public release.",
         ]
-        body = [f"{w.package}=={w.fixed_version}  # sha256:{w.sha256}" for w in wheels]
+        body = [f"{w.package}=={w.fixed_version}  # {w.filename} sha256:{w.sha256}" for w in wheels]
     return "\n".join(head + body) + "\n"
 
 
@@ -249,8 +250,8 @@ def _check_stale(previous: list[Published] | None, built: list[Built], dist: Pat
                 f"({', '.join(prev.patches) or 'no patches'}; now "
                 f"{', '.join(p.name for p in b.patches) or 'no patches'}). dist/ was left as it was",
                 "if that wheel was never published, rerun with --clean to replace dist/; if it was, the index "
-                "will refuse a different file under the same name: change local-label in "
-                f"overlay/{b.line.package}/pins.toml (e.g. 'fixed.2') and rebuild",
+                "will refuse a different file under the same name: give the line its next build number "
+                f"(python -m patchwheel bump {b.line.package}=={b.line.version}) and rebuild",
             )
 
 

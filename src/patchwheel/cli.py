@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import config, patches, status
+from . import buildno, config, patches, status
 from .errors import PatchwheelError
 
 if TYPE_CHECKING:
@@ -66,12 +66,21 @@ def cmd_lint(args) -> int:
         problems = patches.lint_line(line, _root(args))
         if not problems:
             problems = matrix_problems(line, patches.load_series(line), matrix)
+        if not problems and (why := buildno.problem(line)):
+            problems = [why]
         n = len(patches.series_names(line)) if not problems else "?"
         print(f"{line.key}: {'ok' if not problems else 'FAILED'} ({n} patch(es))")
         for p in problems:
             print(f"  - {p}")
         bad += len(problems)
     return 1 if bad else 0
+
+
+def cmd_bump(args) -> int:
+    overlay = config.load(_root(args))
+    for line in overlay.select(args.lines):
+        buildno.bump(overlay, line)
+    return 0
 
 
 def _interpreter(python: str) -> str:
@@ -358,6 +367,12 @@ def parser() -> argparse.ArgumentParser:
     li = sub.add_parser("lint", help="check series and patch files (trailers, names, files)")
     li.add_argument("lines", nargs="*")
     li.set_defaults(func=cmd_lint)
+    bu = sub.add_parser(
+        "bump",
+        help="record a changed series under the line's next wheel build number (refresh, new and rebase do it)",
+    )
+    bu.add_argument("lines", nargs="*", help="pkg or pkg==version (default: every release line)")
+    bu.set_defaults(func=cmd_bump)
     s = sub.add_parser(
         "status",
         help="which transformers/accelerate are installed, which fixes they carry, and which known bugs affect them"

@@ -2,7 +2,8 @@
 
 Layout (relative to the project root)::
 
-    overlay/<pkg>/pins.toml        package settings + [release."X"] pins (wheel/sdist filename and sha256)
+    overlay/<pkg>/pins.toml        package settings + [release."X"] pins (wheel/sdist filename and sha256, and the
+                                   +fixed wheel's build number with the digest of the series it was given for)
     overlay/sets.toml              consumer sets: which release lines are installed together
     patches/<pkg>/<X>/series       patch order for release line X
 """
@@ -25,7 +26,7 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*$")
 #: The keys each file may have: anything else is a typo that would otherwise be ignored, leaving a default in place.
 PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release")
-RELEASE_KEYS = ("wheel", "sdist")
+RELEASE_KEYS = ("wheel", "sdist", "build")
 SETS_KEYS = ("set",)
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -87,6 +88,15 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class BuildRecord:
+    """``build = { number = N, series = "<sha256>" }``: the +fixed wheel's build number (PEP 427 build tag; the
+    first build has none) and the digest of the series it was given for (see :mod:`patchwheel.buildno`)."""
+
+    number: int
+    series: str
+
+
+@dataclass(frozen=True)
 class ReleaseLine:
     package: str
     version: str
@@ -96,6 +106,7 @@ class ReleaseLine:
     local_label: str
     import_name: str
     source_root: str
+    build: BuildRecord | None = None
 
     @property
     def fixed_version(self) -> str:
@@ -215,6 +226,21 @@ def _artifact(path: Path, version: str, kind: str, raw: object) -> Artifact:
     return Artifact(filename, sha)
 
 
+def _build_record(path: Path, version: str, raw: object) -> BuildRecord | None:
+    if raw is None:
+        return None
+    hint = 'write build = { number = 1, series = "<sha256>" }, or let `python -m patchwheel bump PKG==VERSION` write it'
+    where = f"{path}: release {version!r} build"
+    if not isinstance(raw, dict) or set(raw) != {"number", "series"}:
+        raise PatchwheelError(f"{where} must be a table with exactly 'number' and 'series'", hint)
+    number, series = raw["number"], raw["series"]
+    if type(number) is not int or number < 1:
+        raise PatchwheelError(f"{where}: number {number!r} is not a whole number of 1 or more", hint)
+    if not isinstance(series, str) or not SHA256.match(series):
+        raise PatchwheelError(f"{where}: series {series!r} is not 64 lower-case hex digits", hint)
+    return BuildRecord(number, series)
+
+
 def load(root: Path | str) -> Overlay:
     """Read overlay/*/pins.toml, overlay/sets.toml and check that patches/<pkg>/<X>/series exist."""
     root = Path(root).resolve()
@@ -269,6 +295,7 @@ def load(root: Path | str) -> Overlay:
                     local_label=local,
                     import_name=import_name,
                     source_root=source_root,
+                    build=_build_record(pins, version, raw.get("build")),
                 )
             )
         lines[package] = sorted(pkg_lines, key=lambda ln: Version(ln.version))

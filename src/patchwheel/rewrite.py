@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from . import buildno
 from .config import ReleaseLine, path_problem
 from .errors import PatchwheelError
 
@@ -60,8 +61,11 @@ def wheel_names(line: ReleaseLine) -> WheelNames:
     name, version, rest = filename.split("-", 2)  # a valid name has no '-' in its project or version part
     if version != line.version:
         raise PatchwheelError(f"wheel {filename} is not version {line.version}", "fix the pin")
+    if rest.count("-") == 3:  # upstream's own build tag names upstream's builds, not ours: ours replaces it
+        rest = rest.split("-", 1)[1]
     fixed = line.fixed_version
-    return WheelNames(name, f"{name}-{version}.dist-info", f"{name}-{fixed}.dist-info", f"{name}-{fixed}-{rest}")
+    build = f"{tag}-" if (tag := buildno.tag(line)) else ""
+    return WheelNames(name, f"{name}-{version}.dist-info", f"{name}-{fixed}.dist-info", f"{name}-{fixed}-{build}{rest}")
 
 
 def _replace_once(data: bytes, pattern: str, repl: str, what: str) -> bytes:
@@ -72,6 +76,16 @@ def _replace_once(data: bytes, pattern: str, repl: str, what: str) -> bytes:
             "upstream changed its layout: extend patchwheel.rewrite for this release",
         )
     return new
+
+
+def with_build_line(wheel: bytes, tag: str) -> bytes:
+    """WHEEL's ``Build:`` line says the file name's build tag (PEP 427): ours, or none for a first build; upstream's
+    own, if it had one, goes, as the file name's does. Unchanged bytes when there is nothing to say."""
+    new = re.sub(rb"^Build: [^\r\n]*\r?\n", b"", wheel, flags=re.M)
+    if tag:
+        nl = b"\r\n" if b"\r\n" in new else b"\n"
+        new = new.rstrip(b"\r\n") + nl + f"Build: {tag}".encode() + nl
+    return wheel if new == wheel else new  # the same object: upstream's compressed bytes are kept
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,8 @@ def plan(
                     f"'Version: {line.version}' line in METADATA",
                 )
                 metadata_info = e.info
+            if name == f"{names.new_distinfo}/WHEEL":
+                data = with_build_line(data, buildno.tag(line))
             if created and not any(o.name.startswith(names.new_distinfo) for o in out):
                 # files new to the package go right before the dist-info folder
                 out += [Entry(_info(e.info, path), patched[path]) for path in created]  # type: ignore[arg-type]

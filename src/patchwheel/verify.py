@@ -2,7 +2,8 @@
 
 1. RECORD lists every entry once, with the right sha256 and size (pip and uv do not check this at install).
 2. The file list equals upstream's (dist-info renamed) plus our manifest and files the patches create.
-3. Only the expected entries differ from upstream: patched files, ``__init__.py``, METADATA, RECORD.
+3. Only the expected entries differ from upstream: patched files, ``__init__.py``, METADATA, RECORD, and WHEEL
+   by its ``Build:`` line alone (the file name's build tag).
 4. Every patch is present: undoing the series, last patch first, restores upstream's bytes exactly.
 5. The version agrees in the file name, the dist-info name, METADATA and ``__version__``.
 """
@@ -15,11 +16,12 @@ import json
 import re
 from pathlib import Path
 
+from . import buildno
 from .apply import reverse_series
 from .config import ReleaseLine
 from .errors import PatchwheelError
 from .patches import Patch
-from .rewrite import MANIFEST_NAME, Entry, read, record_hash, wheel_names
+from .rewrite import MANIFEST_NAME, Entry, read, record_hash, wheel_names, with_build_line
 
 
 def check_record(entries: list[Entry], record_name: str) -> list[str]:
@@ -69,11 +71,16 @@ def verify(
     manifest = json.loads(new_data.get(manifest_path, b"{}") or b"{}")
     # (lint guarantees every touched path maps into the wheel)
     patched_paths = {w for patch in patches for p in patch.touched if (w := line.wheel_path(p)) is not None}
+    wheel_file = f"{names.new_distinfo}/WHEEL"
     expected_changed = {
         f"{line.import_name}/__init__.py",
         f"{names.new_distinfo}/METADATA",
         f"{names.new_distinfo}/RECORD",
+        wheel_file,
     } | patched_paths
+    tag = buildno.tag(line)
+    if wheel_file in old_data and new_data.get(wheel_file) != with_build_line(old_data[wheel_file], tag):
+        problems.append(f"{wheel_file} is not upstream's with the Build line of build tag {tag or '(none)'}")
     added = set(new_data) - set(old_data)
     removed = set(old_data) - set(new_data)
     problems += [f"unexpected new entry {n}" for n in sorted(added - patched_paths - {manifest_path})]

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from patchwheel import config  # noqa: E402
 from patchwheel.fetch import sha256_file  # noqa: E402
 from patchwheel.patches import load_series  # noqa: E402
+from patchwheel.rewrite import wheel_names  # noqa: E402
 
 SET = os.environ.get("PATCHWHEEL_E2E_SET", "latest")
 
@@ -134,9 +135,7 @@ def _twine(url, files, user=USER, password=PASSWORD):
 
 def _wheels():
     overlay = config.load(ROOT)
-    names = [
-        f"{pkg}-{ver}+{overlay.line(pkg, ver).local_label}-py3-none-any.whl" for pkg, ver in overlay.sets[SET].items()
-    ]
+    names = [wheel_names(overlay.line(pkg, ver)).filename for pkg, ver in overlay.sets[SET].items()]
     wheels = [DIST / n for n in names]
     missing = [w for w in wheels if not w.is_file()]
     if missing:
@@ -219,3 +218,70 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
     assert proof.returncode == 0 and counts, proof.stdout[-3000:] + proof.stderr[-2000:]
     assert int(counts.group(1)) > 0, proof.stdout[-3000:]
     assert f"carrying {first.name}: passed" in proof.stdout
+
+
+def _builds_of(line, tmp_path: Path) -> Path:
+    """The line's next build, made as a maintainer makes it: a copy of the project whose last patch has a reworded
+    message (the smallest change of a series), `vendor`, `bump`, `build`. Returns the wheel."""
+    project = tmp_path / "project"
+    for part in (f"overlay/{line.package}", f"patches/{line.package}", "tests/proof", "tests/guards"):
+        shutil.copytree(ROOT / part, project / part)
+    last = project / "patches" / line.package / line.version / load_series(line)[-1].name
+    text = last.read_text()
+    subject_end = text.index("\n\n", text.index("\nSubject: ")) + 2
+    last.write_text(
+        text[:subject_end] + "This message was reworded after the first build was published.\n" + text[subject_end:]
+    )
+    tool = [sys.executable, "-m", "patchwheel", "--root", str(project)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for step in (["vendor", line.key.replace("/", "==")], ["bump", line.key.replace("/", "==")]):
+        subprocess.run(tool + step, check=True, capture_output=True, env=env)
+    dist = tmp_path / "dist"
+    subprocess.run(
+        tool + ["build", line.key.replace("/", "=="), "--dist", str(dist)], check=True, capture_output=True, env=env
+    )
+    (wheel,) = dist.glob("*.whl")
+    return wheel
+
+
+def _installed_build(python: str, package: str) -> str | None:
+    """The Build line of the installed distribution's WHEEL file (None: a first build, which has no tag)."""
+    code = f"import importlib.metadata as m; print(m.distribution({package!r}).read_text('WHEEL'))"
+    wheel = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout
+    found = re.search(r"^Build: (\S+)$", wheel, re.M)
+    return found.group(1) if found else None
+
+
+def test_pip_and_uv_install_the_newest_build_and_hashed_pins_the_file_they_name(server, tmp_path):
+    """A series change is published as the next build of the same version (`…+fixed-2-…`): `==X+fixed` gets it
+    from pip and from uv, and the hash-locked pins of the first build keep installing exactly that file."""
+    overlay = config.load(ROOT)
+    line = overlay.line("accelerate", overlay.sets[SET]["accelerate"])
+    first = DIST / wheel_names(line).filename
+    assert line.build and line.build.number == 1 and first.is_file(), "the committed line is its first build"
+    second = _builds_of(line, tmp_path)
+    assert second.name == f"{line.package}-{line.fixed_version}-2-py3-none-any.whl"
+    url, packages = server["url"], server["packages"]
+    res = _twine(url, [w for w in (first, second) if not (packages / w.name).is_file()])
+    assert res.returncode == 0, res.stdout + res.stderr
+    index = ["--index-url", f"{url}/simple/", "--no-deps"]
+
+    env_dir = tmp_path / "pip-consumer"
+    venv.create(env_dir, with_pip=True)
+    py = str(env_dir / "bin" / "python")
+    pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-compile", *index]
+    subprocess.run(pip + [f"{line.package}=={line.fixed_version}"], check=True, capture_output=True)
+    assert _installed_build(py, line.package) == "2"
+    pinned = next(ln for ln in (DIST / f"pins-{SET}.txt").read_text().splitlines() if ln.startswith(line.package))
+    assert f"# {first.name}" in pinned
+    (tmp_path / "pins.txt").write_text(pinned + "\n")
+    subprocess.run(pip + ["--force-reinstall", "-r", str(tmp_path / "pins.txt")], check=True, capture_output=True)
+    assert _installed_build(py, line.package) is None, "the hash-locked pin installs the file it names"
+
+    uv_env = tmp_path / "uv-consumer"
+    uv = [sys.executable, "-m", "uv"]
+    subprocess.run(uv + ["venv", "--python", sys.executable, str(uv_env)], check=True, capture_output=True)
+    uv_py = str(uv_env / "bin" / "python")
+    install = uv + ["pip", "install", "--python", uv_py, "--no-cache", *index]
+    subprocess.run(install + [f"{line.package}=={line.fixed_version}"], check=True, capture_output=True)
+    assert _installed_build(uv_py, line.package) == "2"

@@ -120,6 +120,8 @@ class Demo:
             'package = "demo"\nimport-name = "demo"\nsource-root = "src"\nlocal-label = "fixed"\n\n'
             f'[release."1.0.0"]\nwheel = {{ filename = "{self.upstream.name}", sha256 = "{sha256 or self.sha256}" }}\n'
         )
+        if (self.patch_dir / "series").is_file():
+            self.bump()
 
     def set_series(self, *patches: tuple[str, bytes]) -> None:
         for old in self.patch_dir.glob("*.patch"):
@@ -128,6 +130,19 @@ class Demo:
             (self.patch_dir / name).write_bytes(data)
         (self.patch_dir / "series").write_text("".join(f"{n}\n" for n, _ in patches))
         self.vendor()
+        self.bump()
+
+    def bump(self) -> None:
+        """Record the series' build number as the tool's own series commands do (`patchwheel bump`); a series
+        that cannot be read keeps the record it had (its test gets the build's own error)."""
+        from patchwheel import buildno
+        from patchwheel.errors import PatchwheelError
+
+        try:
+            overlay = self.load()
+            buildno.bump(overlay, overlay.line("demo", "1.0.0"), log=lambda m: None)
+        except PatchwheelError:
+            pass
 
     def vendor(self) -> None:
         """Write overlay/demo/1.0.0/ as `nox -s vendor` does, when the series applies (a test of a broken series

@@ -25,6 +25,7 @@ from conftest import CORE, other_patch_set
 SRC = Path(__file__).resolve().parents[2] / "src"
 OLD_WHEEL = "demo-1.0.0+fixed-py3-none-any.whl"
 NEW_WHEEL = "demo-1.1.0+fixed-py3-none-any.whl"
+OTHER_WHEEL = "demo-1.0.0+fixed-2-py3-none-any.whl"  # demo 1.0.0 once other_patch_set has changed its series
 
 
 def _build(demo, dist=None, **kw):
@@ -58,6 +59,7 @@ def _two_lines(demo) -> None:
     sets = demo.root / "overlay" / "sets.toml"
     sets.write_text(sets.read_text() + '\n[set.latest]\ndemo = "1.1.0"\n')
     demo.vendor()
+    assert cli.main(["--root", str(demo.root), "bump", "demo==1.1.0"]) == 0  # as a maintainer pinning a line does
 
 
 def _consumer_files(out: str) -> list[Path]:
@@ -178,7 +180,7 @@ def test_publish_never_leaves_a_moment_without_dist(demo_project, monkeypatch):
     _build(demo_project, clean=True)
     assert gaps == []
     assert swaps == [True], "published by one exchange"
-    assert _snapshot(dist) != before and (dist / OLD_WHEEL).is_file(), "the new build was published"
+    assert _snapshot(dist) != before and (dist / OTHER_WHEEL).is_file(), "the new build was published"
     assert _siblings(dist) == []
 
 
@@ -215,7 +217,7 @@ def test_fallback_swap_failure_leaves_dist_exactly_as_before(demo_project, monke
     monkeypatch.setattr(os, "replace", real)
     monkeypatch.setattr(os, "rename", real)
     _build(demo_project, clean=True)  # the two-rename swap itself works
-    assert _snapshot(dist) != before and (dist / OLD_WHEEL).is_file()
+    assert _snapshot(dist) != before and (dist / OTHER_WHEEL).is_file()
     assert _siblings(dist) == []
 
 

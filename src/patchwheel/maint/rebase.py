@@ -27,7 +27,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from .. import config, fetch, gitops, vendored
+from .. import buildno, config, fetch, gitops, vendored
 from ..config import Artifact, Overlay
 from ..errors import PatchwheelError
 from ..patches import Patch, load_series, parse_patch
@@ -229,6 +229,7 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
     pins.write_text(text)
     log(f"wrote {target}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pins}")
     fresh = config.load(overlay.root)  # with the new pin
+    buildno.bump(fresh, fresh.line(package, version), log=log)  # its first build
     vendored.write(fresh, [fresh.line(package, version)], log=lambda m: None)
     log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
     log("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
@@ -248,4 +249,5 @@ def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:
                 log(f"refreshed {p.path}")
     if vendored.write(overlay, [line], log=lambda m: None):
         log(f"wrote the fixed modules of {line.key} into overlay/{line.key}/")
+    buildno.bump(overlay, line, log=log)
     return 0

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import fetch, gitops, vendored
+from .. import buildno, fetch, gitops, vendored
 from ..apply import ScratchTree, apply_line, explain_failure
 from ..config import Overlay, ReleaseLine, path_problem
 from ..errors import PatchwheelError
@@ -266,6 +266,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
         return 0
     _write_patches(out)
     vendored.write(overlay, [line], log=lambda m: None)
+    buildno.bump(overlay, line, log=log)
     files = ", ".join(sorted(str(line.wheel_path(p)) for p in edits.edited))
     log(f"refreshed {_rel(overlay, target.path)} from the edit of {files}")
     for q in later:
@@ -387,6 +388,7 @@ def new(
     text = series_file.read_text()
     series_file.write_text(text + ("" if text.endswith("\n") or not text else "\n") + name + "\n")
     vendored.write(overlay, [line], log=lambda m: None)
+    buildno.bump(overlay, line, log=log)
     files = ", ".join(sorted(str(line.wheel_path(p)) for p in edits.edited))
     log(f"wrote {_rel(overlay, line.patch_dir / name)} from the edit of {files}")
     log(f"{'wrote the stub' if stub else 'kept'} {test} ({'it fails until written' if stub else 'it exists'})")

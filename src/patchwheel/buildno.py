@@ -1,0 +1,135 @@
+"""Build numbers: a published wheel's file name never gets other bytes.
+
+A +fixed wheel is named after its upstream release and the local label (``accelerate-1.15.0+fixed-…``), but what
+it holds depends on the patch series: a reworded patch message changes the manifest inside, a new patch the code.
+An index refuses a second file under a published name, and a consumer who has the first must be able to tell the
+two apart. So each series a line is built from gets its own wheel build number (PEP 427's build tag, the tie-break
+between files of one version): the first build of a line has none, as every +fixed wheel published before build
+numbers, and each series change after it gets the next number, ``accelerate-1.15.0+fixed-2-py3-none-any.whl``.
+pip and uv install the highest build of a version, so ``accelerate==1.15.0+fixed`` keeps meaning the newest.
+
+``overlay/<pkg>/pins.toml`` records, in each ``[release."X"]`` table, the number and the digest of the series it
+was given for::
+
+    build = { number = 2, series = "<sha256 of the series>" }
+
+lint and the build refuse a series whose digest is not the recorded one (a changed series under an old number);
+:func:`bump` records the next number, and the commands that change a series themselves (refresh, new, fold,
+rebase) call it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from . import config
+from .config import BuildRecord, Overlay, ReleaseLine
+from .errors import PatchwheelError
+
+
+def series_digest(line: ReleaseLine) -> str:
+    """The sha256 of the series as the build reads it: each listed patch's name and the sha256 of its bytes, in
+    order (comments and blank lines of ``series`` do not count; they change nothing in the wheel)."""
+    from .patches import series_names
+
+    h = hashlib.sha256()
+    for name in series_names(line):
+        path = line.patch_dir / name
+        if not path.is_file():
+            raise PatchwheelError(f"series entry {name} has no file {path}", "add the file or remove the entry")
+        h.update(f"{name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
+def tag(line: ReleaseLine) -> str:
+    """The wheel's build tag: "" for the first build (and for a line that records none), else its number."""
+    return str(line.build.number) if line.build and line.build.number > 1 else ""
+
+
+def _bump_command(line: ReleaseLine) -> str:
+    return f"python -m patchwheel bump {line.package}=={line.version}"
+
+
+def problem(line: ReleaseLine) -> str | None:
+    """Why the line's recorded build number does not name its series; None when it does."""
+    pins = f"overlay/{line.package}/pins.toml"
+    try:
+        digest = series_digest(line)
+    except PatchwheelError as exc:
+        return exc.message
+    if line.build is None:
+        return (
+            f'{pins} [release."{line.version}"] records no build number for the series: run `{_bump_command(line)}` '
+            f'(it writes build = {{ number = 1, series = "{digest}" }})'
+        )
+    if line.build.series != digest:
+        return (
+            f"patches/{line.key}/ changed since build {line.build.number} was recorded in {pins}: a wheel name "
+            f"that may be published must not get other bytes; run `{_bump_command(line)}` (build "
+            f"{line.build.number + 1})"
+        )
+    return None
+
+
+def check(line: ReleaseLine) -> None:
+    """:func:`problem` as an error (what the build calls before it names a wheel)."""
+    if why := problem(line):
+        raise PatchwheelError(f"{line.key}: {why}", "then rebuild; docs/maintainers.md, 'Build numbers', says why")
+
+
+_TABLE = re.compile(r"""^\s*\[\s*release\s*\.\s*(["'])(?P<version>[^"']+)\1\s*\]\s*(#.*)?$""")
+_BUILD_KEY = re.compile(r"^\s*build\s*=")
+
+
+def bump(overlay: Overlay, line: ReleaseLine, log=print) -> BuildRecord:
+    """Record the line's series under the next build number (1 for a line without one) in its pins.toml; nothing
+    changes when the recorded number already names this series. Returns the record in force."""
+    digest = series_digest(line)
+    if line.build is not None and line.build.series == digest:
+        log(f"{line.key}: build {line.build.number} records this series already")
+        return line.build
+    record = BuildRecord(line.build.number + 1 if line.build else 1, digest)
+    pins = overlay.root / "overlay" / line.package / "pins.toml"
+    write_record(pins, line.version, record)
+    if config.load(overlay.root).line(line.package, line.version).build != record:  # what the next load reads
+        raise PatchwheelError(
+            f"{pins}: the build record written for {line.version} does not read back",
+            f'write build = {{ number = {record.number}, series = "{digest}" }} in [release."{line.version}"]',
+        )
+    log(f"{line.key}: build {record.number} recorded for this series in {pins.relative_to(overlay.root)}")
+    return record
+
+
+def write_record(pins: Path, version: str, record: BuildRecord) -> None:
+    """Set ``build = {...}`` in the ``[release."<version>"]`` table of ``pins``, keeping every other line (its
+    comments too), atomically: a reader sees the old file or the new one, never a half-written one."""
+    lines = pins.read_text().splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if (m := _TABLE.match(ln)) and m["version"] == version), None)
+    entry = f'build = {{ number = {record.number}, series = "{record.series}" }}\n'
+    if start is None:
+        raise PatchwheelError(
+            f'{pins} has no [release."{version}"] table header the tool can find',
+            f"add {entry.strip()} to that release's table by hand",
+        )
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+    at = next((i for i in range(start + 1, end) if _BUILD_KEY.match(lines[i])), None)
+    if at is not None:
+        lines[at] = entry
+    else:
+        last = max(i for i in range(start, end) if lines[i].strip() and not lines[i].lstrip().startswith("#"))
+        if not lines[last].endswith("\n"):
+            lines[last] += "\n"
+        lines.insert(last + 1, entry)
+    fd, tmp = tempfile.mkstemp(dir=pins.parent, prefix=".pins-", suffix=".toml")
+    try:
+        os.fchmod(fd, pins.stat().st_mode & 0o777)
+        with os.fdopen(fd, "w") as fh:
+            fh.write("".join(lines))
+        os.replace(tmp, pins)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,119 @@
+"""Build numbers: a changed series never gets a published wheel's file name (PEP 427 build tags)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import zipfile
+
+import pytest
+
+from patchwheel import buildno, cli
+from patchwheel.config import BuildRecord
+from patchwheel.errors import PatchwheelError
+
+
+def _run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _wheel_file(path, member: str) -> str:
+    with zipfile.ZipFile(path) as zf:
+        return zf.read(member).decode()
+
+
+def test_a_reworded_patch_gets_the_next_build_number(demo_project):
+    """A fresh clone building a series whose patch message was reworded made a file with other bytes under the
+    published name. Now lint and the build refuse the old number, `bump` records the next one, and the build names
+    the wheel by it (file name and WHEEL's Build line)."""
+    root = str(demo_project.root)
+    dist = demo_project.root / "dist"
+    assert _run("--root", root, "build")[0] == 0
+    first = dist / "demo-1.0.0+fixed-py3-none-any.whl"
+    assert "Build:" not in _wheel_file(first, "demo-1.0.0+fixed.dist-info/WHEEL")  # the first build has no tag
+    published = first.read_bytes()
+
+    patch = demo_project.patch_dir / "0001-greet-comma.patch"
+    patch.write_bytes(patch.read_bytes().replace(b"Greet with a comma", b"Greet people with a comma"))
+    demo_project.vendor()  # the overlay follows the series, as `nox -s vendor` makes it
+    rc, out, _ = _run("--root", root, "lint")
+    assert rc == 1, out
+    assert "patches/demo/1.0.0/ changed since build 1 was recorded in overlay/demo/pins.toml" in out
+    assert "run `python -m patchwheel bump demo==1.0.0` (build 2)" in out
+    rc, _, err = _run("--root", root, "build")
+    assert rc == 2 and "changed since build 1 was recorded" in err, err
+    assert first.read_bytes() == published and sorted(p.name for p in dist.glob("*.whl")) == [first.name]
+
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    before = pins.read_text()
+    rc, out, _ = _run("--root", root, "bump", "demo")
+    assert rc == 0 and "demo/1.0.0: build 2 recorded" in out, out
+    after = pins.read_text()
+    record = demo_project.load().line("demo").build
+    assert record == BuildRecord(2, buildno.series_digest(demo_project.load().line("demo")))
+    assert [ln for ln in after.splitlines() if not ln.startswith("build =")] == [
+        ln for ln in before.splitlines() if not ln.startswith("build =")
+    ], "bump changes the build line alone"
+    assert _run("--root", root, "lint")[0] == 0
+    rc, out, _ = _run("--root", root, "bump", "demo")
+    assert rc == 0 and "build 2 records this series already" in out and pins.read_text() == after
+
+    assert _run("--root", root, "build")[0] == 0
+    second = dist / "demo-1.0.0+fixed-2-py3-none-any.whl"
+    assert sorted(p.name for p in dist.glob("*.whl")) == [second.name]
+    assert _wheel_file(second, "demo-1.0.0+fixed.dist-info/WHEEL").endswith("\nBuild: 2\n")
+    assert f"# {second.name}" in (dist / "pins-default.txt").read_text()
+    assert f"# {second.name} sha256:" in (dist / "constraints-default.txt").read_text()
+
+
+def test_bump_writes_the_first_record_and_keeps_every_other_line(demo_project):
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    text = pins.read_text()
+    bare = "\n".join(ln for ln in text.splitlines() if not ln.startswith("build =")) + "\n"
+    pins.write_text("# a comment the maintainer wrote\n" + bare + "# and one at the end\n")
+    line = demo_project.load().line("demo")
+    assert line.build is None
+    assert "records no build number for the series" in (buildno.problem(line) or "")
+    with pytest.raises(PatchwheelError, match="records no build number"):
+        buildno.check(line)
+    record = buildno.bump(demo_project.load(), line, log=lambda m: None)
+    assert record == BuildRecord(1, buildno.series_digest(line))
+    assert pins.read_text() == (
+        "# a comment the maintainer wrote\n"
+        + bare
+        + f'build = {{ number = 1, series = "{record.series}" }}\n'
+        + "# and one at the end\n"
+    )
+    assert buildno.problem(demo_project.load().line("demo")) is None
+
+
+def test_the_digest_is_the_series_as_built(demo_project):
+    """Comments in `series` change nothing in the wheel, so nothing in the digest; the order of patches does."""
+    line = demo_project.load().line("demo")
+    digest = buildno.series_digest(line)
+    series = demo_project.patch_dir / "series"
+    series.write_text("# a note\n\n" + series.read_text())
+    assert buildno.series_digest(line) == digest
+    (demo_project.patch_dir / "0001-greet-comma.patch").write_bytes(b"")
+    assert buildno.series_digest(line) != digest
+
+
+@pytest.mark.parametrize(
+    ("record", "error"),
+    [
+        ("build = 2", "must be a table with exactly 'number' and 'series'"),
+        ('build = { number = 2, series = "abc" }', "series 'abc' is not 64 lower-case hex digits"),
+        (f'build = {{ number = 0, series = "{"a" * 64}" }}', "number 0 is not a whole number of 1 or more"),
+        (f'build = {{ number = "2", series = "{"a" * 64}" }}', "number '2' is not a whole number of 1 or more"),
+        (f'build = {{ number = 2, series = "{"a" * 64}", when = 1 }}', "exactly 'number' and 'series'"),
+    ],
+)
+def test_a_bad_build_record_is_refused(demo_project, record, error):
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    pins.write_text("\n".join(ln for ln in pins.read_text().splitlines() if not ln.startswith("build =")) + "\n")
+    pins.write_text(pins.read_text() + record + "\n")
+    rc, _, err = _run("--root", str(demo_project.root), "lint")
+    assert rc == 2 and error in err and "python -m patchwheel bump" in err, err
