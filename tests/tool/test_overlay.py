@@ -160,10 +160,12 @@ def test_refresh_changes_exactly_that_patch(demo_project):
     two_patches(demo_project, _util)  # 0002 adds another file
     before = _patch_files(demo_project.root)
     old = patches.load_series(demo_project.load().line("demo"))
+    number = demo_project.load().line("demo").build.number
     _edit(_module(demo_project), b'"hello, " + name', b'"hello, " + name.strip()')
     assert refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None) == 0
     after = _patch_files(demo_project.root)
     assert [k for k in after if after[k] != before[k]] == ["patches/demo/1.0.0/0001-greet-comma.patch"]
+    assert demo_project.load().line("demo").build.number == number + 1, "a changed series is the next build"
     new = patches.load_series(demo_project.load().line("demo"))
     assert (new[0].subject, new[0].message, new[0].trailers) == (old[0].subject, old[0].message, old[0].trailers)
     assert b'+    return "hello, " + name.strip()' in new[0].raw

@@ -60,6 +60,7 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     overlay = demo_project.load()
     assert [ln.version for ln in overlay.lines["demo"]] == ["1.0.0", "1.1.0"]
     assert patches.lint_line(overlay.line("demo", "1.1.0"), demo_project.root) == []
+    assert overlay.line("demo", "1.1.0").build.number == 1, "a new line starts at its first build"
     assert (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").is_file(), "rebase vendors"
     assert vendored.check(overlay) == []
     built = build_mod.build(overlay, demo_project.root / "dist", log=lambda m: None)  # both lines build
