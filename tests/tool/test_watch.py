@@ -657,3 +657,69 @@ def genuine_value(genuine, path):
 @pytest.fixture
 def watched(demo_project, monkeypatch, tmp_path, capsys):
     return demo_project, tmp_path, capsys, watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
+
+
+# --- the workflows: pinned actions, no stored credentials, hashed installs where a token can write ------------------
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+#: `uses: owner/repo[/path]@<40 hex> # vX[.Y.Z]`: a tag can be moved, a commit cannot; the comment says which tag.
+PINNED = re.compile(r"^\s*(?:- )?uses: [\w.-]+/[\w.-]+(?:/[\w./-]+)?@[0-9a-f]{40} # v\d+(?:\.\d+)*$")
+
+
+def steps(doc: dict) -> list[tuple[str, dict]]:
+    return [(name, step) for name, job in doc["jobs"].items() for step in job.get("steps", [])]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_by_commit_and_every_checkout_keeps_no_credentials(path):
+    lines = [line for line in path.read_text().splitlines() if re.match(r"^\s*(?:- )?uses:", line)]
+    used = [step["uses"] for _, step in steps(yaml.safe_load(path.read_text())) if "uses" in step]
+    assert len(lines) == len(used) > 0  # every step that uses an action is one `uses:` line
+    unpinned = [line.strip() for line in lines if not PINNED.match(line)]
+    assert not unpinned, f"not pinned by a commit sha with its tag in a comment: {unpinned}"
+    checkouts = [
+        step for _, step in steps(yaml.safe_load(path.read_text())) if "actions/checkout@" in step.get("uses", "")
+    ]
+    assert checkouts and all(step.get("with", {}).get("persist-credentials") is False for step in checkouts)
+
+
+def test_a_job_that_can_write_installs_only_hashed_requirements():
+    """A job whose token can write (the watch's merge: it pushes a branch and opens a pull request) installs only
+    what a lock file names, each file checked by its sha256, wheels only (no build code runs)."""
+    writers = 0
+    for path in WORKFLOWS:
+        doc = yaml.safe_load(path.read_text())
+        for job in doc["jobs"].values():
+            permissions = {**doc.get("permissions", {}), **job.get("permissions", {})}
+            if "write" not in permissions.values():
+                continue
+            writers += 1
+            installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+            assert installs, "a job that runs the tool installs its requirements"
+            for script in installs:
+                words = shlex.split(script)
+                assert {"--require-hashes", "--only-binary", "--no-deps"} <= set(words), script
+                lock = ROOT / words[words.index("-r") + 1]
+                requirements = [r for r in lock.read_text().split("\n") if r and not r[0].isspace() and r[0] != "#"]
+                assert requirements and all(re.match(r"^[\w.-]+==[\w.]+ \\$", r) for r in requirements), requirements
+                assert lock.read_text().count("--hash=sha256:") >= len(requirements)
+            assert all("-e" not in shlex.split(s.get("run", "")) for s in job["steps"])  # nothing unhashed, no build
+    assert writers == 1
+
+
+def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
+    """No cell job can replace another's fragment: each uploads one file under a name made of its line and release
+    (computed before any upstream code runs), and the merge downloads each artifact into its own folder."""
+    cell = workflow("upstream-watch.yml")["jobs"]["cell"]["steps"]
+    key = next(step for step in cell if step.get("id") == "key")
+    assert key["env"] == {"LINE": "${{ matrix.line }}", "RELEASE": "${{ matrix.release }}"}
+    assert key["run"] == 'echo "name=${LINE//\\//-}-$RELEASE" >> "$GITHUB_OUTPUT"'
+    assert cell.index(key) < min(i for i, step in enumerate(cell) if "python -m" in step.get("run", ""))
+    (upload,) = [step for step in cell if "actions/upload-artifact@" in step.get("uses", "")]
+    assert upload["with"]["name"] == "fragment-${{ steps.key.outputs.name }}"
+    assert upload["with"]["path"] == "fragments/${{ steps.key.outputs.name }}.json"
+    merge_job = workflow("upstream-watch.yml")["jobs"]["merge"]["steps"]
+    (download,) = [step for step in merge_job if "actions/download-artifact@" in step.get("uses", "")]
+    assert download["with"] == {"pattern": "fragment-*", "path": "fragments"}  # merge-multiple: false
+    merging = next(step for step in merge_job if "--merge" in step.get("run", ""))
+    assert "shopt -s globstar nullglob" in merging["run"] and "--merge fragments/**/*.json" in merging["run"]
