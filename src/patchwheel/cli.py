@@ -182,6 +182,10 @@ def cmd_guards(args) -> int:
 def cmd_upstream(args) -> int:
     from .maint import upstream, watch
 
+    if args.cells and not args.merge:
+        raise PatchwheelError(
+            "--cells is the list of cells --merge takes", "add --merge FRAGMENT..., or leave out --cells"
+        )
     if args.list_new or args.merge or args.fragment:
         return _watch(args, upstream, watch)
     if args.line:
@@ -248,8 +252,13 @@ def _watch(args, upstream, watch) -> int:
         watch.write_fragment(overlay, args.line, release, Path(args.fragment), args.workers)
         return 0
     if args.releases or args.line:
-        raise PatchwheelError("--merge takes fragment files only", "e.g. --merge fragments/*.json")
-    matrix, attention = watch.merge(overlay, [Path(f) for f in args.merge])
+        raise PatchwheelError("--merge takes fragment files only", "e.g. --merge fragments/*/*.json --cells cells.json")
+    if not args.cells:
+        raise PatchwheelError(
+            "--merge needs --cells: the list step's cells, which are all it merges",
+            "save what `patchwheel upstream --list-new` printed in the same run, and pass it: --cells cells.json",
+        )
+    matrix, attention = watch.merge(overlay, [Path(f) for f in args.merge], Path(args.cells))
     upstream._write(overlay.root / "patches" / "STATUS.json", matrix)
     for line in attention:
         print(f"needs a maintainer: {line}")
@@ -407,6 +416,9 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--line", help="with --fragment: the release line, e.g. transformers/5.23.0")
     u.add_argument("--fragment", metavar="FILE", help="check one cell (--line and one pkg==release) into FILE")
     u.add_argument("--merge", nargs="+", metavar="FRAGMENT", help="merge fragments into patches/STATUS.*")
+    u.add_argument(
+        "--cells", metavar="FILE", help="with --merge: the cells --list-new printed; only fragments of those are merged"
+    )
     u.add_argument("--text-only", action="store_true", help="skip the proof tests")
     u.add_argument("--check", action="store_true", help="compare with the committed matrix instead of writing")
     u.add_argument("--workers", type=int, default=2)

@@ -5,6 +5,9 @@ everything else (index, wheels, text check, the CLI) is real."""
 
 from __future__ import annotations
 
+import copy
+import functools
+import hashlib
 import json
 import re
 import shlex
@@ -13,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 from packaging.version import Version
 
 from patchwheel import cli
@@ -132,15 +137,36 @@ def dropped_by_its_proof(demo) -> None:
     demo.set_series(("0001-greet-comma.patch", make_patch(files, edit_greet, "Greet with a comma", trailers)))
 
 
+def listed(demo, release: str, line: str = "demo/1.0.0") -> dict[str, str]:
+    """A cell as --list-new prints it: the line, the release, and the release's wheel with its sha256."""
+    wheel = demo.upstream.parent / f"demo-{release}-py3-none-any.whl"
+    sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    return {"line": line, "package": "demo", "release": release, "wheel": wheel.name, "sha256": sha256}
+
+
+def list_cells(capsys, demo, tmp_path) -> list[dict]:
+    """The list step: --list-new, its output saved to tmp_path/cells.json as the merge job saves it."""
+    code, out, err = main(capsys, demo.root, "upstream", "--list-new")
+    assert code == 0, err
+    (tmp_path / "cells.json").write_text(out)
+    return json.loads(out)
+
+
+def merge(capsys, demo, tmp_path, *fragments: Path) -> tuple[int, str, str]:
+    """The merge step, with the list step's cells."""
+    paths = [str(f) for f in fragments]
+    return main(capsys, demo.root, "upstream", "--merge", *paths, "--cells", str(tmp_path / "cells.json"))
+
+
 def watch_setup(demo, monkeypatch, tmp_path, capsys, fixed_from: str | None) -> Path:
-    """A committed matrix over 1.1.0, then upstream publishes 1.2.0 and the cell job writes its fragment."""
+    """A committed matrix over 1.1.0, then upstream publishes 1.2.0, the list step lists it and the cell job writes
+    its fragment."""
     dropped_by_its_proof(demo)
     releases(demo, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert main(capsys, demo.root, "upstream")[0] == 0
     releases(demo, "1.2.0")
-    code, out, _ = main(capsys, demo.root, "upstream", "--list-new")
-    assert code == 0 and json.loads(out) == [{"line": "demo/1.0.0", "package": "demo", "release": "1.2.0"}]
+    assert list_cells(capsys, demo, tmp_path) == [listed(demo, "1.2.0")]
     fake_proofs(monkeypatch, tmp_path, fixed_from=fixed_from)
     fragment = tmp_path / "fragments" / "demo-1.0.0-1.2.0.json"
     code, _, err = main(
@@ -152,7 +178,7 @@ def watch_setup(demo, monkeypatch, tmp_path, capsys, fixed_from: str | None) -> 
 
 def test_watch_merges_a_new_release_and_lists_nothing_after(demo_project, monkeypatch, tmp_path, capsys):
     fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
-    code, out, err = main(capsys, demo_project.root, "upstream", "--merge", str(fragment))
+    code, out, err = merge(capsys, demo_project, tmp_path, fragment)
     assert code == 0, out + err
     cells = row(demo_project)
     assert cells["1.2.0"]["behaviour"] == "fails" and cells["1.1.0"]["behaviour"] == "fails"
@@ -162,7 +188,7 @@ def test_watch_merges_a_new_release_and_lists_nothing_after(demo_project, monkey
 
 def test_watch_fails_with_rebase_commands_where_a_patch_becomes_droppable(demo_project, monkeypatch, tmp_path, capsys):
     fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from="1.2.0")
-    code, out, _ = main(capsys, demo_project.root, "upstream", "--merge", str(fragment))
+    code, out, _ = merge(capsys, demo_project, tmp_path, fragment)
     assert code == 1
     assert (
         "needs a maintainer: demo/1.0.0 0001-greet-comma.patch becomes droppable on demo 1.2.0 (its proof passes "
@@ -177,6 +203,7 @@ def test_watch_fails_where_a_patch_stops_applying(demo_project, monkeypatch, tmp
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert main(capsys, demo_project.root, "upstream")[0] == 0
     demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', b'f"hello {name}"'))  # the patched line changed
+    list_cells(capsys, demo_project, tmp_path)
     fragment = tmp_path / "f.json"
     assert (
         main(capsys, demo_project.root, "upstream", "--line", "demo/1.0.0", "demo==1.2.0", "--fragment", str(fragment))[
@@ -184,7 +211,7 @@ def test_watch_fails_where_a_patch_stops_applying(demo_project, monkeypatch, tmp
         ]
         == 0
     )
-    code, out, _ = main(capsys, demo_project.root, "upstream", "--merge", str(fragment))
+    code, out, _ = merge(capsys, demo_project, tmp_path, fragment)
     assert code == 1 and "0001-greet-comma.patch stops applying on demo 1.2.0 (text: conflict" in out
 
 
@@ -194,7 +221,7 @@ def test_merge_refuses_a_fragment_of_another_patch_series(demo_project, monkeypa
     fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
     before = (demo_project.root / "patches" / "STATUS.json").read_bytes()
     other_patch_set(demo_project)
-    code, _, err = main(capsys, demo_project.root, "upstream", "--merge", str(fragment))
+    code, _, err = merge(capsys, demo_project, tmp_path, fragment)
     assert code == 2 and "was judged with another patch series of demo/1.0.0" in err
     assert (demo_project.root / "patches" / "STATUS.json").read_bytes() == before  # nothing half-written
 
@@ -202,7 +229,10 @@ def test_merge_refuses_a_fragment_of_another_patch_series(demo_project, monkeypa
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--merge", "missing.json"], "cannot read the fragment missing.json"),
+        (["--merge", "f.json"], "--merge needs --cells: the list step's cells"),
+        (["--merge", "f.json", "--cells", "missing.json"], "cannot read the list of cells missing.json"),
+        (["--cells", "c.json"], "--cells is the list of cells --merge takes"),
+        (["--list-new", "--cells", "c.json"], "--cells is the list of cells --merge takes"),
         (["--fragment", "f.json", "demo==1.2.0"], "--fragment checks one cell"),
         (["--line", "demo/1.0.0", "demo==0.9.0", "--fragment", "f.json"], "is not newer than the line"),
         (["--line", "nope", "demo==1.2.0", "--fragment", "f.json"], "is not a release of the line nope"),
@@ -220,8 +250,11 @@ def test_merge_refuses_a_file_that_is_not_a_fragment(demo_project, tmp_path, cap
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert main(capsys, demo_project.root, "upstream")[0] == 0
     status_json = demo_project.root / "patches" / "STATUS.json"
-    code, _, err = main(capsys, demo_project.root, "upstream", "--merge", str(status_json))
+    (tmp_path / "cells.json").write_text("[]")
+    code, _, err = merge(capsys, demo_project, tmp_path, status_json)
     assert code == 2 and "is not a fragment of this tool" in err
+    code, _, err = merge(capsys, demo_project, tmp_path, tmp_path / "missing.json")
+    assert code == 2 and f"cannot read the fragment {tmp_path / 'missing.json'}" in err
 
 
 # --- the workflows run the commands that exist ---------------------------------------------------------------------
@@ -249,11 +282,15 @@ def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
     assert [c[:2] for c in commands] == [["upstream", "--list-new"], ["upstream", "--line"], ["upstream", "--merge"]]
     for words in commands:
         cli.parser().parse_args(words)  # every option the workflow passes exists (argparse exits otherwise)
-    keys = {"line", "package", "release"}  # what --list-new emits per cell (tested above)
+    keys = set(watch.CELL_KEYS)  # what --list-new emits per cell (tested above)
     cell = doc["jobs"]["cell"]
     used = set(re.findall(r"\bmatrix\.(\w+)", json.dumps(cell)))
     assert used <= keys, used - keys
     assert doc["jobs"]["merge"]["needs"] == ["list", "cell"]
+    merging = next(step for step in doc["jobs"]["merge"]["steps"] if "--merge" in step.get("run", ""))
+    assert merging["env"]["CELLS"] == "${{ needs.list.outputs.cells }}"  # the list job's cells, as it printed them
+    assert commands[-1][-2:] == ["--cells", "$RUNNER_TEMP/cells.json"]
+    assert 'printf \'%s\\n\' "$CELLS" > "$RUNNER_TEMP/cells.json"' in merging["run"]
     assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # yaml reads the key `on` as True
 
 
@@ -307,7 +344,7 @@ def test_merge_refuses_fragments_of_another_torch(demo_project, monkeypatch, tmp
     fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
     data = json.loads(fragment.read_text())
     fragment.write_text(json.dumps({**data, "torch": "9.9.9"}))
-    code, _, err = main(capsys, demo_project.root, "upstream", "--merge", str(fragment))
+    code, _, err = merge(capsys, demo_project, tmp_path, fragment)
     assert code == 2 and "judged with torch 9.9.9, the committed matrix with torch" in err
 
 
@@ -328,8 +365,7 @@ def test_list_new_lists_a_late_patch_release_of_an_older_series(demo_project, mo
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert main(capsys, demo_project.root, "upstream")[0] == 0
     releases(demo_project, "1.1.1")  # published after 2.0.0
-    code, out, _ = main(capsys, demo_project.root, "upstream", "--list-new")
-    assert json.loads(out) == [{"line": "demo/1.0.0", "package": "demo", "release": "1.1.1"}]
+    assert list_cells(capsys, demo_project, tmp_path) == [listed(demo_project, "1.1.1")]
 
 
 @pytest.mark.parametrize(
@@ -366,3 +402,324 @@ def test_progress_without_rich_prints_plain_lines(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("[1/2 ") and "ETA" in res.stdout and res.stdout.rstrip().endswith("] one")
+
+
+# --- the merge trusts nothing a cell job wrote ---------------------------------------------------------------------
+
+
+def forge(fragment: Path, edit) -> None:
+    data = json.loads(fragment.read_text())
+    edit(data)
+    fragment.write_text(json.dumps(data))
+
+
+def fake_release(data: dict) -> None:
+    """The cell claims a release the list step never produced (9.9.9): on main it merged with exit 0."""
+    data["line"]["releases"][0].update(version="9.9.9", wheel="demo-9.9.9-py3-none-any.whl")
+    cells = data["line"]["patches"][0]["cells"]
+    cells["9.9.9"] = cells.pop("1.2.0")
+
+
+FORGERIES = {
+    "fake-release": (fake_release, "line.releases[0].version: 9.9.9 is not a cell of the list for demo/1.0.0 (1.2.0)"),
+    "other-wheel": (
+        lambda d: d["line"]["releases"][0].update(sha256="0" * 64),
+        f"line.releases[0].sha256: '{'0' * 64}' is not the listed ",
+    ),
+    "unknown-line": (
+        lambda d: d["line"].update(line="demo/0.1.0"),
+        "line.line: 'demo/0.1.0' is not a release line of this checkout (gone since the cell ran?)",
+    ),
+    "text": (
+        lambda d: d["line"]["patches"][0]["cells"]["1.2.0"].update(text="<b>clean</b>"),
+        "line.patches[0].cells['1.2.0'].text: '<b>clean</b>' is not a text result (clean, offset, 3-way, "
+        "already-upstream, conflict)",
+    ),
+    "drop-when": (
+        lambda d: d["line"]["patches"][0].update(drop_when="demo>=1.2.0"),
+        "line.patches[0].drop_when: 'demo>=1.2.0' is not the drop_when of 0001-greet-comma.patch",
+    ),
+    "drop-when-met": (
+        lambda d: d["line"]["patches"][0]["cells"]["1.2.0"].update(drop_when_met=True),
+        "line.patches[0].cells['1.2.0'].drop_when_met: True is not what Drop-When says (None)",
+    ),
+    "companions": (lambda d: d["line"].update(companions=["torch==0"]), "line.companions: ['torch==0'] are not"),
+    "torch": (lambda d: d.update(torch="<i>2</i>"), "torch: '<i>2</i>' is not a version"),
+    "schema-bool": (lambda d: d.update(schema=True), "schema: True is not an integer"),
+    "html-subject": (
+        lambda d: d["line"]["patches"][0].update(subject="<img src=x onerror=alert(1)> | `x`"),
+        "line.patches[0].subject: '<img src=x onerror=alert(1)> | `x`' is not the subject of 0001-greet-comma.patch",
+    ),
+    "verdict": (
+        lambda d: d["line"]["patches"][0]["cells"]["1.2.0"].update(behaviour="maybe"),
+        "line.patches[0].cells['1.2.0'].behaviour: 'maybe' is not a verdict (passes, fails, error)",
+    ),
+    "type": (lambda d: d["line"]["releases"][0].update(yanked="no"), "line.releases[0].yanked: 'no' is not a bool"),
+    "extra-key": (lambda d: d["line"].update(notes="<b>hi</b>"), "line: unexpected key 'notes'"),
+    "cells-list": (lambda d: d["line"]["patches"][0].update(cells=[]), "line.patches[0].cells: [] is not an object"),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_merge_refuses_a_forged_fragment_and_writes_nothing(demo_project, monkeypatch, tmp_path, capsys, forgery):
+    edit, message = FORGERIES[forgery]
+    fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
+    forge(fragment, edit)
+    before = {p.name: p.read_bytes() for p in (demo_project.root / "patches").glob("STATUS.*")}
+    code, out, err = merge(capsys, demo_project, tmp_path, fragment)
+    assert (code, out) == (2, ""), out + err
+    assert err.startswith(f"error: fragment {fragment}: {message}"), err
+    assert len(err.splitlines()) == 2 and err.splitlines()[1].startswith("  fix: "), err
+    assert {p.name: p.read_bytes() for p in (demo_project.root / "patches").glob("STATUS.*")} == before
+
+
+def test_status_md_escapes_the_text_it_shows():
+    """A proof's detail is upstream's own message (``<class 'torch.Tensor'>``, a ``|``, backticks, a newline): in
+    STATUS.md it reads as written, never as HTML, a link, a new table column or a new block."""
+    detail = "expected <class 'torch.Tensor'> | got `None`\n# Heading [x](http://e) *b* \\ <script>"
+    cell = {"text": "clean", "behaviour": "fails", "behaviour_detail": detail, "drop_when_met": True}
+    cell["flags"] = upstream._flags(True, "fails")
+    matrix = {
+        "torch": "2.13.0",
+        "lines": [
+            {
+                "line": "demo/1.0.0",
+                "companions": ["other==1.0 <b>"],
+                "releases": [{"version": "1.2.0", "wheel": "w", "sha256": "s", "yanked": False}],
+                "patches": [
+                    {
+                        "name": "0001-a|b.patch",
+                        "drop_when": "demo>=1.1.0",
+                        "upstream_status": "Submitted `x` <y>",
+                        "proof_test": "tests/proof/test_demo.py::test_greet",
+                        "cells": {"1.2.0": cell},
+                    }
+                ],
+            }
+        ],
+    }
+    md = upstream.render(matrix)
+    assert "Proofs ran with other==1.0 &lt;b&gt; and torch 2.13.0." in md
+    assert "| 0001-a\\|b | C ✗ ⚠ |" in md
+    assert (
+        "- 0001-a\\|b.patch: Drop-When `demo>=1.1.0`; Upstream-Status ``Submitted `x` <y>``; "
+        "test `tests/proof/test_demo.py::test_greet`"
+    ) in md
+    note = (
+        "- 0001-a\\|b.patch vs 1.2.0: Drop-When is met but the proof still fails: upstream's fix differs or is "
+        "partial (expected &lt;class 'torch.Tensor'&gt; \\| got \\`None\\` # Heading \\[x\\](http://e) \\*b\\* "
+        "\\\\ &lt;script&gt;)"
+    )
+    assert note in md.splitlines()
+    assert "<" not in md.replace("<y>", "")  # no HTML, but inside a code span
+
+
+def test_merge_takes_one_fragment_a_cell(demo_project, monkeypatch, tmp_path, capsys):
+    """A cell job that uploads a second fragment for another cell cannot replace that cell's own: both are refused."""
+    fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
+    twin = tmp_path / "other-cell" / fragment.name
+    twin.parent.mkdir()
+    twin.write_bytes(fragment.read_bytes())
+    code, out, err = merge(capsys, demo_project, tmp_path, fragment, twin)
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        f"error: fragment {twin}: line.releases[0].version: demo/1.0.0 vs 1.2.0 is the cell of {fragment} too: "
+        "one fragment a cell\n  fix: "
+    ), err
+    assert "1.2.0" not in (demo_project.root / "patches" / "STATUS.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("cells", "message"),
+    [
+        ('{"line": "demo/1.0.0"}', "is {'line': 'demo/1.0.0'}, not a list"),
+        (
+            '[{"line": "demo/1.0.0"}]',
+            "[0] is {'line': 'demo/1.0.0'}, not a cell (line, package, release, wheel, sha256",
+        ),
+        ("[1]", "[0] is 1, not a cell"),
+        ("not json", "cannot read the list of cells"),
+        (
+            json.dumps([dict.fromkeys(watch.CELL_KEYS, "x") | {"line": "demo/0.1.0", "package": "demo"}]),
+            "[0] names 'demo/0.1.0' ('demo'), not a line of this checkout",
+        ),
+        (
+            json.dumps([dict.fromkeys(watch.CELL_KEYS, "x") | {"line": "demo/1.0.0", "package": "demo"}]),
+            "[0]: release 'x' is not a version",
+        ),
+    ],
+)
+def test_merge_refuses_a_list_of_cells_it_cannot_read(demo_project, monkeypatch, tmp_path, capsys, cells, message):
+    fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
+    (tmp_path / "cells.json").write_text(cells)
+    before = (demo_project.root / "patches" / "STATUS.json").read_bytes()
+    code, out, err = merge(capsys, demo_project, tmp_path, fragment)
+    assert (code, out) == (2, "") and err.startswith("error: ") and message in err, err
+    assert (demo_project.root / "patches" / "STATUS.json").read_bytes() == before
+
+
+def test_merge_refuses_a_verdict_on_a_feature(demo_project, monkeypatch, tmp_path, capsys):
+    """A feature's cells are n/a (no proof judges it): a fragment that says its proof passes is refused."""
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    feature = {**TRAILERS, "Feature-Test": "tests/proof/test_demo.py", "Drop-When": "demo>=9"}
+    del feature["Proof-Test"]
+    demo_project.set_series(
+        ("0001-greet-comma.patch", make_patch(files, edit_greet, "Greet with a comma", TRAILERS)),
+        (
+            "0002-a-feature.patch",
+            make_patch(files, lambda f: {**f, "src/demo/__init__.py": INIT + b"X = 1\n"}, "F", feature),
+        ),
+    )
+    releases(demo_project, "1.1.0")
+    fake_proofs(monkeypatch, tmp_path, fixed_from=None)
+    assert main(capsys, demo_project.root, "upstream")[0] == 0
+    releases(demo_project, "1.2.0")
+    list_cells(capsys, demo_project, tmp_path)
+    fragment = tmp_path / "f.json"
+    args = ("upstream", "--line", "demo/1.0.0", "demo==1.2.0", "--fragment", str(fragment))
+    assert main(capsys, demo_project.root, *args)[0] == 0
+    assert json.loads(fragment.read_text())["line"]["patches"][1]["cells"]["1.2.0"]["behaviour"] == "n/a"
+    forge(fragment, lambda d: d["line"]["patches"][1]["cells"]["1.2.0"].update(behaviour="passes"))
+    code, out, err = merge(capsys, demo_project, tmp_path, fragment)
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        f"error: fragment {fragment}: line.patches[1].cells['1.2.0'].behaviour: 'passes' is not n/a: "
+        "0002-a-feature.patch is a feature, which no proof judges\n"
+    ), err
+
+
+# Any change to a genuine fragment, generated: refused with one error line and nothing written, unless it changes only
+# what the merge cannot check (a detail's text, another valid verdict or text result, the yanked flag).
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+UNCHECKED = {
+    "text_detail": lambda v: type(v) is str,
+    "behaviour_detail": lambda v: type(v) is str,
+    "yanked": lambda v: type(v) is bool,
+    "text": lambda v: type(v) is str and v in upstream.TEXT_CODE,
+    "behaviour": lambda v: type(v) is str and v in watch.VERDICTS,
+}
+
+
+def _nodes(value, path=()):
+    yield path, value
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        yield from _nodes(child, (*path, key))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_merge_refuses_any_change_it_can_check(watched, data):
+    demo, tmp_path, capsys, fragment = watched
+    genuine = json.loads(fragment.read_text())
+    nodes = list(_nodes(genuine))
+    how = data.draw(st.sampled_from(["replace", "delete", "add-key"]), label="how")
+    forged = copy.deepcopy(genuine)
+    if how == "add-key":
+        path = data.draw(st.sampled_from([path for path, value in nodes if isinstance(value, dict)]), label="path")
+        target = genuine_value(forged, path)
+        target[data.draw(st.text(max_size=6).filter(lambda k: k not in target), label="key")] = None
+    else:
+        path = data.draw(st.sampled_from([path for path, _ in nodes[1:]]), label="path")
+        parent = genuine_value(forged, path[:-1])
+        if how == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            how, new = "replace", data.draw(JSON, label="value")
+            parent[path[-1]] = new
+    may_pass = how == "replace" and (
+        new == genuine_value(genuine, path) or UNCHECKED.get(path[-1], lambda v: False)(new)
+    )
+    forged_file = tmp_path / "forged.json"
+    forged_file.write_text(json.dumps(forged))
+    status = {p: p.read_bytes() for p in (demo.root / "patches").glob("STATUS.*")}
+    code, out, err = merge(capsys, demo, tmp_path, forged_file)
+    note(f"rc={code}\nout={out}\nerr={err}")
+    assert "Traceback" not in out + err
+    if code in (0, 1):
+        assert may_pass, "a forged fragment was merged"
+        for p, data_ in status.items():
+            p.write_bytes(data_)
+        return
+    assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 2, err
+    assert err.splitlines()[1].startswith("  fix: ")
+    assert {p: p.read_bytes() for p in status} == status
+
+
+def genuine_value(genuine, path):
+    return functools.reduce(lambda node, key: node[key], path, genuine)
+
+
+@pytest.fixture
+def watched(demo_project, monkeypatch, tmp_path, capsys):
+    return demo_project, tmp_path, capsys, watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
+
+
+# --- the workflows: pinned actions, no stored credentials, hashed installs where a token can write ------------------
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+#: `uses: owner/repo[/path]@<40 hex> # vX[.Y.Z]`: a tag can be moved, a commit cannot; the comment says which tag.
+PINNED = re.compile(r"^\s*(?:- )?uses: [\w.-]+/[\w.-]+(?:/[\w./-]+)?@[0-9a-f]{40} # v\d+(?:\.\d+)*$")
+
+
+def steps(doc: dict) -> list[tuple[str, dict]]:
+    return [(name, step) for name, job in doc["jobs"].items() for step in job.get("steps", [])]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_by_commit_and_every_checkout_keeps_no_credentials(path):
+    lines = [line for line in path.read_text().splitlines() if re.match(r"^\s*(?:- )?uses:", line)]
+    used = [step["uses"] for _, step in steps(yaml.safe_load(path.read_text())) if "uses" in step]
+    assert len(lines) == len(used) > 0  # every step that uses an action is one `uses:` line
+    unpinned = [line.strip() for line in lines if not PINNED.match(line)]
+    assert not unpinned, f"not pinned by a commit sha with its tag in a comment: {unpinned}"
+    checkouts = [
+        step for _, step in steps(yaml.safe_load(path.read_text())) if "actions/checkout@" in step.get("uses", "")
+    ]
+    assert checkouts and all(step.get("with", {}).get("persist-credentials") is False for step in checkouts)
+
+
+def test_a_job_that_can_write_installs_only_hashed_requirements():
+    """A job whose token can write (the watch's merge: it pushes a branch and opens a pull request) installs only
+    what a lock file names, each file checked by its sha256, wheels only (no build code runs)."""
+    writers = 0
+    for path in WORKFLOWS:
+        doc = yaml.safe_load(path.read_text())
+        for job in doc["jobs"].values():
+            permissions = {**doc.get("permissions", {}), **job.get("permissions", {})}
+            if "write" not in permissions.values():
+                continue
+            writers += 1
+            installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+            assert installs, "a job that runs the tool installs its requirements"
+            for script in installs:
+                words = shlex.split(script)
+                assert {"--require-hashes", "--only-binary", "--no-deps"} <= set(words), script
+                lock = ROOT / words[words.index("-r") + 1]
+                requirements = [r for r in lock.read_text().split("\n") if r and not r[0].isspace() and r[0] != "#"]
+                assert requirements and all(re.match(r"^[\w.-]+==[\w.]+ \\$", r) for r in requirements), requirements
+                assert lock.read_text().count("--hash=sha256:") >= len(requirements)
+            assert all("-e" not in shlex.split(s.get("run", "")) for s in job["steps"])  # nothing unhashed, no build
+    assert writers == 1
+
+
+def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
+    """No cell job can replace another's fragment: each uploads one file under a name made of its line and release
+    (computed before any upstream code runs), and the merge downloads each artifact into its own folder."""
+    cell = workflow("upstream-watch.yml")["jobs"]["cell"]["steps"]
+    key = next(step for step in cell if step.get("id") == "key")
+    assert key["env"] == {"LINE": "${{ matrix.line }}", "RELEASE": "${{ matrix.release }}"}
+    assert key["run"] == 'echo "name=${LINE//\\//-}-$RELEASE" >> "$GITHUB_OUTPUT"'
+    assert cell.index(key) < min(i for i, step in enumerate(cell) if "python -m" in step.get("run", ""))
+    (upload,) = [step for step in cell if "actions/upload-artifact@" in step.get("uses", "")]
+    assert upload["with"]["name"] == "fragment-${{ steps.key.outputs.name }}"
+    assert upload["with"]["path"] == "fragments/${{ steps.key.outputs.name }}.json"
+    merge_job = workflow("upstream-watch.yml")["jobs"]["merge"]["steps"]
+    (download,) = [step for step in merge_job if "actions/download-artifact@" in step.get("uses", "")]
+    assert download["with"] == {"pattern": "fragment-*", "path": "fragments"}  # merge-multiple: false
+    merging = next(step for step in merge_job if "--merge" in step.get("run", ""))
+    assert "shopt -s globstar nullglob" in merging["run"] and "--merge fragments/**/*.json" in merging["run"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 import sys
 import threading
 import time
@@ -151,6 +152,22 @@ def companions(overlay: Overlay, line: ReleaseLine) -> list[tuple[str, Artifact]
     return [(pkg, overlay.lines[pkg][-1].wheel) for pkg in overlay.packages() if pkg != line.package]
 
 
+def companion_pins(overlay: Overlay, line: ReleaseLine) -> list[str]:
+    """The companions as a line of the matrix records them: ``pkg==version``."""
+    return [f"{pkg}=={proofenv.wheel_version(a.filename)}" for pkg, a in companions(overlay, line)]
+
+
+def patch_fields(patch: Patch) -> dict[str, str | None]:
+    """What a row of the matrix records of its patch, besides the cells: its name, subject and trailers."""
+    return {
+        "name": patch.name,
+        "subject": patch.subject,
+        "drop_when": patch.trailers.get("Drop-When"),
+        "upstream_status": patch.trailers.get("Upstream-Status"),
+        "proof_test": patch.trailers.get("Proof-Test") or patch.trailers.get("Feature-Test"),
+    }
+
+
 def drop_when_met(patch: Patch | dict, version: str) -> bool | None:
     """Whether the patch's release condition holds for ``version``; None when it is not a release condition."""
     cond = patch.trailers.get("Drop-When", "") if isinstance(patch, Patch) else (patch.get("drop_when") or "")
@@ -273,19 +290,9 @@ def check_line(
 
     result: dict[str, Any] = {
         "line": line.key,
-        "companions": [f"{pkg}=={proofenv.wheel_version(a.filename)}" for pkg, a in companions(overlay, line)],
+        "companions": companion_pins(overlay, line),
         "releases": [{"version": v, "wheel": a.filename, "sha256": a.sha256, "yanked": y} for v, a, y in releases],
-        "patches": [
-            {
-                "name": p.name,
-                "subject": p.subject,
-                "drop_when": p.trailers.get("Drop-When"),
-                "upstream_status": p.trailers.get("Upstream-Status"),
-                "proof_test": p.trailers.get("Proof-Test") or p.trailers.get("Feature-Test"),
-                "cells": cells[p.name],
-            }
-            for p in series
-        ],
+        "patches": [{**patch_fields(p), "cells": cells[p.name]} for p in series],
     }
     with Progress(f"{line.key}", len(releases) + (0 if bisect else len(wanted))) as progress:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -549,6 +556,25 @@ def compare(committed: dict, fresh_lines: list[dict]) -> list[str]:
     return out
 
 
+#: Markdown punctuation that could start emphasis, a link, a code span or a table column in STATUS.md's running
+#: text (a backslash escapes each in CommonMark and GitHub's tables); ``&``, ``<``, ``>`` become HTML entities.
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]|~"} | {"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def md_text(text: object) -> str:
+    """``text`` as one line of literal Markdown: a proof's detail is upstream's own message (``<class ...>``, a
+    ``|``, backticks, newlines), and a fragment of the watch was written by a job that ran upstream's code."""
+    return " ".join(str(text).splitlines()).translate(_MD_SPECIAL)
+
+
+def md_code(text: object) -> str:
+    """``text`` as one Markdown code span: fenced by more backticks than it holds in a row (CommonMark)."""
+    one_line = " ".join(str(text).splitlines())
+    fence = "`" * (1 + max((len(run) for run in re.findall(r"`+", one_line)), default=0))
+    pad = " " if one_line.startswith("`") or one_line.endswith("`") else ""
+    return f"{fence}{pad}{one_line}{pad}{fence}"
+
+
 def render(matrix: dict, per_table: int = 10) -> str:
     out = [
         "# Patch status against newer upstream releases",
@@ -570,12 +596,12 @@ def render(matrix: dict, per_table: int = 10) -> str:
     ]
     for line in matrix["lines"]:
         out += [
-            f"## {line['line']}",
+            f"## {md_text(line['line'])}",
             "",
-            f"Proofs ran with {', '.join(line['companions'])} and torch {matrix.get('torch')}.",
+            f"Proofs ran with {md_text(', '.join(line['companions']))} and torch {md_text(matrix.get('torch'))}.",
             "",
         ]
-        versions = [r["version"] + (" *(y)*" if r["yanked"] else "") for r in line["releases"]]
+        versions = [md_text(r["version"]) + (" *(y)*" if r["yanked"] else "") for r in line["releases"]]
         keys = [r["version"] for r in line["releases"]]
         notes = []
         for start in range(0, len(keys), per_table):
@@ -594,15 +620,15 @@ def render(matrix: dict, per_table: int = 10) -> str:
                     if cell["flags"]:
                         mark += " ⚠"
                         notes.append(
-                            f"- {p['name']} vs {v}: {cell['flags'][0]}"
-                            + (f" ({cell.get('behaviour_detail')})" if cell.get("behaviour_detail") else "")
+                            f"- {md_text(p['name'])} vs {md_text(v)}: {md_text(cell['flags'][0])}"
+                            + (f" ({md_text(cell['behaviour_detail'])})" if cell.get("behaviour_detail") else "")
                         )
                     row.append(mark)
-                out.append(f"| {p['name'].split('.patch')[0]} | " + " | ".join(row) + " |")
+                out.append(f"| {md_text(p['name'].split('.patch')[0])} | " + " | ".join(row) + " |")
             out.append("")
         drop = [
-            f"- {p['name']}: Drop-When `{p['drop_when']}`; Upstream-Status `{p.get('upstream_status')}`; "
-            f"test `{p['proof_test']}`"
+            f"- {md_text(p['name'])}: Drop-When {md_code(p['drop_when'])}; Upstream-Status "
+            f"{md_code(p.get('upstream_status'))}; test {md_code(p['proof_test'])}"
             for p in line["patches"]
         ]
         out += drop + [""] + (["Notes:", ""] + notes + [""] if notes else [])

@@ -4,8 +4,12 @@
    was written, as JSON for a job matrix.
 2. ``patchwheel upstream --line L <pkg>==<release> --fragment F``: one worker checks one cell (text and proofs)
    and writes a **fragment**: the cell's results, with the sha256 of every patch of the line it was judged with.
-3. ``patchwheel upstream --merge F ...``: the fragments merged into patches/STATUS.{json,md}. A fragment judged
-   with another patch series (a rebase landed meanwhile) or for a line that is gone is refused. The merge then
+3. ``patchwheel upstream --merge F ... --cells LIST``: the fragments merged into patches/STATUS.{json,md}. A cell
+   job runs upstream's code (its proofs import the new release), so the merge trusts nothing a fragment says that
+   it can check: the fragment's exact keys and types, a line of this checkout judged with its patch series (a
+   rebase landed meanwhile otherwise), the one release of a cell the list step printed (``LIST``, with its wheel and
+   sha256), each row's subject and trailers as the series has them, the verdict vocabulary, one fragment per cell.
+   Anything else is refused before anything is written. The merge then
    says what needs a maintainer: a patch that stops applying on a new release, or becomes droppable there (its
    proof passes, its Drop-When holds, or upstream has the change): the exit status is 1, with the rebase
    commands, and the workflow opens no pull request.
@@ -17,15 +21,46 @@ import hashlib
 import json
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from .. import fetch
 from ..config import Overlay
 from ..errors import PatchwheelError
-from ..patches import load_series
+from ..patches import Patch, load_series
 from . import upstream
 
 FRAGMENT_SCHEMA = 1
+#: What --list-new prints per cell, each a string; the merge takes that list back (--cells).
+CELL_KEYS = ("line", "package", "release", "wheel", "sha256")
+#: A fragment's keys and the JSON types of their values (exact: ``true`` is no integer), level by level.
+_NULL = type(None)
+_Keys = dict[str, tuple[type, ...]]
+_FRAGMENT: _Keys = {"schema": (int,), "torch": (str,), "series": (dict,), "line": (dict,)}
+_LINE: _Keys = {"line": (str,), "companions": (list,), "releases": (list,), "patches": (list,)}
+_RELEASE: _Keys = {"version": (str,), "wheel": (str,), "sha256": (str,), "yanked": (bool,)}
+_PATCH: _Keys = {
+    "name": (str,),
+    "subject": (str,),
+    "drop_when": (str, _NULL),
+    "upstream_status": (str, _NULL),
+    "proof_test": (str, _NULL),
+    "cells": (dict,),
+}
+_CELL: _Keys = {
+    "text": (str,),
+    "text_detail": (str,),
+    "behaviour": (str,),
+    "behaviour_detail": (str,),
+    "drop_when_met": (bool, _NULL),
+    "flags": (list,),
+}
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "a bool", dict: "an object", list: "a list", _NULL: "null"}
+#: The verdicts a proof run gives (a feature's cells are marked n/a instead).
+VERDICTS = tuple(v for v in upstream.BEHAVIOUR_CODE if v not in (None, upstream.FEATURE.verdict))
+FORGED_HINT = (
+    "merge only the fragments the watch's cell jobs wrote for the cells its list step printed (--cells), unchanged: "
+    "read that cell job's log, then run the watch again"
+)
 
 
 def _status(overlay: Overlay) -> dict:
@@ -37,14 +72,46 @@ def _status(overlay: Overlay) -> dict:
 
 def list_new(overlay: Overlay) -> list[dict[str, str]]:
     """Every (line, release) newer than the line that its committed matrix does not have yet (a new release, or a
-    patch release of an older series published after a newer one), oldest first: what the watch has to check."""
+    patch release of an older series published after a newer one), oldest first: what the watch has to check. Each
+    cell names the release's wheel and its sha256 on the index, which the merge holds the cell's fragment to."""
     committed = {ln["line"]: ln for ln in _status(overlay).get("lines", [])}
     out = []
     for line in overlay.all_lines():
         known = {r["version"] for r in committed.get(line.key, {}).get("releases", [])}
-        for version, _, _ in fetch.releases(line.package):
+        for version, artifact, _ in fetch.releases(line.package):
             if Version(version) > Version(line.version) and version not in known:
-                out.append({"line": line.key, "package": line.package, "release": version})
+                values = (line.key, line.package, version, artifact.filename, artifact.sha256)
+                out.append(dict(zip(CELL_KEYS, values, strict=True)))
+    return out
+
+
+def read_cells(overlay: Overlay, path: Path) -> dict[tuple[str, str], dict[str, str]]:
+    """The list step's cells (what ``--list-new`` printed, saved to ``path``), by (line, release)."""
+    hint = "pass the JSON that `patchwheel upstream --list-new` printed in the same run of the watch"
+    try:
+        cells = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PatchwheelError(f"cannot read the list of cells {path}: {exc}", hint) from exc
+    if type(cells) is not list:
+        raise PatchwheelError(f"the list of cells {path} is {_short(cells)}, not a list", hint)
+    lines = {line.key: line for line in overlay.all_lines()}
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for i, cell in enumerate(cells):
+        where = f"the list of cells {path}: [{i}]"
+        if (
+            type(cell) is not dict
+            or sorted(cell) != sorted(CELL_KEYS)
+            or any(type(v) is not str for v in cell.values())
+        ):
+            raise PatchwheelError(f"{where} is {_short(cell)}, not a cell ({', '.join(CELL_KEYS)}: strings)", hint)
+        line = lines.get(cell["line"])
+        if line is None or cell["package"] != line.package:
+            raise PatchwheelError(
+                f"{where} names {cell['line']!r} ({cell['package']!r}), not a line of this checkout", hint
+            )
+        if not upstream._is_version(cell["release"]):
+            raise PatchwheelError(f"{where}: release {cell['release']!r} is not a version", hint)
+        out[(cell["line"], cell["release"])] = cell
     return out
 
 
@@ -89,7 +156,36 @@ def _split(key: str) -> tuple[str, str]:
     return pkg, version
 
 
-def read_fragment(overlay: Overlay, path: Path) -> dict:
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _forged(path: Path, where: str, problem: str) -> PatchwheelError:
+    return PatchwheelError(
+        f"fragment {path}: {where}: {problem}" if where else f"fragment {path}: {problem}", FORGED_HINT
+    )
+
+
+def _shape(path: Path, where: str, value: object, keys: _Keys) -> dict:
+    """``value``, an object with exactly ``keys``, each of its types (compared exactly: JSON's ``true`` is a bool,
+    not an integer), or the refusal naming the fragment and the field."""
+    if type(value) is not dict:
+        raise _forged(path, where, f"{_short(value)} is not an object")
+    for key in value:
+        if key not in keys:
+            raise _forged(path, where, f"unexpected key {key!r}")
+    for key, types in keys.items():
+        if key not in value:
+            raise _forged(path, where, f"missing key {key!r}")
+        if type(value[key]) not in types:
+            named = " or ".join(_TYPE_NAMES[t] for t in types)
+            raise _forged(path, f"{where}.{key}" if where else key, f"{_short(value[key])} is not {named}")
+    return value
+
+
+def read_fragment(overlay: Overlay, path: Path, cells: dict[tuple[str, str], dict[str, str]]) -> dict:
+    """The fragment at ``path``, checked against this checkout and the list step's ``cells`` (module doc)."""
     try:
         fragment = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -99,27 +195,93 @@ def read_fragment(overlay: Overlay, path: Path) -> dict:
             f"{path} is not a fragment of this tool (schema {FRAGMENT_SCHEMA})",
             "pass the files `patchwheel upstream --fragment` wrote",
         )
-    key = fragment["line"]["line"]
-    pkg, version = _split(key)
+    _shape(path, "", fragment, _FRAGMENT)
+    data = _shape(path, "line", fragment["line"], _LINE)
     try:
-        overlay.line(pkg, version)
-    except PatchwheelError as exc:
+        Version(fragment["torch"])
+    except InvalidVersion:
+        raise _forged(path, "torch", f"{_short(fragment['torch'])} is not a version") from None
+    key = data["line"]
+    line = next((ln for ln in overlay.all_lines() if ln.key == key), None)
+    if line is None:
         raise PatchwheelError(
-            f"{path} is for the line {key}, which this checkout no longer has", "run the watch again"
-        ) from exc
-    if fragment.get("series") != series_digest(overlay, key):
+            f"fragment {path}: line.line: {_short(key)} is not a release line of this checkout (gone since the cell "
+            "ran?)",
+            "run the watch again",
+        )
+    if fragment["series"] != series_digest(overlay, key):
         raise PatchwheelError(
             f"{path} was judged with another patch series of {key} than this checkout's",
             "the patches changed since the cell ran (a rebase or refresh landed): run the watch again",
         )
+    if data["companions"] != upstream.companion_pins(overlay, line):
+        companions = ", ".join(upstream.companion_pins(overlay, line)) or "none"
+        raise _forged(path, "line.companions", f"{_short(data['companions'])} are not {key}'s ({companions})")
+    if len(data["releases"]) != 1:
+        raise _forged(path, "line.releases", f"{len(data['releases'])} releases, where a cell has one")
+    release = _shape(path, "line.releases[0]", data["releases"][0], _RELEASE)
+    version = release["version"]
+    listed = cells.get((key, version))
+    if listed is None:
+        releases = ", ".join(r for k, r in cells if k == key) or "none"
+        raise _forged(path, "line.releases[0].version", f"{version} is not a cell of the list for {key} ({releases})")
+    for field in ("wheel", "sha256"):
+        if release[field] != listed[field]:
+            raise _forged(
+                path, f"line.releases[0].{field}", f"{_short(release[field])} is not the listed {listed[field]}"
+            )
+    series = load_series(line)
+    names = [p.get("name") if type(p) is dict else None for p in data["patches"]]
+    if names != [p.name for p in series]:
+        raise _forged(path, "line.patches", f"{_short(names)} are not the series of {key}")
+    for i, (row, patch) in enumerate(zip(data["patches"], series, strict=True)):
+        where = f"line.patches[{i}]"
+        _shape(path, where, row, _PATCH)
+        for field, value in upstream.patch_fields(patch).items():
+            if row[field] != value:
+                raise _forged(path, f"{where}.{field}", f"{_short(row[field])} is not the {field} of {patch.name}")
+        if list(row["cells"]) != [version]:
+            raise _forged(path, f"{where}.cells", f"{_short(list(row['cells']))} are not the cell's release {version}")
+        _check_cell(path, f"{where}.cells[{version!r}]", row["cells"][version], patch, version)
     return fragment
 
 
-def merge(overlay: Overlay, paths: list[Path]) -> tuple[dict, list[str]]:
+def _check_cell(path: Path, where: str, cell: object, patch: Patch, version: str) -> None:
+    cell = _shape(path, where, cell, _CELL)
+    if cell["text"] not in upstream.TEXT_CODE:
+        known = ", ".join(upstream.TEXT_CODE)
+        raise _forged(path, f"{where}.text", f"{_short(cell['text'])} is not a text result ({known})")
+    if patch.is_feature and cell["behaviour"] != upstream.FEATURE.verdict:
+        what = f"{_short(cell['behaviour'])} is not n/a: {patch.name} is a feature, which no proof judges"
+        raise _forged(path, f"{where}.behaviour", what)
+    if not patch.is_feature and cell["behaviour"] not in VERDICTS:
+        what = f"{_short(cell['behaviour'])} is not a verdict ({', '.join(VERDICTS)})"
+        raise _forged(path, f"{where}.behaviour", what)
+    met = upstream.drop_when_met(patch, version)
+    if cell["drop_when_met"] != met:
+        raise _forged(path, f"{where}.drop_when_met", f"{cell['drop_when_met']} is not what Drop-When says ({met})")
+    if cell["flags"] != upstream._flags(met, cell["behaviour"]):
+        raise _forged(path, f"{where}.flags", f"{_short(cell['flags'])} are not the flags of its verdict")
+
+
+def merge(overlay: Overlay, paths: list[Path], cells_path: Path) -> tuple[dict, list[str]]:
     """The committed matrix with the fragments merged in, and what needs a maintainer (see the module doc)."""
     if not paths:
         raise PatchwheelError("--merge needs at least one fragment", "pass the files the cell jobs wrote")
-    fragments = [read_fragment(overlay, p) for p in paths]
+    cells = read_cells(overlay, cells_path)
+    fragments: list[dict] = []
+    seen: dict[tuple[str, str], Path] = {}  # (line, release) -> the fragment of that cell
+    for path in paths:
+        fragment = read_fragment(overlay, path, cells)
+        cell = (fragment["line"]["line"], fragment["line"]["releases"][0]["version"])
+        if cell in seen:
+            raise _forged(
+                path,
+                "line.releases[0].version",
+                f"{cell[0]} vs {cell[1]} is the cell of {seen[cell]} too: one fragment a cell",
+            )
+        seen[cell] = path
+        fragments.append(fragment)
     torches = {f["torch"] for f in fragments}
     if len(torches) > 1:
         raise PatchwheelError(
