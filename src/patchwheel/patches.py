@@ -54,6 +54,10 @@ _STATUS = re.compile(r"^(Pending|Submitted \S+|Backport \S+|Fixed-In \S+|Partial
 _PR = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/pull/\d+|pending)$")
 _ISSUE = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|[\w.-]+/[\w.-]+#\d+)$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+#: The mode of every file a patch may create, change or delete: a regular file, as the wheel's files are.
+REGULAR_MODE = "100644"
+_MODE = re.compile(r"^(old mode|new mode|new file mode|deleted file mode) (\d+)$|^index \S+ (\d+)$")
+_MODE_KINDS = {"120000": "is a symbolic link", "160000": "is a submodule", "100755": "is executable"}
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ def _file_diff(path: Path, block: str) -> FileDiff:
     lines = block.splitlines()
     old = new = None  # "/dev/null" for a created (deleted) file's other side
     named: list[tuple[str, str]] = []  # (header, path) of the extended headers: rename/copy from/to
+    modes: list[tuple[str, str]] = []  # (header, mode) of the extended headers that give one
     hunks: list[Hunk] = []
     for line in lines[1:]:
         if line.startswith("--- ") and old is None and not hunks:
@@ -165,10 +170,19 @@ def _file_diff(path: Path, block: str) -> FileDiff:
             hunks.append(Hunk(int(h.group(1)), line.split(" @@")[0] + " @@"))
         elif old is None and (m := re.match(r"^(rename|copy) (from|to) (.*)$", line)):
             named.append((f"{m.group(1)} {m.group(2)}", m.group(3)))
+        elif old is None and (m := _MODE.match(line)):
+            modes.append((m.group(1) or "index", m.group(2) or m.group(3)))
+    in_git_line = _git_line_paths(lines[0])
+    if problem := _mode_problem(modes):  # (before the hunks are asked for: a mode change alone has none)
+        raise PatchwheelError(
+            f"{path}: {in_git_line[1] if in_git_line else lines[0]} {problem}: a patch may only create, change or "
+            f"delete regular files (mode {REGULAR_MODE}), as the wheel holds them: make it a regular file",
+            "make the change in the vendored module under overlay/ (a regular file) and turn it into the patch with "
+            "`nox -s refresh`",
+        )
     if old is None or new is None or not hunks:
         raise ValueError(f"file section {lines[0]!r} has no ---/+++ header or no hunk")
     old_path, new_path = (None if old == "/dev/null" else old), (None if new == "/dev/null" else new)
-    in_git_line = _git_line_paths(lines[0])
     checked = [("---", old_path), ("+++", new_path)] + named + [("diff --git", p) for p in in_git_line or ()]
     for where, p in checked:
         if p is not None and (problem := path_problem(p)):
@@ -186,6 +200,19 @@ def _file_diff(path: Path, block: str) -> FileDiff:
         shown = " and ".join(map(repr, in_git_line)) if in_git_line else repr(lines[0])
         raise ValueError(f"its 'diff --git' line names {shown}, its ---/+++ lines {expected[0]!r} and {expected[1]!r}")
     return FileDiff(old_path, new_path, tuple(hunks))
+
+
+def _mode_problem(modes: list[tuple[str, str]]) -> str | None:
+    """What a file section's mode lines make of its file, when that is not a regular file (mode 100644): a link
+    (120000), a submodule (160000), an executable or a mode change. None when every mode given is 100644."""
+    changed = [f"{header} {mode}" for header, mode in modes if header in ("old mode", "new mode")]
+    if changed:
+        return f"changes its mode ({', '.join(changed)})"
+    for header, mode in modes:
+        if mode != REGULAR_MODE:
+            where = f"{header} {mode}" if header != "index" else f"mode {mode} on its index line"
+            return f"{_MODE_KINDS.get(mode, f'has mode {mode}')} ({where})"
+    return None
 
 
 def parse_patch(path: Path) -> Patch:
