@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -171,3 +172,122 @@ def test_vendor_does_not_read_through_a_link_in_the_overlay(demo_project, tmp_pa
     assert module.is_symlink()
     vendored.write(demo_project.load(), force=True, log=lambda m: None)  # --force replaces it by what vendor makes
     assert not module.is_symlink() and vendored.check(demo_project.load()) == []
+
+
+# --- item 3: what lint reads is what git applies -----------------------------------------------------------------
+
+UTIL = {"src/demo/util.py": b'"""demo helpers."""\n\nNAME = "demo"\n'}
+SWAP = {"src/demo/core.py": edit_greet(dict(FILES))["src/demo/core.py"].replace(b"a + b", b"a - b")}
+
+
+def _plain_diff() -> bytes:
+    """A plain (not git) diff that changes core.py after 0001: add() subtracts."""
+    after = {**FILES, "src/demo/core.py": edit_greet(dict(FILES))["src/demo/core.py"]}
+    patch = make_patch(after, lambda f: {**f, **SWAP}, "Swap", TRAILERS)
+    return patch[patch.index(b"\n--- a/") + 1 :]
+
+
+def _two_patches(demo, hidden: Callable[[bytes], bytes]) -> None:
+    """0001 edits core.py; 0002 adds util.py, and ``hidden`` adds something to it."""
+    util = make_patch(FILES, lambda f: {**f, **UTIL}, "Name", TRAILERS)
+    demo.set_series(
+        ("0001-greet-comma.patch", make_patch(FILES, edit_greet, "Greet with a comma", TRAILERS)),
+        ("0002-util.patch", hidden(util)),
+    )
+
+
+def _line_of(demo, text: str) -> int:
+    """The line number of ``text`` in 0002-util.patch (the last line that is ``text``)."""
+    lines = (demo.patch_dir / "0002-util.patch").read_text().split("\n")
+    return len(lines) - lines[::-1].index(text)
+
+
+def test_a_diff_after_the_signature_is_refused(demo_project):
+    """The issue's reproduction: a plain diff after the `-- ` signature, against a file 0001 touches, passed lint and
+    the build applied it (add() subtracted in the wheel)."""
+    _two_patches(demo_project, lambda p: p + b"-- \n2.39.5\n\n" + _plain_diff())
+    n = _line_of(demo_project, "--- a/src/demo/core.py")
+    assert _problems(demo_project) == [
+        f"{demo_project.patch_dir / '0002-util.patch'}: malformed diff: src/demo/util.py: line {n} "
+        "('--- a/src/demo/core.py') follows its last hunk: git apply reads on there and applies any diff it finds"
+    ]
+    with pytest.raises(PatchwheelError, match="patch series demo/1.0.0 is not valid"):
+        _build(demo_project)
+
+
+def test_a_signature_alone_is_accepted(demo_project):
+    _two_patches(demo_project, lambda p: p + b"-- \n2.39.5\n\n")
+    assert _problems(demo_project) == []
+
+
+EXTRA = "+NAME = 'other'"
+
+
+@pytest.mark.parametrize("how", ["hunk-too-long", "between-files", "short-hunk"])
+def test_text_outside_the_counted_hunks_is_refused(demo_project, how):
+    def hidden(p: bytes) -> bytes:
+        if how == "hunk-too-long":  # a line the hunk header does not count
+            return p + EXTRA.encode() + b"\n"
+        if how == "between-files":  # a plain diff between two git sections
+            two = make_patch(FILES, lambda f: {**f, **UTIL, "src/demo/more.py": b"X = 1\n"}, "Two", TRAILERS)
+            at = two.index(b"diff --git a/src/demo/util.py")
+            return two[:at] + _plain_diff() + two[at:]
+        assert b"\n@@ -0,0 +1,3 @@\n" in p
+        return p.replace(b"\n@@ -0,0 +1,3 @@\n", b"\n@@ -0,0 +1,4 @@\n")  # counts a line that is not there
+
+    _two_patches(demo_project, hidden)
+    follows = ": git apply reads on there and applies any diff it finds"
+    if how == "hunk-too-long":
+        said = f"src/demo/util.py: line {_line_of(demo_project, EXTRA)} ({EXTRA!r}) follows its last hunk{follows}"
+    elif how == "between-files":
+        n = _line_of(demo_project, "--- a/src/demo/core.py")
+        said = f"src/demo/more.py: line {n} ('--- a/src/demo/core.py') follows its hunks{follows}"
+    else:
+        said = "src/demo/util.py: hunk #1 (@@ -0,0 +1,4 @@) has 0 old and 3 new lines where its header counts 0 and 4"
+    assert _problems(demo_project) == [f"{demo_project.patch_dir / '0002-util.patch'}: malformed diff: {said}"]
+
+
+def test_git_apply_must_name_the_files_lint_reads(demo_project):
+    """A diff hidden where the parser does not look for one (the mail headers): `git apply --numstat` names a file
+    the parser does not, and lint says so."""
+
+    def in_headers(p: bytes) -> bytes:
+        head, _, rest = p.partition(b"\n\n")
+        return head + b"\n" + _plain_diff() + b"\n" + rest
+
+    _two_patches(demo_project, in_headers)
+    assert b"\n--- a/src/demo/core.py\n" in (demo_project.patch_dir / "0002-util.patch").read_bytes().split(b"\n\n")[0]
+    (problem,) = _problems(demo_project)
+    assert problem == (
+        "0002-util.patch: git apply reads other changes than lint: git apply changes src/demo/core.py (+1 -1), "
+        "src/demo/util.py (+3 -0); lint reads src/demo/util.py (+3 -0): regenerate the patch with "
+        "`git format-patch` (`nox -s refresh`); a patch holds its message, then its diff, and nothing else"
+    )
+    with pytest.raises(PatchwheelError, match="git apply reads other changes than lint"):
+        _build(demo_project)
+
+
+def test_git_apply_that_cannot_read_a_patch_is_a_lint_problem(demo_project, monkeypatch):
+    """Where git stops on a patch the parser takes (a disagreement too), lint says what git said."""
+    _two_patches(demo_project, lambda p: p)
+    monkeypatch.setattr(gitops, "numstat", lambda raw: "error: corrupt patch at line 7\nmore")
+    assert _problems(demo_project) == [
+        "0001-greet-comma.patch: git apply cannot read it (error: corrupt patch at line 7): regenerate it with "
+        "`git format-patch`",
+        "0002-util.patch: git apply cannot read it (error: corrupt patch at line 7): regenerate it with "
+        "`git format-patch`",
+    ]
+
+
+def test_numstat_does_not_depend_on_the_folder_lint_runs_in(demo_project, tmp_path, monkeypatch):
+    """Run in a subfolder of a work tree, plain `git apply --numstat` names no file at all (it leaves out paths
+    outside the current folder): the check runs in a folder of its own, with the tool's git environment."""
+    patch = make_patch(FILES, lambda f: {**edit_greet(f), **UTIL}, "Two files", TRAILERS)
+    sub = tmp_path / "work" / "sub"
+    sub.mkdir(parents=True)
+    gitops.git(tmp_path / "work", "init", "-q")
+    plain = subprocess.run(["git", "apply", "--numstat", "-"], cwd=sub, input=patch, capture_output=True)
+    assert (plain.returncode, plain.stdout) == (0, b"")
+    monkeypatch.chdir(sub)
+    gitops.numstat.cache_clear()
+    assert gitops.numstat(patch) == ((1, 1, "src/demo/core.py"), (3, 0, "src/demo/util.py"))
