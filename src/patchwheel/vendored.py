@@ -306,8 +306,8 @@ def write(
         raise PatchwheelError(
             f"{', '.join(links)} {'is a symbolic link' if len(links) == 1 else 'are symbolic links'}: "
             "vendor does not read through links",
-            "replace each by the file itself, or run `nox -s vendor -- --force`: it writes the file the series "
-            "makes in its place",
+            "replace each by a regular file, or run `nox -s vendor -- --force`: it writes what the series makes "
+            "and removes the rest",
         )
     blocked = [f"overlay/{key}/{rel}" for key, s in states.items() for rel, st in s.items() if st == "edited-stale"]
     stale_dirs = _stale_folders(overlay) if every else []
