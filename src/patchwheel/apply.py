@@ -9,8 +9,11 @@ check.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -40,6 +43,47 @@ def explain_failure(patch: Patch, stderr: str) -> str:
     return f"{patch.name}: {stderr.strip() or 'git apply failed'}"
 
 
+def read_regular(root: Path, rel: str) -> bytes | None:
+    """The regular file ``root/rel``, opened one component at a time with ``O_NOFOLLOW``: a symbolic link anywhere
+    below ``root`` is refused, never followed, so nothing outside the tree is read whatever put the link there.
+    None when there is no file there (nothing, or a folder)."""
+    parts = rel.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i, part in enumerate(parts):
+            here = "/".join(parts[: i + 1])
+            try:
+                if stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise OSError(errno.ELOOP, "a symbolic link")
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if i < len(parts) - 1 else 0)
+                fd, parent = os.open(part, flags, dir_fd=fd), fd
+                os.close(parent)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                what = "" if here == rel else f"{rel} "
+                raise PatchwheelError(
+                    f"{here} in the scratch tree is a symbolic link: refusing to read {what}through it",
+                    "a patch may only create regular files (`patchwheel lint` refuses links): report this",
+                ) from None
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return None
+        if not stat.S_ISREG(mode):
+            raise PatchwheelError(
+                f"{rel} in the scratch tree is not a regular file: refusing to read it",
+                "a patch may only create regular files: report this",
+            )
+        with os.fdopen(fd, "rb") as fh:
+            fd = -1  # closed with fh
+            return fh.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 class ScratchTree:
     """A temporary tree laid out like upstream's git tree, holding only the files the series touches."""
 
@@ -62,7 +106,8 @@ class ScratchTree:
             raise
 
     def read(self, paths: Iterable[str]) -> dict[str, bytes | None]:
-        return {p: (self.root / p).read_bytes() if (self.root / p).is_file() else None for p in paths}
+        """Each file's bytes (None: no file there), read without following a symbolic link (:func:`read_regular`)."""
+        return {p: read_regular(self.root, p) for p in paths}
 
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)

@@ -104,6 +104,25 @@ def try_git(repo: Path, *args: str) -> tuple[int, str]:
     return res.returncode, res.stdout + res.stderr
 
 
+@functools.lru_cache(maxsize=256)
+def numstat(patch: bytes) -> tuple[tuple[int, int, str], ...] | str:
+    """What ``git apply`` reads in ``patch`` (an mbox as the build applies it): (lines added, lines removed, path)
+    for each file it would change, in order (``git apply --numstat``: nothing is applied); git's message when it
+    cannot read the patch. Run in an empty folder outside any work tree: inside one, git would leave out the paths
+    outside the current folder. Cached by content: lint reads each patch more than once."""
+    with tempfile.TemporaryDirectory(prefix="patchwheel-numstat-") as tmp:
+        res = subprocess.run(
+            ["git", "apply", "--numstat", "-z", "-"], cwd=tmp, env=git_env(Path(tmp)), input=patch, capture_output=True
+        )
+    if res.returncode != 0:
+        return res.stderr.decode(errors="replace").strip() or f"git apply exited with status {res.returncode}"
+    out = []
+    for record in res.stdout.split(b"\0")[:-1]:  # "added<TAB>removed<TAB>path" (-z: the path as it is)
+        added, removed, path = record.decode(errors="replace").split("\t", 2)
+        out.append((int(added) if added.isdigit() else -1, int(removed) if removed.isdigit() else -1, path))
+    return tuple(out)
+
+
 def scratch_repo(files: Mapping[str, bytes], message: str = "pristine") -> Path:
     """A new repository under a temporary folder, with ``files`` committed as its first commit. The caller removes
     ``repo.parent``; when a step fails here, this function does."""

@@ -54,6 +54,13 @@ _STATUS = re.compile(r"^(Pending|Submitted \S+|Backport \S+|Fixed-In \S+|Partial
 _PR = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/pull/\d+|pending)$")
 _ISSUE = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|[\w.-]+/[\w.-]+#\d+)$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+#: The old and new lines each line of a hunk counts for, by its first character, as git counts them ("": an empty
+#: context line; a backslash: "\ No newline at end of file").
+_HUNK_LINE = {" ": (1, 1), "": (1, 1), "-": (1, 0), "+": (0, 1), "\\": (0, 0)}
+#: The mode of every file a patch may create, change or delete: a regular file, as the wheel's files are.
+REGULAR_MODE = "100644"
+_MODE = re.compile(r"^(old mode|new mode|new file mode|deleted file mode) (\d+)$|^index \S+ (\d+)$")
+_MODE_KINDS = {"120000": "is a symbolic link", "160000": "is a submodule", "100755": "is executable"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,8 @@ class FileDiff:
     old_path: str | None  # None for a created file
     new_path: str | None  # None for a deleted file
     hunks: tuple[Hunk, ...]
+    added: int  # lines its hunks add
+    deleted: int  # lines its hunks remove
 
     @property
     def path(self) -> str:
@@ -147,28 +156,72 @@ def _git_line_paths(line: str) -> tuple[str, str] | None:
     return a, b
 
 
-def _file_diff(path: Path, block: str) -> FileDiff:
-    """One ``diff --git`` section. Every path in it (``diff --git``, ---/+++, rename/copy from/to) must be a plain
-    relative path, and they must agree: ``git apply`` takes paths from all of them."""
-    lines = block.splitlines()
+def _file_diff(path: Path, block: str, first_line: int, last: bool) -> FileDiff:
+    """One ``diff --git`` section (``first_line``: its line number in the patch file; ``last``: the patch's last).
+    Every path in it (``diff --git``, ---/+++, rename/copy from/to) must be a plain relative path, and they must
+    agree: ``git apply`` takes paths from all of them. Its hunks are read as git reads them, by the line counts of
+    their headers, and nothing may follow them but the next hunk (in the last section: a ``-- `` signature):
+    ``git apply`` reads on and applies any diff it finds there."""
+    lines = block.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # (the end of the last line)
     old = new = None  # "/dev/null" for a created (deleted) file's other side
     named: list[tuple[str, str]] = []  # (header, path) of the extended headers: rename/copy from/to
-    hunks: list[Hunk] = []
-    for line in lines[1:]:
-        if line.startswith("--- ") and old is None and not hunks:
+    modes: list[tuple[str, str]] = []  # (header, mode) of the extended headers that give one
+    i = 1
+    while i < len(lines) and not _HUNK.match(lines[i]):
+        line = lines[i]
+        if line.startswith("--- ") and old is None:
             old = _strip_prefix(line[4:].rstrip("\t"), "a/")
             old = "/dev/null" if old is None else old
-        elif line.startswith("+++ ") and new is None and not hunks:
+        elif line.startswith("+++ ") and new is None:
             new = _strip_prefix(line[4:].rstrip("\t"), "b/")
             new = "/dev/null" if new is None else new
-        elif (h := _HUNK.match(line)) is not None:
-            hunks.append(Hunk(int(h.group(1)), line.split(" @@")[0] + " @@"))
         elif old is None and (m := re.match(r"^(rename|copy) (from|to) (.*)$", line)):
             named.append((f"{m.group(1)} {m.group(2)}", m.group(3)))
+        elif old is None and (m := _MODE.match(line)):
+            modes.append((m.group(1) or "index", m.group(2) or m.group(3)))
+        i += 1
+    in_git_line = _git_line_paths(lines[0])
+    name = in_git_line[1] if in_git_line else lines[0]
+    hunks: list[Hunk] = []
+    added = deleted = 0
+    while i < len(lines) and (h := _HUNK.match(lines[i])) is not None:
+        header = lines[i].split(" @@")[0] + " @@"
+        want_old, want_new = int(h.group(2) or 1), int(h.group(4) or 1)
+        left_old, left_new = want_old, want_new
+        i += 1
+        while i < len(lines) and (left_old or left_new or lines[i].startswith("\\")):
+            takes = _HUNK_LINE.get(lines[i][:1])
+            if takes is None or takes[0] > left_old or takes[1] > left_new:
+                break
+            left_old, left_new = left_old - takes[0], left_new - takes[1]
+            added, deleted = added + (lines[i][:1] == "+"), deleted + (lines[i][:1] == "-")
+            i += 1
+        if left_old or left_new:
+            raise ValueError(
+                f"{name}: hunk #{len(hunks) + 1} ({header}) has {want_old - left_old} old and {want_new - left_new} "
+                f"new lines where its header counts {want_old} and {want_new}"
+            )
+        hunks.append(Hunk(int(h.group(1)), header))
+    rest = lines[i:]
+    if last and rest[:1] == ["-- "]:  # format-patch's signature: "-- ", git's version
+        rest, i = rest[2:], i + 2
+    if hunks and (extra := next((n for n, line in enumerate(rest) if line.strip()), None)) is not None:
+        raise ValueError(
+            f"{name}: line {first_line + i + extra} ({rest[extra][:40]!r}) follows its "
+            f"{'last hunk' if last else 'hunks'}: git apply reads on there and applies any diff it finds"
+        )
+    if problem := _mode_problem(modes):  # (before the hunks are asked for: a mode change alone has none)
+        raise PatchwheelError(
+            f"{path}: {name} {problem}: a patch may only create, change or delete regular files (mode "
+            f"{REGULAR_MODE}), as the wheel holds them: make it a regular file",
+            "make the change in the vendored module under overlay/ (a regular file) and turn it into the patch with "
+            "`nox -s refresh`",
+        )
     if old is None or new is None or not hunks:
         raise ValueError(f"file section {lines[0]!r} has no ---/+++ header or no hunk")
     old_path, new_path = (None if old == "/dev/null" else old), (None if new == "/dev/null" else new)
-    in_git_line = _git_line_paths(lines[0])
     checked = [("---", old_path), ("+++", new_path)] + named + [("diff --git", p) for p in in_git_line or ()]
     for where, p in checked:
         if p is not None and (problem := path_problem(p)):
@@ -185,7 +238,20 @@ def _file_diff(path: Path, block: str) -> FileDiff:
     if in_git_line != expected:
         shown = " and ".join(map(repr, in_git_line)) if in_git_line else repr(lines[0])
         raise ValueError(f"its 'diff --git' line names {shown}, its ---/+++ lines {expected[0]!r} and {expected[1]!r}")
-    return FileDiff(old_path, new_path, tuple(hunks))
+    return FileDiff(old_path, new_path, tuple(hunks), added, deleted)
+
+
+def _mode_problem(modes: list[tuple[str, str]]) -> str | None:
+    """What a file section's mode lines make of its file, when that is not a regular file (mode 100644): a link
+    (120000), a submodule (160000), an executable or a mode change. None when every mode given is 100644."""
+    changed = [f"{header} {mode}" for header, mode in modes if header in ("old mode", "new mode")]
+    if changed:
+        return f"changes its mode ({', '.join(changed)})"
+    for header, mode in modes:
+        if mode != REGULAR_MODE:
+            where = f"{header} {mode}" if header != "index" else f"mode {mode} on its index line"
+            return f"{_MODE_KINDS.get(mode, f'has mode {mode}')} ({where})"
+    return None
 
 
 def parse_patch(path: Path) -> Patch:
@@ -220,10 +286,13 @@ def parse_patch(path: Path) -> Patch:
                 k, v = _TRAILER.match(line).groups()  # type: ignore[union-attr]
                 trailers[k] = v.strip()
     files: list[FileDiff] = []
+    blocks = re.split(r"^(?=diff --git )", diff, flags=re.M)
+    first_line = text[: len(text) - len(diff)].count("\n") + 1
     try:
-        for block in re.split(r"^(?=diff --git )", diff, flags=re.M):
+        for n, block in enumerate(blocks):
             if block.startswith("diff --git "):
-                files.append(_file_diff(path, block))
+                files.append(_file_diff(path, block, first_line, last=n == len(blocks) - 1))
+            first_line += block.count("\n")
     except ValueError as exc:
         raise PatchwheelError(f"{path}: malformed diff: {exc}", hint) from exc
     if not files:
@@ -407,6 +476,28 @@ def mailinfo_cut(patch: Patch) -> str | None:
     )
 
 
+def git_disagrees(patch: Patch) -> str | None:
+    """Lint reads exactly what git applies: ``git apply --numstat`` must name the parser's files, in its order, with
+    the lines each adds and removes. A diff where the parser does not look (the mail headers, say) differs."""
+    from .gitops import numstat  # (gitops imports this module)
+
+    git = numstat(patch.raw)
+    if isinstance(git, str):
+        return f"{patch.name}: git apply cannot read it ({git.splitlines()[0]}): regenerate it with `git format-patch`"
+    ours = tuple((f.added, f.deleted, f.path) for f in patch.files)
+    if git == ours:
+        return None
+
+    def said(files: tuple[tuple[int, int, str], ...]) -> str:
+        return ", ".join(f"{path} (+{added} -{removed})" for added, removed, path in files) or "no file"
+
+    return (
+        f"{patch.name}: git apply reads other changes than lint: git apply changes {said(git)}; lint reads "
+        f"{said(ours)}: regenerate the patch with `git format-patch` (`nox -s refresh`); a patch holds its message, "
+        "then its diff, and nothing else"
+    )
+
+
 def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = True) -> list[str]:
     """Every problem of one release line's series, as readable strings (empty when clean); ``messages=False``
     leaves out the checks of messages and trailers."""
@@ -436,6 +527,8 @@ def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = T
             continue
         if cut := mailinfo_cut(patch):
             problems.append(cut)
+        if disagreement := git_disagrees(patch):
+            problems.append(disagreement)
         if messages:
             problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
             if todo := [ln for ln in [patch.subject, *patch.message.splitlines()] if ln.lstrip().startswith("TODO")]:

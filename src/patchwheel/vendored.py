@@ -296,6 +296,19 @@ def write(
     every = lines is None
     made = [generate(line) for line in (overlay.all_lines() if lines is None else lines)]
     states = {v.line.key: classify(v) for v in made}
+    links = [
+        f"overlay/{v.line.key}/{rel}"
+        for v in made
+        for rel, st in states[v.line.key].items()
+        if st in ("edited", "extra") and (v.line.vendor_dir / rel).is_symlink()
+    ]
+    if links and not force:  # kept files are read back: never through a link
+        raise PatchwheelError(
+            f"{', '.join(links)} {'is a symbolic link' if len(links) == 1 else 'are symbolic links'}: "
+            "vendor does not read through links",
+            "replace each by a regular file, or run `nox -s vendor -- --force`: it writes what the series makes "
+            "and removes the rest",
+        )
     blocked = [f"overlay/{key}/{rel}" for key, s in states.items() for rel, st in s.items() if st == "edited-stale"]
     stale_dirs = _stale_folders(overlay) if every else []
     for d in stale_dirs:
@@ -318,7 +331,7 @@ def write(
             if state in ("edited", "extra") and not force:
                 files[rel] = (v.line.vendor_dir / rel).read_bytes()
                 kept.append(rel)
-        on_disk = {rel: p.read_bytes() for rel, p in _on_disk(v.line.vendor_dir).items() if not p.is_symlink()}
+        on_disk = {rel: None if p.is_symlink() else p.read_bytes() for rel, p in _on_disk(v.line.vendor_dir).items()}
         if on_disk != files:
             _replace_folder(v.line.vendor_dir, files)
             changed.append(f"overlay/{v.line.key}/")

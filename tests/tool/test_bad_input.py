@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -238,3 +239,43 @@ def test_malformed_wheels(good, data):
         _check(good, mutate)
     finally:
         (good.index / "demo" / "index.html").write_text(original)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_links_modes_and_hidden_diffs(good, data):
+    """Issue 25: a file mode other than 100644 (a link, a submodule, an executable, a mode change), and a diff where
+    the parser does not read one (after the hunks, after a signature, in the mail headers) are refused by lint and
+    the build, whatever the mode and wherever the diff."""
+
+    def mutate(root: Path) -> bool:
+        path = _patch_file(root)
+        raw = path.read_bytes()
+        section = raw[raw.index(b"\ndiff --git ") + 1 :]
+        git_line, after_git_line = section.split(b"\n", 1)
+        diff = section[section.index(b"\n--- a/") + 1 :]  # the section without its git headers: a plain diff
+        how = data.draw(st.sampled_from(["mode", "mode-change", "after-hunks", "after-signature", "in-headers"]))
+        mode = data.draw(st.sampled_from(["120000", "160000", "100755", "100600", "040000"]))
+        text = data.draw(st.lists(st.sampled_from([b"", b"some text", b"-- ", b"2.39.5"]), max_size=3))
+        hidden = b"".join(t + b"\n" for t in text) + diff
+        note(f"{how} {mode} {text}")
+        if how == "mode":
+            header = data.draw(st.sampled_from([b"new file mode ", b"deleted file mode ", b"index-line"]))
+            if header == b"index-line":
+                raw = re.sub(rb"(\nindex [0-9a-f]+\.\.[0-9a-f]+) 100644\n", rb"\1 " + mode.encode() + b"\n", raw)
+            else:
+                raw = raw.replace(section, git_line + b"\n" + header + mode.encode() + b"\n" + after_git_line)
+        elif how == "mode-change":
+            change = b"old mode 100644\nnew mode " + mode.encode() + b"\n"
+            raw = raw.replace(section, git_line + b"\n" + change + after_git_line)
+        elif how == "after-hunks":
+            raw += hidden
+        elif how == "after-signature":
+            raw += b"-- \n2.39.5\n\n" + hidden
+        else:
+            head, _, rest = raw.partition(b"\n\n")
+            raw = head + b"\n" + hidden + b"\n" + rest
+        path.write_bytes(raw)
+        return True
+
+    _check(good, mutate)
