@@ -36,6 +36,9 @@ from .verify import verify
 BUILD_MANIFEST = publish.BUILD_MANIFEST
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CLEAN_HINT = "rebuild with --clean (patchwheel build --clean): it makes every selected line again and replaces dist/"
+#: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
+_PINS_FILE = re.compile(r"^(constraints|pins)-[^/]+\.txt$")
+_REPLACES = "a build replaces the whole --dist folder"
 
 
 @dataclass
@@ -154,9 +157,25 @@ def pins_text(set_name: str, wheels: list[Published], hashed: bool) -> str:
     return "\n".join(head + body) + "\n"
 
 
-def _check_dist_path(dist: Path) -> None:
-    """dist/ must be a folder or a path that can become one. A file there ended in NotADirectoryError, and with
-    --clean the build even replaced the file."""
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, KeyError):  # no HOME and no password entry
+        return None
+
+
+def _check_dist_path(dist: Path, root: Path) -> None:
+    """dist/ must be a folder or a path that can become one, and never one whose replacement would take the
+    project, the home folder or the whole file system with it (issue 25: `--dist .` in a clone, `--dist /`). A
+    file there ended in NotADirectoryError, and with --clean the build even replaced the file."""
+    hint = f"pass --dist a folder of its own (it is made when missing), e.g. --dist {root / 'dist'}"
+    if dist == Path(dist.anchor):
+        raise PatchwheelError(f"--dist {dist} is the file system root: {_REPLACES}", hint)
+    for what, folder in (("the project root", root), ("your home folder", _home())):
+        if folder is not None and dist == folder:
+            raise PatchwheelError(f"--dist {dist} is {what}: {_REPLACES}", hint)
+        if folder is not None and dist in folder.parents:
+            raise PatchwheelError(f"--dist {dist} holds {what} ({folder}): {_REPLACES}", hint)
     for path in (dist, *dist.parents):
         if path.is_dir():
             return
@@ -168,12 +187,21 @@ def _check_dist_path(dist: Path) -> None:
             )
 
 
+def _damaged_manifest_hint(mf: Path) -> str:
+    """What to do about a damaged build.json: not --clean, which would replace a folder nothing shows is the
+    tool's (issue 25)."""
+    return (
+        f"a build replaces only a folder it made: if {mf.parent} is patchwheel's output, remove it (or move it "
+        "aside) and build again; if not, pass --dist another folder"
+    )
+
+
 def _published_entry(mf: Path, i: int, raw: object) -> Published:
     """One build.json entry, checked; entries written before package and versions were recorded get them from
     the wheel's file name."""
 
     def damaged(why: str) -> PatchwheelError:
-        return PatchwheelError(f"{mf} is damaged: wheel entry {i}: {why}", _CLEAN_HINT)
+        return PatchwheelError(f"{mf} is damaged: wheel entry {i}: {why}", _damaged_manifest_hint(mf))
 
     if not isinstance(raw, dict):
         raise damaged("not an object")
@@ -210,32 +238,76 @@ def _published_entry(mf: Path, i: int, raw: object) -> Published:
 
 
 def published(dist: Path) -> list[Published]:
-    """The wheels dist/build.json lists (none when there is no build.json). A damaged file is an error that says to
-    rebuild with --clean, never a traceback."""
+    """The wheels dist/build.json lists (none when there is no build.json). A damaged file is an error that says
+    what to do, never a traceback."""
     mf = dist / BUILD_MANIFEST
     if not mf.is_file():
         return []
     try:
         data = json.loads(mf.read_bytes())
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise PatchwheelError(f"{mf} is damaged: not JSON ({exc})", _CLEAN_HINT) from exc
+        raise PatchwheelError(f"{mf} is damaged: not JSON ({exc})", _damaged_manifest_hint(mf)) from exc
     wheels = data.get("wheels") if isinstance(data, dict) else None
     if not isinstance(wheels, list):
-        raise PatchwheelError(f'{mf} is damaged: no "wheels" list', _CLEAN_HINT)
+        raise PatchwheelError(f'{mf} is damaged: no "wheels" list', _damaged_manifest_hint(mf))
     return [_published_entry(mf, i, raw) for i, raw in enumerate(wheels, 1)]
 
 
-def _read_previous(dist: Path) -> list[Published] | None:
+def _listing(names: list[str], most: int = 8) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def _not_written(dist: Path, wheels: list[Published]) -> list[str]:
+    """What dist/ holds that no build wrote (a folder with a trailing /): the publish step replaces the whole
+    folder, so any of it would be lost. A build writes build.json, the wheels it lists, the pins files and the
+    simple/ index (an index.html per folder), and never a link."""
+    own = {BUILD_MANIFEST, *(w.filename for w in wheels)}
+    found = []
+    for entry in sorted(dist.iterdir()):
+        if entry.name == "simple" and entry.is_dir() and not entry.is_symlink():
+            found += [f"simple/{name}" for name in _not_written_index(entry)]
+        elif entry.is_symlink() or not entry.is_file() or not (entry.name in own or _PINS_FILE.match(entry.name)):
+            found.append(entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else ""))
+    return found
+
+
+def _not_written_index(simple: Path) -> list[str]:
+    found = []
+    for entry in sorted(simple.iterdir()):
+        if entry.is_symlink() or not entry.is_dir():
+            if entry.name != "index.html" or entry.is_symlink() or not entry.is_file():
+                found.append(entry.name)
+            continue
+        inside = [p.name for p in entry.iterdir()]
+        page = entry / "index.html"
+        if inside != ["index.html"] or page.is_symlink() or not page.is_file():
+            found.append(f"{entry.name}/")
+    return found
+
+
+def _read_previous(dist: Path, root: Path) -> list[Published] | None:
+    """The previous build in dist/ (None when there is no dist/ or it is empty), after checking that the tool
+    made it: it has a sound build.json and nothing a build does not write. --clean replaces dist/ too, so it gets
+    the same check (issue 25: it emptied any folder --dist named)."""
     if not dist.exists():
         return None
+    held = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in dist.iterdir())
     if not (dist / BUILD_MANIFEST).is_file():
-        if any(dist.iterdir()):
+        if held:
             raise PatchwheelError(
-                f"{dist} exists and was not made by patchwheel (no {BUILD_MANIFEST})",
-                "move it away or pass --dist to build elsewhere",
+                f"{dist} exists and was not made by patchwheel (no {BUILD_MANIFEST}); it holds {_listing(held)}",
+                f"{_REPLACES}: pass --dist a new or empty folder, e.g. --dist {root / 'dist'}, or move what this "
+                "one holds elsewhere",
             )
         return None
-    return published(dist)
+    wheels = published(dist)
+    if foreign := _not_written(dist, wheels):
+        raise PatchwheelError(
+            f"{dist} holds what no build wrote: {_listing(foreign)}",
+            f"{_REPLACES}: move them elsewhere, or pass --dist another folder",
+        )
+    return wheels
 
 
 def _check_stale(previous: list[Published] | None, built: list[Built], dist: Path) -> None:
@@ -312,13 +384,14 @@ def build(
     """Build the selected release lines (default: all) into ``dist`` atomically; the other lines' wheels in dist/
     are kept unless ``clean``."""
     dist = dist.resolve()
-    _check_dist_path(dist)
+    _check_dist_path(dist, overlay.root)
     lines = overlay.select(select or [])
+    _read_previous(dist, overlay.root)  # a folder the tool did not make is refused before anything is made beside it
     dist.parent.mkdir(parents=True, exist_ok=True)
     with publish.exclusive(dist, log):
         publish.sweep(dist, log)
-        previous = None if clean else _read_previous(dist)
-        return _build_locked(overlay, dist, lines, previous, clean, log)
+        previous = _read_previous(dist, overlay.root)  # again, now that no other build can be swapping it
+        return _build_locked(overlay, dist, lines, None if clean else previous, clean, log)
 
 
 def _build_locked(

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -300,6 +301,94 @@ def test_dist_that_is_a_file_is_refused(demo_project, tmp_path, capsys, clean):
     assert sorted(tmp_path.iterdir()) == listing, "nothing is made beside it"
 
 
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder``: a file's bytes, None for a folder (an empty one counts too)."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_folder_the_tool_did_not_make_is_refused_even_with_clean(demo_project, tmp_path, capsys, clean):
+    """Issue 25: `build --clean --dist <a folder of mine>` emptied it (and `--dist .` in a clone removed .git)."""
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("my notes")
+    (mine / "sub" / "y.txt").write_text("more")
+    before, listing = _tree(mine), sorted(tmp_path.iterdir())
+    argv = ["--root", str(demo_project.root), "build", "demo==1.0.0", "--dist", str(mine)]
+    assert cli.main(argv + (["--clean"] if clean else [])) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {mine} exists and was not made by patchwheel (no build.json); it holds notes.txt, sub/\n"
+        "  fix: a build replaces the whole --dist folder: pass --dist a new or empty folder, e.g. --dist "
+        f"{demo_project.root}/dist, or move what this one holds elsewhere\n"
+    ), err
+    assert _tree(mine) == before
+    assert sorted(tmp_path.iterdir()) == listing, "nothing is made beside it"
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_files_added_to_a_dist_the_tool_made_are_refused(demo_project, capsys, clean):
+    """A build replaces the whole folder: what someone put into dist/ besides the build's files would be lost."""
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    (dist / "notes.txt").write_text("my notes")
+    (dist / "simple" / "extra").mkdir()
+    before = _tree(dist)
+    argv = ["--root", str(demo_project.root), "build", "--dist", str(dist)]
+    assert cli.main(argv + (["--clean"] if clean else [])) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {dist} holds what no build wrote: notes.txt, simple/extra/\n"
+        "  fix: a build replaces the whole --dist folder: move them elsewhere, or pass --dist another folder\n"
+    ), err
+    assert _tree(dist) == before
+    assert _siblings(dist) == []
+
+
+@pytest.mark.parametrize("clean", [False, True])
+@pytest.mark.parametrize("which", ["project root", "above the project root", "home", "above home"])
+def test_dist_that_is_or_holds_the_project_or_home_is_refused(
+    demo_project, tmp_path, monkeypatch, capsys, which, clean
+):
+    home = tmp_path / "users" / "me"
+    home.mkdir(parents=True)
+    (home / ".profile").write_text("mine")
+    monkeypatch.setenv("HOME", str(home))
+    root = demo_project.root  # tmp_path/project
+    dist, said = {
+        "project root": (root, "is the project root"),
+        "above the project root": (tmp_path, f"holds the project root ({root})"),
+        "home": (home, "is your home folder"),
+        "above home": (home.parent, f"holds your home folder ({home})"),
+    }[which]
+    before = _tree(tmp_path)
+    argv = ["--root", str(root), "build", "--dist", str(dist)]
+    assert cli.main(argv + (["--clean"] if clean else [])) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: --dist {dist} {said}: a build replaces the whole --dist folder\n"
+        f"  fix: pass --dist a folder of its own (it is made when missing), e.g. --dist {root}/dist\n"
+    ), err
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_dist_at_the_file_system_root_is_an_error(demo_project, monkeypatch, capsys, clean):
+    """`--dist /` ended in a ValueError traceback (and only because `/` has no name for the lock file)."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("the build went on with --dist /")
+
+    monkeypatch.setattr(publish, "exclusive", never)  # whatever happens, nothing under / is touched
+    monkeypatch.setattr(build_mod.shutil, "rmtree", never)
+    argv = ["--root", str(demo_project.root), "build", "--dist", "/"]
+    assert cli.main(argv + (["--clean"] if clean else [])) == 2
+    assert capsys.readouterr().err == (
+        "error: --dist / is the file system root: a build replaces the whole --dist folder\n"
+        f"  fix: pass --dist a folder of its own (it is made when missing), e.g. --dist {demo_project.root}/dist\n"
+    )
+
+
 @pytest.mark.parametrize(
     "content",
     [
@@ -311,14 +400,24 @@ def test_dist_that_is_a_file_is_refused(demo_project, tmp_path, capsys, clean):
         "\udcff",
     ],
 )
-def test_corrupt_build_json_is_refused_then_clean_rebuilds(demo_project, content):
+def test_corrupt_build_json_is_refused_even_with_clean(demo_project, content):
+    """A damaged build.json does not show the folder is the tool's: --clean is refused too, and the hint no longer
+    recommends it (issue 25); removing the folder by hand is the way out."""
     dist = demo_project.root / "dist"
     _build(demo_project)
     (dist / "build.json").write_bytes(content.encode("utf-8", "surrogateescape"))
-    with pytest.raises(PatchwheelError) as err:
-        _build(demo_project)
-    assert f"{dist}/build.json" in err.value.message and "--clean" in err.value.hint
-    _build(demo_project, clean=True)
+    before = _tree(dist)
+    for clean in (False, True):
+        with pytest.raises(PatchwheelError) as err:
+            _build(demo_project, clean=clean)
+        assert err.value.message.startswith(f"{dist}/build.json is damaged: "), err.value.message
+        assert err.value.hint == (
+            f"a build replaces only a folder it made: if {dist} is patchwheel's output, remove it (or move it "
+            "aside) and build again; if not, pass --dist another folder"
+        )
+        assert _tree(dist) == before
+    shutil.rmtree(dist)
+    _build(demo_project)
     assert [w["filename"] for w in json.loads((dist / "build.json").read_text())["wheels"]] == [OLD_WHEEL]
 
 
