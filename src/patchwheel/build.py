@@ -4,8 +4,8 @@ Named steps, as in pypa/vendoring's sync: lint -> fetch -> apply -> rewrite -> v
 index -> pins -> publish into dist/. Everything is written into a staging folder beside dist/ and swapped in
 only after every step passed, so a failure leaves dist/ exactly as it was.
 
-Building some lines keeps the wheels of the others (sha256-checked against build.json), and the index, pins and
-build.json always describe every wheel in dist/. How the staging folder is claimed, swept and swapped in while
+Building some lines keeps the wheels of the others (each rebuilt from its pinned upstream wheel and series, and
+kept only when the bytes are the same), and the index, pins and build.json always describe every wheel in dist/. How the staging folder is claimed, swept and swapped in while
 dist/ is being served: see :mod:`patchwheel.publish`.
 """
 
@@ -329,12 +329,14 @@ def _check_stale(previous: list[Published] | None, built: list[Built], dist: Pat
 def _keep(
     overlay: Overlay, lines: list[ReleaseLine], previous: list[Published] | None, dist: Path, staging: Path, log
 ) -> list[Published]:
-    """Copy the wheels of the lines this run does not rebuild from dist/ into staging, each checked against the
-    sha256 build.json recorded: a build of one line must not wipe the others (issue 11). Wheels of lines that
-    are no longer pinned are dropped, as a full build drops them."""
+    """The wheels of the lines this run does not rebuild, from dist/: a build of one line must not wipe the others
+    (issue 11). Each is checked against build.json (present, its sha256), then made again into staging from the
+    pinned upstream wheel and the line's series, and kept only when that gives the same name and bytes: build.json
+    is no proof, whoever changed a wheel can change it too (issue 25). Wheels of lines that are no longer pinned
+    are dropped, as a full build drops them."""
     rebuilt = {(line.package, Version(line.version)) for line in lines}
     pinned = {(line.package, Version(line.version)): line for line in overlay.all_lines()}
-    kept = []
+    checked, outdated = [], []
     for w in previous or []:
         if w.key in rebuilt:
             continue
@@ -345,28 +347,45 @@ def _keep(
         source = dist / w.filename
         if not source.is_file():
             raise PatchwheelError(f"dist/ is damaged: {source} is missing (build.json lists it)", _CLEAN_HINT)
-        shutil.copyfile(source, staging / w.filename)
-        got = fetch_mod.sha256_file(staging / w.filename)
+        got = fetch_mod.sha256_file(source)
         if got != w.sha256:
             raise PatchwheelError(
                 f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT
             )
-        log(
-            f"kept {w.filename}"
-            + (
-                f" (built from other pins or patches: patchwheel build {w.package}=={line.version} makes it again)"
-                if _outdated(w, line)
-                else ""
+        (outdated if _outdated(w, line) else checked).append((w, line))
+    if outdated:
+        paths = [f"{dist}/{w.filename}" for w, _ in outdated]
+        one = len(paths) == 1
+        again = " ".join(f"{line.package}=={line.version}" for line in [*lines, *(line for _, line in outdated)])
+        raise PatchwheelError(
+            f"{', '.join(paths)} {'was' if one else 'were'} built from other pins or patches than overlay/ and "
+            f"patches/ hold now, so {'it' if one else 'they'} cannot be checked by a rebuild; dist/ was left as it was",
+            f"build {'that line' if one else 'those lines'} too (patchwheel build {again}), or pass --clean: dist/ "
+            "then holds only the lines built",
+        )
+    kept = []
+    for w, line in checked:
+        source = dist / w.filename
+        try:
+            b = build_line(line, staging, log=lambda m: log(f"      {m}"))
+        except PatchwheelError as exc:
+            raise PatchwheelError(f"cannot check the kept {source} by a rebuild: {exc.message}", exc.hint) from exc
+        if (b.filename, b.sha256) != (w.filename, w.sha256):
+            gives = b.sha256[:16] + "…" if b.filename == w.filename else b.filename
+            raise PatchwheelError(
+                f"{source} differs from a rebuild from its pinned upstream wheel and patches/{line.key}/ (sha256 "
+                f"{w.sha256[:16]}…, the rebuild gives {gives}): it was changed after it was built, or built by "
+                "another version of patchwheel; dist/ was left as it was",
+                f"find out how it changed; then {_CLEAN_HINT}",
             )
-        )
-        kept.append(
-            Published(w.filename, w.sha256, w.package, line.version, w.fixed_version, w.upstream_sha256, w.patches)
-        )
+        log(f"kept {w.filename} (a rebuild from the pinned wheel and the series gives the same bytes)")
+        kept.append(Published.of(b))
     return kept
 
 
 def _outdated(w: Published, line: ReleaseLine) -> bool:
-    """Whether a kept wheel was built from other pins or another series than the overlay's now (only said)."""
+    """Whether a kept wheel was built from other pins or another series than the overlay's now, as build.json
+    records it (a series whose patches changed under the same names is found by the rebuild)."""
     try:
         names = series_names(line)
     except PatchwheelError:  # that line's series is broken: its own build will say how
