@@ -5,8 +5,9 @@ index -> pins -> publish into dist/. Everything is written into a staging folder
 only after every step passed, so a failure leaves dist/ exactly as it was.
 
 Building some lines keeps the wheels of the others (each rebuilt from its pinned upstream wheel and series, and
-kept only when the bytes are the same), and the index, pins and build.json always describe every wheel in dist/. How the staging folder is claimed, swept and swapped in while
-dist/ is being served: see :mod:`patchwheel.publish`.
+kept only when the bytes are the same), and the index, pins and build.json always describe every wheel in dist/.
+A build replaces only a dist/ it made. How the staging folder is claimed, swept and swapped in while dist/ is
+being served: see :mod:`patchwheel.publish`.
 """
 
 from __future__ import annotations
@@ -336,7 +337,8 @@ def _keep(
     are dropped, as a full build drops them."""
     rebuilt = {(line.package, Version(line.version)) for line in lines}
     pinned = {(line.package, Version(line.version)): line for line in overlay.all_lines()}
-    checked, outdated = [], []
+    checked: list[tuple[Published, ReleaseLine]] = []
+    outdated: list[tuple[Published, ReleaseLine]] = []
     for w in previous or []:
         if w.key in rebuilt:
             continue
