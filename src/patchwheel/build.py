@@ -31,7 +31,7 @@ from .apply import apply_line
 from .config import Overlay, ReleaseLine
 from .errors import PatchwheelError
 from .index import write_simple
-from .patches import Patch, load_series, series_names
+from .patches import Patch, load_series
 from .verify import verify
 
 BUILD_MANIFEST = publish.BUILD_MANIFEST
@@ -354,7 +354,7 @@ def _keep(
             raise PatchwheelError(
                 f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT
             )
-        (outdated if _outdated(w, line) else checked).append((w, line))
+        (outdated if _outdated(w, line, source) else checked).append((w, line))
     if outdated:
         paths = [f"{dist}/{w.filename}" for w, _ in outdated]
         one = len(paths) == 1
@@ -385,18 +385,27 @@ def _keep(
     return kept
 
 
-def _outdated(w: Published, line: ReleaseLine) -> bool:
-    """Whether a kept wheel was built from other pins or another series than the overlay's now, as build.json
-    records it (a series whose patches changed under the same names is found by the rebuild)."""
+def _outdated(w: Published, line: ReleaseLine, path: Path) -> bool:
+    """Whether a kept wheel was built from other pins or another series than the overlay's now: as build.json
+    records it, or as the wheel's own manifest does (it has each patch's sha256, so a patch edited under its name
+    counts too). A manifest that cannot be read tells nothing: the rebuild then finds that the wheel differs."""
     try:
-        names = series_names(line)
+        series = load_series(line)
     except PatchwheelError:  # that line's series is broken: its own build will say how
         return True
-    return (
+    if (
         w.upstream_sha256 not in (None, line.wheel.sha256)
         or w.fixed_version != line.fixed_version
-        or list(w.patches) != names
-    )
+        or list(w.patches) != [p.name for p in series]
+    ):
+        return True
+    try:
+        manifest = wheel_manifest(path)
+        built = [(p["name"], p["sha256"]) for p in manifest["patches"]]
+        upstream = manifest["upstream"]["sha256"]
+    except (OSError, EOFError, RuntimeError, ValueError, KeyError, TypeError, StopIteration, zipfile.BadZipFile):
+        return False
+    return built != [(p.name, p.sha256) for p in series] or upstream != line.wheel.sha256
 
 
 def build(

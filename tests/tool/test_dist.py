@@ -27,7 +27,7 @@ from patchwheel.patches import load_series
 from patchwheel.rewrite import read, record_hash
 from patchwheel.verify import verify
 
-from conftest import CORE, other_patch_set
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, other_patch_set
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 OLD_WHEEL = "demo-1.0.0+fixed-py3-none-any.whl"
@@ -194,13 +194,21 @@ def test_kept_wheel_changed_with_a_matching_build_json_is_refused(demo_project):
     assert planted not in (dist / "pins-latest.txt").read_text()
 
 
-def test_kept_wheel_of_a_changed_series_is_refused(demo_project):
+@pytest.mark.parametrize("change", ["another patch", "the patch edited under its name"])
+def test_kept_wheel_of_a_changed_series_is_refused(demo_project, change):
     """A kept wheel built from another series than the line has now cannot be checked by a rebuild: it is refused
-    (it used to be kept, with a note), and the error says how to build it too or leave it out."""
+    (it used to be kept, with a note), and the error says how to build it too or leave it out. build.json records
+    the patch names only; the wheel's own manifest has their sha256, so an edited patch is told from a changed
+    wheel too."""
     _two_lines(demo_project)
     dist = demo_project.root / "dist"
     _build(demo_project)
-    other_patch_set(demo_project)  # the 1.0.0 line's series
+    if change == "another patch":  # the 1.0.0 line's series
+        other_patch_set(demo_project)
+    else:
+        upstream = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+        edited = make_patch(upstream, edit_greet, "Greet with a comma, as upstream's docs do", TRAILERS)
+        demo_project.set_series(("0001-greet-comma.patch", edited))
     before = _snapshot(dist)
     with pytest.raises(PatchwheelError) as err:
         _build(demo_project, select=["demo==1.1.0"])
