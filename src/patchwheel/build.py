@@ -4,9 +4,10 @@ Named steps, as in pypa/vendoring's sync: lint -> fetch -> apply -> rewrite -> v
 index -> pins -> publish into dist/. Everything is written into a staging folder beside dist/ and swapped in
 only after every step passed, so a failure leaves dist/ exactly as it was.
 
-Building some lines keeps the wheels of the others (sha256-checked against build.json), and the index, pins and
-build.json always describe every wheel in dist/. How the staging folder is claimed, swept and swapped in while
-dist/ is being served: see :mod:`patchwheel.publish`.
+Building some lines keeps the wheels of the others (each rebuilt from its pinned upstream wheel and series, and
+kept only when the bytes are the same), and the index, pins and build.json always describe every wheel in dist/.
+A build replaces only a dist/ it made. How the staging folder is claimed, swept and swapped in while dist/ is
+being served: see :mod:`patchwheel.publish`.
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ from .apply import apply_line
 from .config import Overlay, ReleaseLine
 from .errors import PatchwheelError
 from .index import write_simple
-from .patches import Patch, load_series, series_names
+from .patches import Patch, load_series
 from .verify import verify
 
 BUILD_MANIFEST = publish.BUILD_MANIFEST
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CLEAN_HINT = "rebuild with --clean (patchwheel build --clean): it makes every selected line again and replaces dist/"
+#: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
+_PINS_FILE = re.compile(r"^(constraints|pins)-[^/]+\.txt$")
+_REPLACES = "a build replaces the whole --dist folder"
 
 
 @dataclass
@@ -155,9 +159,25 @@ def pins_text(set_name: str, wheels: list[Published], hashed: bool) -> str:
     return "\n".join(head + body) + "\n"
 
 
-def _check_dist_path(dist: Path) -> None:
-    """dist/ must be a folder or a path that can become one. A file there ended in NotADirectoryError, and with
-    --clean the build even replaced the file."""
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, KeyError):  # no HOME and no password entry
+        return None
+
+
+def _check_dist_path(dist: Path, root: Path) -> None:
+    """dist/ must be a folder or a path that can become one, and never one whose replacement would take the
+    project, the home folder or the whole file system with it (`--dist .` in a clone, `--dist /`). A
+    file there ended in NotADirectoryError, and with --clean the build even replaced the file."""
+    hint = f"pass --dist a folder of its own (it is made when missing), e.g. --dist {root / 'dist'}"
+    if dist == Path(dist.anchor):
+        raise PatchwheelError(f"--dist {dist} is the file system root: {_REPLACES}", hint)
+    for what, folder in (("the project root", root), ("your home folder", _home())):
+        if folder is not None and dist == folder:
+            raise PatchwheelError(f"--dist {dist} is {what}: {_REPLACES}", hint)
+        if folder is not None and dist in folder.parents:
+            raise PatchwheelError(f"--dist {dist} holds {what} ({folder}): {_REPLACES}", hint)
     for path in (dist, *dist.parents):
         if path.is_dir():
             return
@@ -169,12 +189,21 @@ def _check_dist_path(dist: Path) -> None:
             )
 
 
+def _damaged_manifest_hint(mf: Path) -> str:
+    """What to do about a damaged build.json: not --clean, which would replace a folder nothing shows is the
+    tool's."""
+    return (
+        f"a build replaces only a folder it made: if {mf.parent} is patchwheel's output, remove it (or move it "
+        "aside) and build again; if not, pass --dist another folder"
+    )
+
+
 def _published_entry(mf: Path, i: int, raw: object) -> Published:
     """One build.json entry, checked; entries written before package and versions were recorded get them from
     the wheel's file name."""
 
     def damaged(why: str) -> PatchwheelError:
-        return PatchwheelError(f"{mf} is damaged: wheel entry {i}: {why}", _CLEAN_HINT)
+        return PatchwheelError(f"{mf} is damaged: wheel entry {i}: {why}", _damaged_manifest_hint(mf))
 
     if not isinstance(raw, dict):
         raise damaged("not an object")
@@ -211,32 +240,76 @@ def _published_entry(mf: Path, i: int, raw: object) -> Published:
 
 
 def published(dist: Path) -> list[Published]:
-    """The wheels dist/build.json lists (none when there is no build.json). A damaged file is an error that says to
-    rebuild with --clean, never a traceback."""
+    """The wheels dist/build.json lists (none when there is no build.json). A damaged file is an error that says
+    what to do, never a traceback."""
     mf = dist / BUILD_MANIFEST
     if not mf.is_file():
         return []
     try:
         data = json.loads(mf.read_bytes())
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise PatchwheelError(f"{mf} is damaged: not JSON ({exc})", _CLEAN_HINT) from exc
+        raise PatchwheelError(f"{mf} is damaged: not JSON ({exc})", _damaged_manifest_hint(mf)) from exc
     wheels = data.get("wheels") if isinstance(data, dict) else None
     if not isinstance(wheels, list):
-        raise PatchwheelError(f'{mf} is damaged: no "wheels" list', _CLEAN_HINT)
+        raise PatchwheelError(f'{mf} is damaged: no "wheels" list', _damaged_manifest_hint(mf))
     return [_published_entry(mf, i, raw) for i, raw in enumerate(wheels, 1)]
 
 
-def _read_previous(dist: Path) -> list[Published] | None:
+def _listing(names: list[str], most: int = 8) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+def _not_written(dist: Path, wheels: list[Published]) -> list[str]:
+    """What dist/ holds that no build wrote (a folder with a trailing /): the publish step replaces the whole
+    folder, so any of it would be lost. A build writes build.json, the wheels it lists, the pins files and the
+    simple/ index (an index.html per folder), and never a link."""
+    own = {BUILD_MANIFEST, *(w.filename for w in wheels)}
+    found = []
+    for entry in sorted(dist.iterdir()):
+        if entry.name == "simple" and entry.is_dir() and not entry.is_symlink():
+            found += [f"simple/{name}" for name in _not_written_index(entry)]
+        elif entry.is_symlink() or not entry.is_file() or not (entry.name in own or _PINS_FILE.match(entry.name)):
+            found.append(entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else ""))
+    return found
+
+
+def _not_written_index(simple: Path) -> list[str]:
+    found = []
+    for entry in sorted(simple.iterdir()):
+        if entry.is_symlink() or not entry.is_dir():
+            if entry.name != "index.html" or entry.is_symlink() or not entry.is_file():
+                found.append(entry.name)
+            continue
+        inside = [p.name for p in entry.iterdir()]
+        page = entry / "index.html"
+        if inside != ["index.html"] or page.is_symlink() or not page.is_file():
+            found.append(f"{entry.name}/")
+    return found
+
+
+def _read_previous(dist: Path, root: Path) -> list[Published] | None:
+    """The previous build in dist/ (None when there is no dist/ or it is empty), after checking that the tool
+    made it: it has a sound build.json and nothing a build does not write. --clean replaces dist/ too, so it gets
+    the same check (it once emptied any folder --dist named)."""
     if not dist.exists():
         return None
+    held = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in dist.iterdir())
     if not (dist / BUILD_MANIFEST).is_file():
-        if any(dist.iterdir()):
+        if held:
             raise PatchwheelError(
-                f"{dist} exists and was not made by patchwheel (no {BUILD_MANIFEST})",
-                "move it away or pass --dist to build elsewhere",
+                f"{dist} exists and was not made by patchwheel (no {BUILD_MANIFEST}); it holds {_listing(held)}",
+                f"{_REPLACES}: pass --dist a new or empty folder, e.g. --dist {root / 'dist'}, or move what this "
+                "one holds elsewhere",
             )
         return None
-    return published(dist)
+    wheels = published(dist)
+    if foreign := _not_written(dist, wheels):
+        raise PatchwheelError(
+            f"{dist} holds what no build wrote: {_listing(foreign)}",
+            f"{_REPLACES}: move them elsewhere, or pass --dist another folder",
+        )
+    return wheels
 
 
 def _check_stale(previous: list[Published] | None, built: list[Built], dist: Path) -> None:
@@ -258,12 +331,15 @@ def _check_stale(previous: list[Published] | None, built: list[Built], dist: Pat
 def _keep(
     overlay: Overlay, lines: list[ReleaseLine], previous: list[Published] | None, dist: Path, staging: Path, log
 ) -> list[Published]:
-    """Copy the wheels of the lines this run does not rebuild from dist/ into staging, each checked against the
-    sha256 build.json recorded: a build of one line must not wipe the others (issue 11). Wheels of lines that
-    are no longer pinned are dropped, as a full build drops them."""
+    """The wheels of the lines this run does not rebuild, from dist/: a build of one line must not wipe the others
+    (issue 11). Each is checked against build.json (present, its sha256), then made again into staging from the
+    pinned upstream wheel and the line's series, and kept only when that gives the same name and bytes: build.json
+    is no proof, whoever changed a wheel can change it too. Wheels of lines that are no longer pinned
+    are dropped, as a full build drops them."""
     rebuilt = {(line.package, Version(line.version)) for line in lines}
     pinned = {(line.package, Version(line.version)): line for line in overlay.all_lines()}
-    kept = []
+    checked: list[tuple[Published, ReleaseLine]] = []
+    outdated: list[tuple[Published, ReleaseLine]] = []
     for w in previous or []:
         if w.key in rebuilt:
             continue
@@ -274,37 +350,63 @@ def _keep(
         source = dist / w.filename
         if not source.is_file():
             raise PatchwheelError(f"dist/ is damaged: {source} is missing (build.json lists it)", _CLEAN_HINT)
-        shutil.copyfile(source, staging / w.filename)
-        got = fetch_mod.sha256_file(staging / w.filename)
+        got = fetch_mod.sha256_file(source)
         if got != w.sha256:
             raise PatchwheelError(
                 f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT
             )
-        log(
-            f"kept {w.filename}"
-            + (
-                f" (built from other pins or patches: patchwheel build {w.package}=={line.version} makes it again)"
-                if _outdated(w, line)
-                else ""
+        (outdated if _outdated(w, line, source) else checked).append((w, line))
+    if outdated:
+        paths = [f"{dist}/{w.filename}" for w, _ in outdated]
+        one = len(paths) == 1
+        again = " ".join(f"{line.package}=={line.version}" for line in [*lines, *(line for _, line in outdated)])
+        raise PatchwheelError(
+            f"{', '.join(paths)} {'was' if one else 'were'} built from other pins or patches than overlay/ and "
+            f"patches/ hold now, so {'it' if one else 'they'} cannot be checked by a rebuild; dist/ was left as it was",
+            f"build {'that line' if one else 'those lines'} too (patchwheel build {again}), or pass --clean: dist/ "
+            "then holds only the lines built",
+        )
+    kept = []
+    for w, line in checked:
+        source = dist / w.filename
+        try:
+            b = build_line(line, staging, log=lambda m: log(f"      {m}"))
+        except PatchwheelError as exc:
+            raise PatchwheelError(f"cannot check the kept {source} by a rebuild: {exc.message}", exc.hint) from exc
+        if (b.filename, b.sha256) != (w.filename, w.sha256):
+            gives = b.sha256[:16] + "…" if b.filename == w.filename else b.filename
+            raise PatchwheelError(
+                f"{source} differs from a rebuild from its pinned upstream wheel and patches/{line.key}/ (sha256 "
+                f"{w.sha256[:16]}…, the rebuild gives {gives}): it was changed after it was built, or built by "
+                "another version of patchwheel; dist/ was left as it was",
+                f"find out how it changed; then {_CLEAN_HINT}",
             )
-        )
-        kept.append(
-            Published(w.filename, w.sha256, w.package, line.version, w.fixed_version, w.upstream_sha256, w.patches)
-        )
+        log(f"kept {w.filename} (a rebuild from the pinned wheel and the series gives the same bytes)")
+        kept.append(Published.of(b))
     return kept
 
 
-def _outdated(w: Published, line: ReleaseLine) -> bool:
-    """Whether a kept wheel was built from other pins or another series than the overlay's now (only said)."""
+def _outdated(w: Published, line: ReleaseLine, path: Path) -> bool:
+    """Whether a kept wheel was built from other pins or another series than the overlay's now: as build.json
+    records it, or as the wheel's own manifest does (it has each patch's sha256, so a patch edited under its name
+    counts too). A manifest that cannot be read tells nothing: the rebuild then finds that the wheel differs."""
     try:
-        names = series_names(line)
+        series = load_series(line)
     except PatchwheelError:  # that line's series is broken: its own build will say how
         return True
-    return (
+    if (
         w.upstream_sha256 not in (None, line.wheel.sha256)
         or w.fixed_version != line.fixed_version
-        or list(w.patches) != names
-    )
+        or list(w.patches) != [p.name for p in series]
+    ):
+        return True
+    try:
+        manifest = wheel_manifest(path)
+        built = [(p["name"], p["sha256"]) for p in manifest["patches"]]
+        upstream = manifest["upstream"]["sha256"]
+    except (OSError, EOFError, RuntimeError, ValueError, KeyError, TypeError, StopIteration, zipfile.BadZipFile):
+        return False
+    return built != [(p.name, p.sha256) for p in series] or upstream != line.wheel.sha256
 
 
 def build(
@@ -313,13 +415,14 @@ def build(
     """Build the selected release lines (default: all) into ``dist`` atomically; the other lines' wheels in dist/
     are kept unless ``clean``."""
     dist = dist.resolve()
-    _check_dist_path(dist)
+    _check_dist_path(dist, overlay.root)
     lines = overlay.select(select or [])
+    _read_previous(dist, overlay.root)  # a folder the tool did not make is refused before anything is made beside it
     dist.parent.mkdir(parents=True, exist_ok=True)
     with publish.exclusive(dist, log):
         publish.sweep(dist, log)
-        previous = None if clean else _read_previous(dist)
-        return _build_locked(overlay, dist, lines, previous, clean, log)
+        previous = _read_previous(dist, overlay.root)  # again, now that no other build can be swapping it
+        return _build_locked(overlay, dist, lines, None if clean else previous, clean, log)
 
 
 def _build_locked(

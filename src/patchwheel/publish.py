@@ -92,8 +92,12 @@ def claim(dist: Path) -> tuple[str, int]:
 
 def sweep(dist: Path, log) -> None:
     """Remove the staging folders and old trees of builds that died (kill -9, power loss) beside dist/; those of
-    running builds hold their lock and are left alone. An old tree (with its build.json) and no dist/ is a
-    two-rename swap that was cut between its renames: it is the previous dist/, so it is moved back, not removed."""
+    running builds hold their lock and are left alone.
+
+    An old tree and no dist/ may be the previous dist/ of a two-rename swap cut between its renames, or a folder
+    anyone who can write beside dist/ planted there (with a changed wheel and a build.json to match): nothing here
+    tells them apart, so it is never moved into place. Only the build that moved dist/ aside moves it
+    back (:func:`publish`); after a cut swap the next build starts without a previous dist/."""
     ids = sorted({i for p in dist.parent.iterdir() if (i := _build_id(dist, p)) is not None})
     for build_id in ids:
         lock = leftover(dist, "partial", build_id, ".lock")
@@ -109,13 +113,16 @@ def sweep(dist: Path, log) -> None:
             if not _still_linked(fd, lock):
                 continue  # another build swept it meanwhile
             old = leftover(dist, "old", build_id)
-            if (old / BUILD_MANIFEST).is_file() and not dist.exists():
-                os.replace(old, dist)
-                log(f"restored {dist} from {old} (a build was stopped while it swapped dist/)")
+            cut_swap = old.is_dir() and not dist.exists()
             for folder in (leftover(dist, "partial", build_id), old):
                 if folder.is_dir() and not folder.is_symlink():
                     shutil.rmtree(folder, ignore_errors=True)
-                    log(f"removed {folder}, left by a build that was stopped")
+                    log(
+                        f"removed {folder}, left by a build that was stopped while it swapped dist/: not restored, "
+                        "as a build cannot tell it from a planted folder (build the lines it held again)"
+                        if folder == old and cut_swap
+                        else f"removed {folder}, left by a build that was stopped"
+                    )
             lock.unlink(missing_ok=True)
         finally:
             os.close(fd)

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from patchwheel import cli
+from patchwheel import cli, publish
 
 from conftest import CORE, INIT, make_wheel
 
@@ -279,3 +279,89 @@ def test_links_modes_and_hidden_diffs(good, data):
         return True
 
     _check(good, mutate)
+
+
+DIST_CASES = [
+    "file system root",
+    "project root",
+    "above the project root",
+    "home",
+    "above home",
+    "not made by the tool",
+    "the tool's, with more in it",
+    "the tool's, build.json damaged",
+]
+
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))}
+
+
+@SETTINGS
+@given(
+    case=st.sampled_from(DIST_CASES),
+    clean=st.booleans(),
+    entries=st.lists(st.tuples(PLAIN, st.booleans()), min_size=1, max_size=3, unique_by=lambda e: e[0]),
+    raw=st.one_of(st.integers(0, 500), st.binary(max_size=60)),
+)
+def test_dist_that_must_not_be_replaced(good, monkeypatch, case, clean, entries, raw):
+    """A --dist whose replacement would lose what the tool did not make: `/`, the project root, the home
+    folder or a folder above them, a folder of someone's files, the tool's dist/ with more put into it or with a
+    damaged build.json. With or without --clean: exit status 2, one `error:` and one `fix:` line, and nothing
+    changed or made anywhere. Every refusal comes before the lock of dist/ is taken, so reaching it fails the test
+    (and keeps `/` safe whatever the code does)."""
+
+    def never(*args, **kwargs):
+        raise AssertionError(f"the build went on with --dist {case}")
+
+    monkeypatch.setattr(publish, "exclusive", never)
+    with tempfile.TemporaryDirectory(prefix="bad-dist-") as tmp:
+        base = Path(tmp)
+        root = base / "project"
+        shutil.copytree(good.root, root, symlinks=True)
+        home = base / "users" / "me"
+        home.mkdir(parents=True)
+        (home / ".profile").write_text("mine")
+        monkeypatch.setenv("HOME", str(home))
+        dist = {
+            "file system root": Path("/"),
+            "project root": root,
+            "above the project root": base,
+            "home": home,
+            "above home": home.parent,
+            "not made by the tool": base / "mine",
+        }.get(case, root / "dist")
+        # Files and empty folders of someone's: letters and digits (and .txt), no name a build writes.
+        for name, nested in entries:
+            if case == "not made by the tool":
+                dist.mkdir(exist_ok=True)
+                if nested:
+                    (dist / name).mkdir()
+                else:
+                    (dist / name).write_text(name)
+            elif case == "the tool's, with more in it":
+                (dist / "simple" / name if nested else dist / f"{name}.txt").write_text(name)
+        if case == "the tool's, build.json damaged":
+            manifest = dist / "build.json"
+            data = manifest.read_bytes()
+            manifest.write_bytes(data[: raw % len(data)] if isinstance(raw, int) else raw)
+        note(f"--dist {dist}, clean={clean}")
+        before = _tree(base)
+        rc, out, err = _run("--root", str(root), "build", "--dist", str(dist), *(["--clean"] if clean else []))
+        note(f"rc={rc}\nstdout: {out}\nstderr: {err}")
+        assert rc == 2 and "Traceback" not in out + err
+        first, fix = err.splitlines()
+        assert first.startswith("error: ") and fix.startswith("  fix: "), err
+        said = {
+            "file system root": "error: --dist / is the file system root: ",
+            "project root": f"error: --dist {root} is the project root: ",
+            "above the project root": f"error: --dist {base} holds the project root ({root}): ",
+            "home": f"error: --dist {home} is your home folder: ",
+            "above home": f"error: --dist {home.parent} holds your home folder ({home}): ",
+            "not made by the tool": f"error: {dist} exists and was not made by patchwheel (no build.json); it holds ",
+            "the tool's, with more in it": f"error: {dist} holds what no build wrote: ",
+            "the tool's, build.json damaged": f"error: {dist}/build.json is damaged: ",
+        }[case]
+        assert first.startswith(said), err
+        assert "--clean" not in fix, "the hint must not send the user to --clean, which replaces the folder"
+        assert _tree(base) == before

@@ -3,15 +3,19 @@ killed builds are swept, and bad --dist / build.json / --python input is a clear
 
 from __future__ import annotations
 
+import csv
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,8 +23,11 @@ import pytest
 from patchwheel import build as build_mod
 from patchwheel import cli, publish
 from patchwheel.errors import PatchwheelError
+from patchwheel.patches import load_series
+from patchwheel.rewrite import read, record_hash
+from patchwheel.verify import verify
 
-from conftest import CORE, other_patch_set
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, other_patch_set
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 OLD_WHEEL = "demo-1.0.0+fixed-py3-none-any.whl"
@@ -132,6 +139,91 @@ def test_damaged_kept_wheel_is_refused(demo_project, damage):
     assert _siblings(dist) == []
     _build(demo_project, select=["demo==1.0.0"], clean=True)
     assert sorted(p.name for p in dist.glob("*.whl")) == [OLD_WHEEL]
+
+
+def _plant(wheel: Path) -> str:
+    """Rewrite a built +fixed wheel with one line of code added to its __init__.py and RECORD to match: a wheel the
+    build's own verify step accepts (a build changes __init__.py anyway), which no build makes. Its sha256."""
+    entries = read(wheel)
+    files = {e.name: e.data for e in entries}
+    files["demo/__init__.py"] += b"import os  # planted\n"
+    record = next(n for n in files if n.endswith(".dist-info/RECORD"))
+    rows = io.StringIO()
+    writer = csv.writer(rows, lineterminator="\n")
+    for name, data in files.items():
+        writer.writerow([name, "", ""] if name == record else [name, record_hash(data), len(data)])
+    files[record] = rows.getvalue().encode()
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for e in entries:
+            zf.writestr(e.info, files[e.name])
+    return hashlib.sha256(wheel.read_bytes()).hexdigest()
+
+
+def _record_sha256(dist: Path, filename: str, sha256: str) -> None:
+    """Set the sha256 build.json records for one wheel, as whoever planted it would."""
+    manifest = json.loads((dist / "build.json").read_text())
+    for w in manifest["wheels"]:
+        if w["filename"] == filename:
+            w["sha256"] = sha256
+    (dist / "build.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def test_kept_wheel_changed_with_a_matching_build_json_is_refused(demo_project):
+    """Issue 25: a one-line build kept the other lines' wheels on build.json's sha256 alone, so a changed wheel
+    with a matching build.json was kept and its hash written into the pins. Kept wheels are rebuilt from the
+    pinned upstream wheel and the series and must be byte-identical."""
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    planted = _plant(dist / NEW_WHEEL)
+    _record_sha256(dist, NEW_WHEEL, planted)
+    line = demo_project.load().line("demo", "1.1.0")
+    verify(line, dist / NEW_WHEEL, demo_project.upstream.parent / "demo-1.1.0-py3-none-any.whl", load_series(line))
+    before = _snapshot(dist)
+    with pytest.raises(PatchwheelError) as err:
+        _build(demo_project, select=["demo==1.0.0"])
+    assert err.value.message.startswith(
+        f"{dist}/{NEW_WHEEL} differs from a rebuild from its pinned upstream wheel and patches/demo/1.1.0/ "
+        f"(sha256 {planted[:16]}…, the rebuild gives "
+    ), err.value.message
+    assert err.value.message.endswith(
+        "): it was changed after it was built, or built by another version of patchwheel; dist/ was left as it was"
+    ), err.value.message
+    assert "--clean" in err.value.hint
+    assert _snapshot(dist) == before
+    assert _siblings(dist) == []
+    _build(demo_project, clean=True)
+    assert planted not in (dist / "pins-latest.txt").read_text()
+
+
+@pytest.mark.parametrize("change", ["another patch", "the patch edited under its name"])
+def test_kept_wheel_of_a_changed_series_is_refused(demo_project, change):
+    """A kept wheel built from another series than the line has now cannot be checked by a rebuild: it is refused
+    (it used to be kept, with a note), and the error says how to build it too or leave it out. build.json records
+    the patch names only; the wheel's own manifest has their sha256, so an edited patch is told from a changed
+    wheel too."""
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    if change == "another patch":  # the 1.0.0 line's series
+        other_patch_set(demo_project)
+    else:
+        upstream = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+        edited = make_patch(upstream, edit_greet, "Greet with a comma, as upstream's docs do", TRAILERS)
+        demo_project.set_series(("0001-greet-comma.patch", edited))
+    before = _snapshot(dist)
+    with pytest.raises(PatchwheelError) as err:
+        _build(demo_project, select=["demo==1.1.0"])
+    assert err.value.message == (
+        f"{dist}/{OLD_WHEEL} was built from other pins or patches than overlay/ and patches/ hold now, so it "
+        "cannot be checked by a rebuild; dist/ was left as it was"
+    )
+    assert err.value.hint == (
+        "build that line too (patchwheel build demo==1.1.0 demo==1.0.0), or pass --clean: dist/ then holds only "
+        "the lines built"
+    )
+    assert _snapshot(dist) == before
+    assert _siblings(dist) == []
 
 
 def test_cli_build_names_only_constraints_files_that_exist(demo_project, capsys):
@@ -274,15 +366,30 @@ def test_killed_build_is_swept_by_the_next_build(demo_project):
     assert _siblings(dist) == []
 
 
-def test_swap_cut_between_its_two_renames_is_undone_by_the_next_build(demo_project):
-    """The fallback swap killed after `dist -> .dist.old-X`: the next build moves the previous dist/ back first."""
+@pytest.mark.parametrize("how", ["planted", "cut swap"])
+def test_old_tree_of_another_build_is_never_restored(demo_project, how):
+    """Issue 25: with no dist/, the next build moved any `.dist.old-*` into place and kept its wheels, so a planted
+    one (a changed wheel, a build.json to match) was published and its hash written into the pins. A build can
+    not tell a planted tree from the previous dist/ of a build killed between the two renames of the fallback
+    swap (`dist -> .dist.old-X`, then staging -> dist): it restores neither, only what it moved itself."""
     _two_lines(demo_project)
     dist = demo_project.root / "dist"
     _build(demo_project)
-    os.replace(dist, dist.with_name(".dist.old-killed"))
-    _build(demo_project, select=["demo==1.0.0"])
-    assert {OLD_WHEEL, NEW_WHEEL, "constraints-latest.txt"} <= set(os.listdir(dist)), "1.1.0 kept from before"
+    old = dist.with_name(f".dist.old-{how.replace(' ', '')}")
+    os.replace(dist, old)
+    planted = _plant(old / NEW_WHEEL) if how == "planted" else None
+    if planted:
+        _record_sha256(old, NEW_WHEEL, planted)
+    said: list[str] = []
+    build_mod.build(demo_project.load(), dist, select=["demo==1.0.0"], log=said.append)
+    assert sorted(p.name for p in dist.glob("*.whl")) == [OLD_WHEEL], "the old tree's 1.1.0 wheel is not kept"
+    assert not (dist / "pins-latest.txt").exists()
+    assert not planted or all(planted.encode() not in data for data in _snapshot(dist).values())
     assert _siblings(dist) == []
+    assert (
+        f"removed {old}, left by a build that was stopped while it swapped dist/: not restored, as a build cannot "
+        "tell it from a planted folder (build the lines it held again)"
+    ) in said, said
 
 
 # 4./5. bad --dist and a damaged build.json ------------------------------------------------------------------------
@@ -302,6 +409,94 @@ def test_dist_that_is_a_file_is_refused(demo_project, tmp_path, capsys, clean):
     assert sorted(tmp_path.iterdir()) == listing, "nothing is made beside it"
 
 
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder``: a file's bytes, None for a folder (an empty one counts too)."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_folder_the_tool_did_not_make_is_refused_even_with_clean(demo_project, tmp_path, capsys, clean):
+    """Issue 25: `build --clean --dist <a folder of mine>` emptied it (and `--dist .` in a clone removed .git)."""
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("my notes")
+    (mine / "sub" / "y.txt").write_text("more")
+    before, listing = _tree(mine), sorted(tmp_path.iterdir())
+    argv = ["--root", str(demo_project.root), "build", "demo==1.0.0", "--dist", str(mine)]
+    assert cli.main(argv + (["--clean"] if clean else [])) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {mine} exists and was not made by patchwheel (no build.json); it holds notes.txt, sub/\n"
+        "  fix: a build replaces the whole --dist folder: pass --dist a new or empty folder, e.g. --dist "
+        f"{demo_project.root}/dist, or move what this one holds elsewhere\n"
+    ), err
+    assert _tree(mine) == before
+    assert sorted(tmp_path.iterdir()) == listing, "nothing is made beside it"
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_files_added_to_a_dist_the_tool_made_are_refused(demo_project, capsys, clean):
+    """A build replaces the whole folder: what someone put into dist/ besides the build's files would be lost."""
+    dist = demo_project.root / "dist"
+    _build(demo_project)
+    (dist / "notes.txt").write_text("my notes")
+    (dist / "simple" / "extra").mkdir()
+    before = _tree(dist)
+    argv = ["--root", str(demo_project.root), "build", "--dist", str(dist)]
+    assert cli.main(argv + (["--clean"] if clean else [])) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: {dist} holds what no build wrote: notes.txt, simple/extra/\n"
+        "  fix: a build replaces the whole --dist folder: move them elsewhere, or pass --dist another folder\n"
+    ), err
+    assert _tree(dist) == before
+    assert _siblings(dist) == []
+
+
+@pytest.mark.parametrize("clean", [False, True])
+@pytest.mark.parametrize("which", ["project root", "above the project root", "home", "above home"])
+def test_dist_that_is_or_holds_the_project_or_home_is_refused(
+    demo_project, tmp_path, monkeypatch, capsys, which, clean
+):
+    home = tmp_path / "users" / "me"
+    home.mkdir(parents=True)
+    (home / ".profile").write_text("mine")
+    monkeypatch.setenv("HOME", str(home))
+    root = demo_project.root  # tmp_path/project
+    dist, said = {
+        "project root": (root, "is the project root"),
+        "above the project root": (tmp_path, f"holds the project root ({root})"),
+        "home": (home, "is your home folder"),
+        "above home": (home.parent, f"holds your home folder ({home})"),
+    }[which]
+    before = _tree(tmp_path)
+    argv = ["--root", str(root), "build", "--dist", str(dist)]
+    assert cli.main(argv + (["--clean"] if clean else [])) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: --dist {dist} {said}: a build replaces the whole --dist folder\n"
+        f"  fix: pass --dist a folder of its own (it is made when missing), e.g. --dist {root}/dist\n"
+    ), err
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_dist_at_the_file_system_root_is_an_error(demo_project, monkeypatch, capsys, clean):
+    """`--dist /` ended in a ValueError traceback (and only because `/` has no name for the lock file)."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("the build went on with --dist /")
+
+    monkeypatch.setattr(publish, "exclusive", never)  # whatever happens, nothing under / is touched
+    monkeypatch.setattr(build_mod.shutil, "rmtree", never)
+    argv = ["--root", str(demo_project.root), "build", "--dist", "/"]
+    assert cli.main(argv + (["--clean"] if clean else [])) == 2
+    assert capsys.readouterr().err == (
+        "error: --dist / is the file system root: a build replaces the whole --dist folder\n"
+        f"  fix: pass --dist a folder of its own (it is made when missing), e.g. --dist {demo_project.root}/dist\n"
+    )
+
+
 @pytest.mark.parametrize(
     "content",
     [
@@ -313,14 +508,24 @@ def test_dist_that_is_a_file_is_refused(demo_project, tmp_path, capsys, clean):
         "\udcff",
     ],
 )
-def test_corrupt_build_json_is_refused_then_clean_rebuilds(demo_project, content):
+def test_corrupt_build_json_is_refused_even_with_clean(demo_project, content):
+    """A damaged build.json does not show the folder is the tool's: --clean is refused too, and the hint no longer
+    recommends it; removing the folder by hand is the way out."""
     dist = demo_project.root / "dist"
     _build(demo_project)
     (dist / "build.json").write_bytes(content.encode("utf-8", "surrogateescape"))
-    with pytest.raises(PatchwheelError) as err:
-        _build(demo_project)
-    assert f"{dist}/build.json" in err.value.message and "--clean" in err.value.hint
-    _build(demo_project, clean=True)
+    before = _tree(dist)
+    for clean in (False, True):
+        with pytest.raises(PatchwheelError) as err:
+            _build(demo_project, clean=clean)
+        assert err.value.message.startswith(f"{dist}/build.json is damaged: "), err.value.message
+        assert err.value.hint == (
+            f"a build replaces only a folder it made: if {dist} is patchwheel's output, remove it (or move it "
+            "aside) and build again; if not, pass --dist another folder"
+        )
+        assert _tree(dist) == before
+    shutil.rmtree(dist)
+    _build(demo_project)
     assert [w["filename"] for w in json.loads((dist / "build.json").read_text())["wheels"]] == [OLD_WHEEL]
 
 

@@ -1,6 +1,6 @@
-"""What a patch may hold, and what the tool reads back from the trees it applies patches to (issue 25, items 2 and
-3): no symbolic link, submodule or file mode reaches a tree; no file outside a scratch tree is read; and what lint
-reads of a patch is exactly what ``git apply`` applies."""
+"""What a patch may hold, and what the tool reads back from the trees it applies patches to: no symbolic link,
+submodule or file mode reaches a tree; no file outside a scratch tree is read; and what lint reads of a patch is
+exactly what ``git apply`` applies."""
 
 from __future__ import annotations
 
