@@ -110,7 +110,8 @@ def cmd_status(args) -> int:
     if args.python:  # run the stdlib-only probe inside that environment (a venv python is a symlink: no shortcut)
         python = _interpreter(args.python)
         # -I: no PYTHON* variables, user site or script folder; -S: no site start-up, so no .pth file runs
-        ran = _spawn([python, "-I", "-S", status.__file__, "--json", *names], capture_output=True, text=True)
+        probe = [python, "-I", "-S", status.__file__, "--json", *names]
+        ran = _spawn(probe, capture_output=True, text=True, errors="replace")  # (anything may come back)
         hint = "pass the python of an environment (Python 3.8 or newer), e.g. .venv/bin/python"
         try:
             rep = json.loads(ran.stdout)
