@@ -69,11 +69,23 @@ class _Unreachable(PatchwheelError):
     """The index (or a file it links) could not be fetched: the network, or the index's address."""
 
 
+class _HttpRedirectsOnly(urllib.request.HTTPRedirectHandler):
+    """urllib follows a redirect to ftp: too: a redirect must not get round the check of a link's scheme."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            raise PatchwheelError(
+                f"{req.full_url} redirects to {newurl}: only http and https redirects are followed", _UNTRUSTED_INDEX
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpRedirectsOnly)
+
+
 def _open(url: str, what: str, timeout: float = 60):
     try:
-        return urllib.request.urlopen(
-            urllib.request.Request(url, headers={"User-Agent": "patchwheel"}), timeout=timeout
-        )
+        return _OPENER.open(urllib.request.Request(url, headers={"User-Agent": "patchwheel"}), timeout=timeout)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise _Unreachable(

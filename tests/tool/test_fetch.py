@@ -122,6 +122,26 @@ def test_an_http_index_may_link_only_http_or_https(demo_project, http_index, sch
     assert _cache_files(demo_project) == []
 
 
+def test_a_link_may_redirect_only_to_http_or_https(demo_project, http_index):
+    """urllib follows an http redirect to ftp: (and refuses file:): a redirect must not get round the link check."""
+    name = demo_project.upstream.name
+
+    def to_ftp(handler):
+        handler.send_response(302)
+        handler.send_header("Location", f"ftp://127.0.0.1:9/{name}")
+        handler.end_headers()
+
+    http_index.routes[f"/files/{name}"] = to_ftp
+    with pytest.raises(PatchwheelError) as err:
+        fetch.fetch("demo", _artifact(demo_project))
+    assert err.value.message == (
+        f"{http_index.url}/files/{name} redirects to ftp://127.0.0.1:9/{name}: only http and https redirects are "
+        "followed"
+    ), err.value.message
+    assert "PATCHWHEEL_INDEX_URL" in err.value.hint
+    assert _cache_files(demo_project) == []
+
+
 def test_a_file_index_may_link_local_files(demo_project):
     """A PEP 503 tree on disk (file://, as the tool tests and `--extra-index-url file://…` use) links local files."""
     page = demo_project.index / "demo" / "index.html"
