@@ -118,6 +118,10 @@ def test_manifest_paths_stay_inside_the_site_folder(demo_project, fixed_env, cap
         ('{"upstream": 1, "patches": []}', "'upstream' is not an object with a version and a sha256"),
         ('{"upstream": {"version": "1.0.0", "sha256": "ab"}, "patches": [1]}', "'patches' is not a list of objects"),
         (
+            '{"upstream": {"version": "1.0.0", "sha256": "ab"}, "patches": [{"name": "x", "subject": 2}]}',
+            "'subject' of patch 1 is not a string",
+        ),
+        (
             '{"upstream": {"version": "1.0.0", "sha256": "ab"}, "patches": [], "patched_files": []}',
             "'patched_files' is not an object of paths and digests",
         ),
