@@ -117,16 +117,20 @@ def cmd_status(args) -> int:
     overlay = config.load(_root(args))
     names = list(status.PACKAGES) + [p for p in overlay.packages() if p not in status.PACKAGES]
     if args.python:  # run the stdlib-only probe inside that environment (a venv python is a symlink: no shortcut)
-        ran = _spawn(
-            [_interpreter(args.python), "-I", status.__file__, "--json", *names], capture_output=True, text=True
-        )
+        python = _interpreter(args.python)
+        # -I: no PYTHON* variables, user site or script folder; -S: no site start-up, so no .pth file runs
+        probe = [python, "-I", "-S", status.__file__, "--json", *names]
+        ran = _spawn(probe, capture_output=True, text=True, errors="replace")  # (anything may come back)
+        hint = "pass the python of an environment (Python 3.8 or newer), e.g. .venv/bin/python"
         try:
             rep = json.loads(ran.stdout)
         except ValueError:
+            said = (ran.stderr.strip() or ran.stdout.strip()).splitlines()
             raise PatchwheelError(
-                f"{args.python} could not run the status probe: {(ran.stderr or ran.stdout).strip()[-400:]}",
-                "pass the python of an environment (Python 3.8 or newer), e.g. .venv/bin/python",
+                f"{args.python} could not run the status probe: {said[-1] if said else '(it printed nothing)'}", hint
             ) from None
+        if (why := status.report_problem(rep, names)) is not None:
+            raise PatchwheelError(f"{args.python} printed a status report of an unexpected shape: {why}", hint)
     else:
         rep = status.report(names)
     status_json = overlay.root / "patches" / "STATUS.json"

@@ -2,12 +2,20 @@
 
 Nothing is used before its sha256 matches the pin. The cache is content-addressed
 (``<cache>/sha256/<digest>/<filename>``), so once a file is there the build works offline.
+
+A download follows http(s) links only (and ``file:`` links of an index on disk), reads no more than the size the
+server states nor :data:`MAX_DOWNLOAD`, and writes into a ``.part-*`` file beside its target whose ``flock`` it holds
+until the file is renamed or removed: the next download sweeps the ``.part-*`` files of downloads that were killed
+(their lock is free), as a build sweeps the staging folders of killed builds (publish.py).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import http.client
 import os
+import stat
 import sys
 import tempfile
 import urllib.error
@@ -18,9 +26,16 @@ from pathlib import Path
 
 from .config import SHA256, Artifact, file_name_problem
 from .errors import PatchwheelError
+from .publish import _still_linked
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
+#: The most a download may be: a generous bound (the pinned wheels and sdists are 1 to 15 MB), for a server that
+#: states no size (a larger stated size is refused before anything is written).
+MAX_DOWNLOAD = 512 << 20
+#: The name of a download in progress, beside its target in the cache.
+PART_PREFIX = ".part-"
+_UNTRUSTED_INDEX = "the index is broken or not trustworthy: point PATCHWHEEL_INDEX_URL at another PEP 503 index"
 
 
 def cache_dir() -> Path:
@@ -50,22 +65,50 @@ class _Links(HTMLParser):
             self._attrs = None
 
 
+class _Unreachable(PatchwheelError):
+    """The index (or a file it links) could not be fetched: the network, or the index's address."""
+
+
+class _HttpRedirectsOnly(urllib.request.HTTPRedirectHandler):
+    """urllib follows a redirect to ftp: too: a redirect must not get round the check of a link's scheme."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            raise PatchwheelError(
+                f"{req.full_url} redirects to {newurl}: only http and https redirects are followed", _UNTRUSTED_INDEX
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpRedirectsOnly)
+
+
 def _open(url: str, what: str, timeout: float = 60):
     try:
-        return urllib.request.urlopen(
-            urllib.request.Request(url, headers={"User-Agent": "patchwheel"}), timeout=timeout
-        )
+        return _OPENER.open(urllib.request.Request(url, headers={"User-Agent": "patchwheel"}), timeout=timeout)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise PatchwheelError(
+        raise _Unreachable(
             f"cannot fetch {what} from {url}: {reason}",
             "check the network (the index must be reachable once; later builds use the cache), or set "
             "PATCHWHEEL_INDEX_URL to a reachable PEP 503 index",
         ) from exc
 
 
+def _page_url(package: str, index: str | None = None) -> str:
+    """The project page of ``package``; the index must be an http(s) URL, or a file:// tree on disk."""
+    index = index or index_url()
+    if urllib.parse.urlsplit(index).scheme not in ("http", "https", "file"):
+        raise PatchwheelError(
+            f"the package index {index!r} is not an http://, https:// or file:// URL",
+            "set PATCHWHEEL_INDEX_URL to a PEP 503 index, e.g. https://pypi.org/simple, or file:///path/to/simple "
+            "for a tree on disk",
+        )
+    return f"{index}/{package}/"
+
+
 def _project_page(package: str, index: str | None = None) -> tuple[str, list[tuple[str, str, dict]]]:
-    page = f"{index or index_url()}/{package}/"
+    page = _page_url(package, index)
     # A PEP 503 tree on disk (file://…/simple) serves its pages as <project>/index.html.
     target = page + "index.html" if page.startswith("file:") else page
     with _open(target, f"the index page of {package}") as resp:
@@ -95,7 +138,7 @@ def project_links(package: str, index: str | None = None) -> dict[str, tuple[str
         if sha == "":
             raise PatchwheelError(
                 f"the index page {page} lists {text} with the digest {frag!r}: not 64 lower-case hex digits",
-                "the index is broken or not trustworthy: point PATCHWHEEL_INDEX_URL at another PEP 503 index",
+                _UNTRUSTED_INDEX,
             )
         out[text] = (url, sha)
     return out
@@ -154,6 +197,132 @@ def _check_artifact(artifact: Artifact) -> None:
         )
 
 
+def _check_link(page: str, filename: str, url: str) -> None:
+    """A file is downloaded over http(s) only: an index page must not make the tool read a local file (a device
+    never ends), nor anything else urllib opens. An index on disk (``file://``) may link files on disk."""
+    on_disk = page.startswith("file:")
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme in ("http", "https") or (on_disk and scheme == "file"):
+        return
+    shown = url if len(url) <= 80 else url[:77] + "…"
+    only = (
+        "http, https and file links are downloaded from an index on disk"
+        if on_disk
+        else "http and https links are downloaded"
+    )
+    raise PatchwheelError(
+        f"the index page {page} links {filename} to a {scheme}: URL ({shown}): only {only}", _UNTRUSTED_INDEX
+    )
+
+
+def _claim_part(folder: Path) -> tuple[int, str]:
+    """A new ``.part-*`` file in ``folder``, its lock held first (as publish.claim does for a staging folder)."""
+    while True:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=PART_PREFIX)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a sweeper looks at it, a moment
+        if _still_linked(fd, Path(name)):
+            return fd, name
+        os.close(fd)  # swept between mkstemp and flock: take another name
+
+
+def sweep(cache: Path, log=None) -> None:
+    """Remove the ``.part-*`` files that killed downloads left (kill -9, power loss) in the cache's digest folders.
+    Only what a download makes is looked at (a regular file named ``.part-*``, never through a link), and only when
+    no download holds its lock: a running download's file is left alone."""
+    root = cache / "sha256"
+    try:
+        folders = [p for p in root.iterdir() if SHA256.fullmatch(p.name) and not p.is_symlink() and p.is_dir()]
+    except OSError:
+        return  # no cache yet
+    for folder in folders:
+        for part in folder.glob(PART_PREFIX + "*"):
+            try:
+                fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # a link (not ours), or swept meanwhile
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a running download
+                if _still_linked(fd, part):
+                    part.unlink()
+                    if log:
+                        log(f"removed {part}, left by a download that was stopped")
+            finally:
+                os.close(fd)
+
+
+def _too_big(url: str, message: str) -> PatchwheelError:
+    return PatchwheelError(
+        f"{url} {message}",
+        "the index (or its mirror) serves something other than the pinned release's file: point "
+        "PATCHWHEEL_INDEX_URL at a trustworthy index",
+    )
+
+
+def _download(url: str, filename: str, out, log) -> str:
+    """Copy ``url`` into ``out``: no more than the size the server states (Content-Length), nor MAX_DOWNLOAD when
+    it states none. The sha256 of what was written."""
+    h = hashlib.sha256()
+    with _open(url, filename, timeout=300) as resp:
+        stated = str(resp.headers.get("Content-Length") or "").strip()
+        total = int(stated) if stated.isdigit() else None
+        if total is not None and total > MAX_DOWNLOAD:
+            raise _too_big(
+                url, f"is {total} bytes, more than the limit of a download ({MAX_DOWNLOAD} bytes): not downloaded"
+            )
+        limit = MAX_DOWNLOAD if total is None else total
+        if log:
+            log(f"downloading {filename} ({total / 1e6:.1f} MB)" if total else f"downloading {filename}")
+        done = 0
+        progress = bool(total) and sys.stderr.isatty()
+        while True:
+            try:
+                chunk = resp.read(min(_CHUNK, limit - done + 1))  # one byte past the limit tells that it goes on
+            except (OSError, http.client.HTTPException) as exc:
+                raise _Unreachable(
+                    f"the download of {filename} from {url} was cut short after {done} bytes: {exc}",
+                    "check the network and build again (what was downloaded was not kept)",
+                ) from exc
+            if not chunk:
+                break
+            done += len(chunk)
+            if done > limit:
+                what = "the limit of a download" if total is None else "the size it stated"
+                raise _too_big(url, f"sent more than {limit} bytes ({what}): stopped, nothing was kept")
+            out.write(chunk)
+            h.update(chunk)
+            if progress:
+                print(f"\r  {done / 1e6:6.1f} / {limit / 1e6:.1f} MB", end="", file=sys.stderr, flush=True)
+        if progress:
+            print(file=sys.stderr)
+    if total is not None and done < total:  # http.client ends a body cut short without an error
+        raise _Unreachable(
+            f"the download of {filename} from {url} was cut short: {done} of {total} bytes",
+            "check the network and build again (what was downloaded was not kept)",
+        )
+    return h.hexdigest()
+
+
+def _unchecked(package: str, artifact: Artifact, cache: Path, exc: PatchwheelError) -> PatchwheelError:
+    """The pinned file is not in the cache and the index is out of reach: the pin could not be checked. A file of
+    that name the cache holds under another digest (verified again here) hints that the pin was mistyped."""
+    others = [
+        f"{artifact.filename} with sha256 {p.parent.name}"
+        for p in sorted((cache / "sha256").glob(f"*/{artifact.filename}"))
+        if SHA256.fullmatch(p.parent.name) and p.is_file() and sha256_file(p) == p.parent.name
+    ]
+    held = f"; the cache holds {', '.join(others)}" if others else ""
+    return PatchwheelError(
+        f"cannot check the pin of {artifact.filename}: no file with its sha256 {artifact.sha256} is in the cache "
+        f"({cache}), and {exc.message}{held}",
+        f"if the sha256 in overlay/{package}/pins.toml was changed, check it against the index; otherwise " + exc.hint,
+    )
+
+
 def fetch(package: str, artifact: Artifact, *, index: str | None = None, cache: Path | None = None, log=None) -> Path:
     """Return a local path to ``artifact``, verified against its pinned sha256."""
     _check_artifact(artifact)
@@ -164,40 +333,30 @@ def fetch(package: str, artifact: Artifact, *, index: str | None = None, cache: 
         if got == artifact.sha256:
             return target
         target.unlink()  # a damaged cache entry is dropped and fetched again
-    links = project_links(package, index)
+    try:
+        links = project_links(package, index)
+    except _Unreachable as exc:
+        raise _unchecked(package, artifact, cache, exc) from exc
     if artifact.filename not in links:
         raise PatchwheelError(
-            f"{artifact.filename} is not listed on {index or index_url()}/{package}/",
+            f"{artifact.filename} is not listed on {_page_url(package, index)}",
             "check the pinned filename in overlay/<pkg>/pins.toml against the index",
         )
     url, listed_sha = links[artifact.filename]
     if listed_sha is not None and listed_sha != artifact.sha256:
         raise _mismatch(artifact, listed_sha, f"the index listing {url}")
+    _check_link(_page_url(package, index), artifact.filename, url)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
-    h = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out, _open(url, artifact.filename, timeout=300) as resp:
-            total = int(resp.headers.get("Content-Length") or 0)
-            done = 0
-            if log:
-                log(
-                    f"downloading {artifact.filename} ({total / 1e6:.1f} MB)"
-                    if total
-                    else f"downloading {artifact.filename}"
-                )
-            for chunk in iter(lambda: resp.read(_CHUNK), b""):
-                out.write(chunk)
-                h.update(chunk)
-                done += len(chunk)
-                if total and sys.stderr.isatty():
-                    print(f"\r  {done / 1e6:6.1f} / {total / 1e6:.1f} MB", end="", file=sys.stderr, flush=True)
-            if total and sys.stderr.isatty():
-                print(file=sys.stderr)
-        if h.hexdigest() != artifact.sha256:
-            raise _mismatch(artifact, h.hexdigest(), url)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
+    sweep(cache, log)
+    fd, tmp = _claim_part(target.parent)
+    with os.fdopen(fd, "wb") as out:  # its lock is held until it is closed, after the rename or the removal
+        try:
+            got = _download(url, artifact.filename, out, log)
+            if got != artifact.sha256:
+                raise _mismatch(artifact, got, url)
+            out.flush()
+            os.replace(tmp, target)
+        except BaseException:
             os.unlink(tmp)
+            raise
     return target

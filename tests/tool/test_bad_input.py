@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import re
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -365,3 +367,131 @@ def test_dist_that_must_not_be_replaced(good, monkeypatch, case, clean, entries,
         assert first.startswith(said), err
         assert "--clean" not in fix, "the hint must not send the user to --clean, which replaces the folder"
         assert _tree(base) == before
+
+
+# Issue 25, items 5 and 6: what the index links, what an interpreter prints for `status`, what a manifest names.
+
+LINKS = st.sampled_from(["relative", "file", "dev-zero", "unreachable", "data", "ftp", "javascript", "mailto", "text"])
+
+
+@SETTINGS
+@given(kind=LINKS, text=TEXT)
+def test_hostile_index_links(good, monkeypatch, kind, text):
+    """The index page links the pinned wheel to anything: only http(s) and (from an index on disk) file links are
+    downloaded, and no more than the size the server states. Each example has an empty cache, so the link is used."""
+    whl = good.upstream
+    href = {
+        "relative": f"../../upstream/{whl.name}",
+        "file": whl.as_uri(),
+        "dev-zero": "file:///dev/zero",
+        "unreachable": f"http://127.0.0.1:9/{whl.name}",  # port 9: nothing listens
+        "data": "data:application/octet-stream;base64,AAAA",
+        "ftp": f"ftp://127.0.0.1:9/{whl.name}",
+        "javascript": "javascript:alert(1)",
+        "mailto": "mailto:x@example.com",
+        "text": text.replace('"', "").replace("#", ""),
+    }[kind]
+    note(f"href={href!r}")
+
+    def mutate(root: Path) -> str | None:
+        monkeypatch.setenv("PATCHWHEEL_CACHE", str(root / "empty-cache"))
+        page = good.index / "demo" / "index.html"
+        page.write_text(f'<a href="{href}#sha256={good.sha256}">{whl.name}</a>\n')
+        return "build" if kind not in ("relative", "file", "text") else None
+
+    original = (good.index / "demo" / "index.html").read_text()
+    try:
+        _check(good, mutate)
+    finally:
+        (good.index / "demo" / "index.html").write_text(original)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+FIELDS = ["python", "packages", "package", "installed", "version", "fixed", "problems", "patches", "upstream"]
+
+
+def _valid_report() -> dict:
+    patch = {"name": "0001-x.patch", "subject": "X", "upstream_status": "Pending", "upstream_issue": "https://x/1"}
+    fixed = {"installed": True, "version": "1.0.0+fixed", "fixed": True, "patches": [patch], "problems": []}
+    return {
+        "python": "/x/bin/python",
+        "packages": [
+            {"package": "transformers", "installed": False},
+            {"package": "accelerate", "installed": True, "version": "1.15.0", "fixed": False, "patches": []},
+            {"package": "demo", **fixed, "upstream": {"version": "1.0.0", "sha256": "ab" * 32}},
+        ],
+    }
+
+
+def _damage(value, data, depth=0):
+    """``value`` with one field somewhere dropped or replaced by any JSON value."""
+    if isinstance(value, dict) and value and (depth > 3 or data.draw(st.booleans())):
+        key = data.draw(st.sampled_from(sorted(value)))
+        if data.draw(st.booleans()):
+            return {k: v for k, v in value.items() if k != key}
+        if isinstance(value[key], (dict, list)) and data.draw(st.booleans()):
+            return {**value, key: _damage(value[key], data, depth + 1)}
+        return {**value, key: data.draw(JSON)}
+    if isinstance(value, list) and value:
+        i = data.draw(st.integers(0, len(value) - 1))
+        return [*value[:i], _damage(value[i], data, depth + 1), *value[i + 1 :]]
+    return data.draw(JSON) if not isinstance(value, dict) else {**value, data.draw(st.sampled_from(FIELDS)): None}
+
+
+@SETTINGS
+@given(data=st.data())
+def test_unexpected_status_reports(good, data):
+    """Whatever the interpreter named by --python prints, `status` ends with a report (exit 0 or 1) or with one error
+    (exit 2: `error:` and `fix:`), never a traceback: exit 1 would say that a known bug applies."""
+    how = data.draw(st.sampled_from(["damaged", "any-json", "text", "bytes"]))
+    if how == "damaged":
+        printed = json.dumps(_damage(_valid_report(), data)).encode()
+    elif how == "any-json":
+        printed = json.dumps(data.draw(JSON)).encode()
+    elif how == "text":
+        printed = data.draw(TEXT).encode()
+    else:  # not UTF-8: b"\xff{}" ended in a UnicodeDecodeError traceback
+        printed = data.draw(st.binary(max_size=20))
+    note(f"printed: {printed!r}")
+    with tempfile.TemporaryDirectory(prefix="bad-status-") as tmp:
+        out_file = Path(tmp) / "out"
+        out_file.write_bytes(printed)
+        fake = Path(tmp) / "python"
+        fake.write_text(f"#!/bin/sh\ncat '{out_file}'\n")
+        fake.chmod(0o755)
+        rc, out, err = _run("--root", str(good.root), "status", "--python", str(fake))
+    note(f"rc={rc}\nstdout: {out}\nstderr: {err}")
+    assert "Traceback" not in out + err
+    if rc == 2:
+        first, fix = err.splitlines()
+        assert out == "" and first.startswith(f"error: {fake} ") and fix.startswith("  fix: "), err
+    else:
+        assert rc in (0, 1) and err == "" and out.startswith("environment: "), (rc, out, err)
+
+
+@SETTINGS
+@given(paths=st.lists(PATHS, min_size=1, max_size=3))
+def test_manifest_paths(good, monkeypatch, paths):
+    """A +fixed build whose manifest names any paths: a path that could leave the site folder is a problem (exit 1,
+    DAMAGED) and is not read. (`status` on this interpreter, the build's wheel unpacked on its sys.path.)"""
+    with tempfile.TemporaryDirectory(prefix="bad-manifest-") as tmp:
+        site = Path(tmp) / "site"
+        with zipfile.ZipFile(good.root / "dist" / "demo-1.0.0+fixed-py3-none-any.whl") as zf:
+            zf.extractall(site)
+        manifest = site / "demo-1.0.0+fixed.dist-info" / "overlay-fixes.json"
+        m = json.loads(manifest.read_text())
+        m["patched_files"].update({p: "0" * 64 for p in paths})
+        manifest.write_text(json.dumps(m))
+        monkeypatch.syspath_prepend(str(site))
+        rc, out, err = _run("--root", str(good.root), "status")
+    note(f"rc={rc}\nstdout: {out}\nstderr: {err}")
+    assert "Traceback" not in out + err and err == ""
+    assert rc == 1 and "DAMAGED" in out, out  # none of them has the digest 000…
+    for path in paths:
+        refused = f"problem: the manifest names {path!r}, not a plain relative path: not read"
+        unsafe = path.startswith("/") or "\\" in path or any(c in ("", ".", "..") for c in path.split("/"))
+        assert (refused in out) == unsafe, (path, out)
