@@ -160,6 +160,9 @@ PINS_KEYS = st.sampled_from(
         "sdist",
         "filename",
         "sha256",
+        "build",
+        "number",
+        "series",
         "bogus",
     ]
 )
@@ -176,6 +179,10 @@ PINS_VALUES = st.one_of(
             '"../evil.whl"',
             '"' + "a" * 64 + '"',
             "{}",
+            '{ number = 2, series = "' + "a" * 64 + '" }',
+            '{ number = 0, series = "x" }',
+            '{ number = 2.5, series = "' + "a" * 64 + '" }',
+            "{ number = 1 }",
             "true",
         ]
     ),
