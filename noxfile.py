@@ -272,7 +272,11 @@ def e2e(session: nox.Session) -> None:
         "no:cacheprovider",
         *basetemp(session),
         *session.posargs,
-        env={"PATCHWHEEL_DIST": str(ROOT / "dist"), "TORCH_VERSION": TORCH.split("==")[1]},
+        env={
+            "PATCHWHEEL_DIST": str(ROOT / "dist"),
+            "TORCH_VERSION": TORCH.split("==")[1],
+            "PATCHWHEEL_TORCH_SITE": str(proofenv.site_packages(proofenv.base_env(fetch.cache_dir()))),
+        },
     )
 
 
