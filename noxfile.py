@@ -25,10 +25,11 @@ sys.path.insert(0, str(Path(__file__).parent / "src"))
 from patchwheel import fetch  # noqa: E402 - the tool runs in nox's interpreter: stdlib and packaging only
 from patchwheel.maint import proofenv  # noqa: E402
 
-# The suite's sessions, the longest first. A bare `nox` runs them in parallel, one more than the cores (at most
-# four): each has its own environment, and one leaves a core idle part of the time (a rank test's parent waits, an
-# install waits on an index): on 2 cores the suite took 6 min 7 s with two sessions at a time, 5 min 37 s with
-# three. Their output is printed whole as each ends; `nox -j 1` runs them one by one. Sessions chosen by name
+# The suite's sessions, the longest first. A bare `nox` runs them in parallel, two more than the cores (at most
+# four): each has its own environment, and sessions leave cores idle part of the time (a rank test's parent waits,
+# an install or pip's resolver waits on an index): on 2 cores, warm, the suite took 6 min 7 s with two sessions at a
+# time; with three 5 min 37 s before the safety checks' tests, 6 min 9 s and 6 min 29 s after (the CPU busy 62%);
+# with four 5 min 26 s and 5 min 55 s. Their output is printed whole as each ends; `nox -j 1` runs them one by one. Sessions chosen by name
 # (`nox -s build`) run as nox runs them, in this process, with their output as it comes.
 nox.options.sessions = ["tests", "guards", "e2e", "proof", "upstream_check", "lint"]
 _CHOOSING = {"--session", "--sessions", "--keywords", "--tags"}
@@ -53,7 +54,7 @@ def _runs_the_suite(argv: list[str]) -> bool:
 
 
 if _runs_the_suite(sys.argv):
-    nox.options.parallel = min(4, (os.cpu_count() or 1) + 1)
+    nox.options.parallel = min(4, (os.cpu_count() or 1) + 2)
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
 
