@@ -29,8 +29,9 @@ from patchwheel.maint import proofenv  # noqa: E402
 # four): each has its own environment, and sessions leave cores idle part of the time (a rank test's parent waits,
 # an install or pip's resolver waits on an index): on 2 cores, warm, the suite took 6 min 7 s with two sessions at a
 # time; with three 5 min 37 s before the safety checks' tests, 6 min 9 s and 6 min 29 s after (the CPU busy 62%);
-# with four 5 min 26 s and 5 min 55 s. Their output is printed whole as each ends; `nox -j 1` runs them one by one. Sessions chosen by name
-# (`nox -s build`) run as nox runs them, in this process, with their output as it comes.
+# with four 5 min 26 s, 5 min 55 s and 6 min 30 s. Their output is printed whole as each ends; `nox -j 1` runs them
+# one by one. Sessions chosen by name (`nox -s build`) run as nox runs them, in this process, with their output as
+# it comes.
 nox.options.sessions = ["tests", "guards", "e2e", "proof", "upstream_check", "lint"]
 _CHOOSING = {"--session", "--sessions", "--keywords", "--tags"}
 #: nox's short options that take a value, and its single-dash options of two letters (-ts alone takes none).
