@@ -76,9 +76,15 @@ def make_wheel(path: Path, files: dict[str, bytes], name="demo", version="1.0.0"
 
 def make_patch(files: dict[str, bytes], edit, subject: str, trailers: dict[str, str]) -> bytes:
     """A real format-patch: commit ``files`` (upstream-tree paths), apply ``edit``, commit, export."""
+    return git_patch(files, lambda repo: gitops.write_files(repo, edit(dict(files))), subject, trailers)
+
+
+def git_patch(files: dict[str, bytes], change, subject: str, trailers: dict[str, str]) -> bytes:
+    """A real format-patch of what ``change(repo)`` does to a repository holding ``files`` (links and modes
+    included): commit, change, commit, export."""
     repo = gitops.scratch_repo(files)
     try:
-        gitops.write_files(repo, edit(dict(files)))
+        change(repo)
         gitops.git(repo, "add", "-A")
         body = "\n".join(f"{k}: {v}" for k, v in trailers.items())
         gitops.commit(repo, f"{subject}\n\nWhy the change is needed.\n\n{body}\n")

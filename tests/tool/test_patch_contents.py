@@ -17,7 +17,7 @@ from patchwheel import apply, gitops, patches, vendored
 from patchwheel import build as build_mod
 from patchwheel.errors import PatchwheelError
 
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
+from conftest import CORE, INIT, TRAILERS, edit_greet, git_patch, make_patch
 
 FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
 SECRET = b"the contents of a file outside the project\n"
@@ -32,16 +32,7 @@ def _build(demo):
 
 
 def _git_patch(change: Callable[[Path], None], subject: str = "Change it") -> bytes:
-    """A real format-patch of what ``change`` does to a repository holding FILES (links and modes included)."""
-    repo = gitops.scratch_repo(FILES)
-    try:
-        change(repo)
-        gitops.git(repo, "add", "-A")
-        body = "\n".join(f"{k}: {v}" for k, v in TRAILERS.items())
-        gitops.commit(repo, f"{subject}\n\nWhy the change is needed.\n\n{body}\n")
-        return gitops.format_patch(repo)
-    finally:
-        shutil.rmtree(repo.parent)
+    return git_patch(FILES, change, subject, TRAILERS)
 
 
 # --- item 2: symbolic links, submodules and modes ---------------------------------------------------------------
