@@ -8,14 +8,14 @@ between files of one version): the first build of a line has none, as every +fix
 numbers, and each series change after it gets the next number, ``accelerate-1.15.0+fixed-2-py3-none-any.whl``.
 pip and uv install the highest build of a version, so ``accelerate==1.15.0+fixed`` keeps meaning the newest.
 
-``overlay/<pkg>/pins.toml`` records, in each ``[release."X"]`` table, the number and the digest of the series it
-was given for::
+``overlay/<pkg>/pins.toml`` records, in each ``[release."X"]`` table, the number and the digest of the inputs it
+was given for (:func:`inputs_digest`: the upstream pin, the line's settings, the series, the rewrite's format)::
 
-    build = { number = 2, series = "<sha256 of the series>" }
+    build = { number = 2, inputs = "<sha256>" }
 
-lint and the build refuse a series whose digest is not the recorded one (a changed series under an old number);
+lint and the build refuse inputs whose digest is not the recorded one (changed inputs under an old number);
 :func:`bump` records the next number, and the commands that change a series themselves (refresh, new, fold,
-rebase) call it.
+rebase) call it. A number never goes down: after a revert, bump again.
 """
 
 from __future__ import annotations
@@ -24,24 +24,39 @@ import hashlib
 import os
 import re
 import tempfile
+import tomllib
 from pathlib import Path
 
 from . import config
 from .config import BuildRecord, Overlay, ReleaseLine
 from .errors import PatchwheelError
 
+#: The rewrite's output format: raise it when the same inputs would give a wheel other bytes (every line's record
+#: then asks for a bump, so no published name gets the new bytes).
+REWRITE_FORMAT = 1
 
-def series_digest(line: ReleaseLine) -> str:
-    """The sha256 of the series as the build reads it: each listed patch's name and the sha256 of its bytes, in
-    order (comments and blank lines of ``series`` do not count; they change nothing in the wheel)."""
+
+def inputs_digest(line: ReleaseLine) -> str:
+    """The sha256 of everything the wheel's bytes depend on: the pinned upstream wheel (file name and sha256), the
+    line's local label, import name and source root, the rewrite's format, and the series as the build reads it
+    (each listed patch's name and the sha256 of its bytes, in order; comments and blank lines of ``series`` change
+    nothing in the wheel, so they do not count)."""
     from .patches import series_names
 
     h = hashlib.sha256()
+    for part in (
+        f"rewrite {REWRITE_FORMAT}",
+        f"upstream {line.wheel.filename} {line.wheel.sha256}",
+        f"local-label {line.local_label}",
+        f"import-name {line.import_name}",
+        f"source-root {line.source_root}",
+    ):
+        h.update(part.encode() + b"\n")
     for name in series_names(line):
         path = line.patch_dir / name
         if not path.is_file():
             raise PatchwheelError(f"series entry {name} has no file {path}", "add the file or remove the entry")
-        h.update(f"{name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+        h.update(f"patch {name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return h.hexdigest()
 
 
@@ -55,20 +70,21 @@ def _bump_command(line: ReleaseLine) -> str:
 
 
 def problem(line: ReleaseLine) -> str | None:
-    """Why the line's recorded build number does not name its series; None when it does."""
+    """Why the line's recorded build number does not name its inputs; None when it does."""
     pins = f"overlay/{line.package}/pins.toml"
     try:
-        digest = series_digest(line)
+        digest = inputs_digest(line)
     except PatchwheelError as exc:
         return exc.message
     if line.build is None:
         return (
-            f'{pins} [release."{line.version}"] records no build number for the series: run `{_bump_command(line)}` '
-            f'(it writes build = {{ number = 1, series = "{digest}" }})'
+            f'{pins} [release."{line.version}"] records no build number for its inputs: run `{_bump_command(line)}` '
+            f'(it writes build = {{ number = 1, inputs = "{digest}" }})'
         )
-    if line.build.series != digest:
+    if line.build.inputs != digest:
         return (
-            f"patches/{line.key}/ changed since build {line.build.number} was recorded in {pins}: a wheel name "
+            f"the inputs of {line.key} (patches/{line.key}/, or its upstream pin or settings in {pins}) changed "
+            f"since build {line.build.number} was recorded there: a wheel name "
             f"that may be published must not get other bytes; run `{_bump_command(line)}` (build "
             f"{line.build.number + 1})"
         )
@@ -86,11 +102,11 @@ _BUILD_KEY = re.compile(r"^\s*build\s*=")
 
 
 def bump(overlay: Overlay, line: ReleaseLine, log=print) -> BuildRecord:
-    """Record the line's series under the next build number (1 for a line without one) in its pins.toml; nothing
-    changes when the recorded number already names this series. Returns the record in force."""
-    digest = series_digest(line)
-    if line.build is not None and line.build.series == digest:
-        log(f"{line.key}: build {line.build.number} records this series already")
+    """Record the line's inputs under the next build number (1 for a line without one) in its pins.toml; nothing
+    changes when the recorded number already names these inputs. Returns the record in force."""
+    digest = inputs_digest(line)
+    if line.build is not None and line.build.inputs == digest:
+        log(f"{line.key}: build {line.build.number} records these inputs already")
         return line.build
     record = BuildRecord(line.build.number + 1 if line.build else 1, digest)
     pins = overlay.root / "overlay" / line.package / "pins.toml"
@@ -98,9 +114,9 @@ def bump(overlay: Overlay, line: ReleaseLine, log=print) -> BuildRecord:
     if config.load(overlay.root).line(line.package, line.version).build != record:  # what the next load reads
         raise PatchwheelError(
             f"{pins}: the build record written for {line.version} does not read back",
-            f'write build = {{ number = {record.number}, series = "{digest}" }} in [release."{line.version}"]',
+            f'write build = {{ number = {record.number}, inputs = "{digest}" }} in [release."{line.version}"]',
         )
-    log(f"{line.key}: build {record.number} recorded for this series in {pins.relative_to(overlay.root)}")
+    log(f"{line.key}: build {record.number} recorded for these inputs in {pins.relative_to(overlay.root)}")
     return record
 
 
@@ -109,7 +125,7 @@ def write_record(pins: Path, version: str, record: BuildRecord) -> None:
     comments too), atomically: a reader sees the old file or the new one, never a half-written one."""
     lines = pins.read_text().splitlines(keepends=True)
     start = next((i for i, ln in enumerate(lines) if (m := _TABLE.match(ln)) and m["version"] == version), None)
-    entry = f'build = {{ number = {record.number}, series = "{record.series}" }}\n'
+    entry = f'build = {{ number = {record.number}, inputs = "{record.inputs}" }}\n'
     if start is None:
         raise PatchwheelError(
             f'{pins} has no [release."{version}"] table header the tool can find',
@@ -124,11 +140,22 @@ def write_record(pins: Path, version: str, record: BuildRecord) -> None:
         if not lines[last].endswith("\n"):
             lines[last] += "\n"
         lines.insert(last + 1, entry)
+    text = "".join(lines)
+    try:  # a record written another way (a sub-table, dotted keys) would now be there twice: write nothing then
+        written = tomllib.loads(text)["release"][version]["build"]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError):
+        written = None
+    if written != {"number": record.number, "inputs": record.inputs}:
+        raise PatchwheelError(
+            f'{pins}: the build record of [release."{version}"] is not one `build = {{ ... }}` line the tool can '
+            "replace; nothing was written",
+            f"write it as the single line {entry.strip()}",
+        )
     fd, tmp = tempfile.mkstemp(dir=pins.parent, prefix=".pins-", suffix=".toml")
     try:
         os.fchmod(fd, pins.stat().st_mode & 0o777)
         with os.fdopen(fd, "w") as fh:
-            fh.write("".join(lines))
+            fh.write(text)
         os.replace(tmp, pins)
     except BaseException:
         os.unlink(tmp)

@@ -89,11 +89,12 @@ class Artifact:
 
 @dataclass(frozen=True)
 class BuildRecord:
-    """``build = { number = N, series = "<sha256>" }``: the +fixed wheel's build number (PEP 427 build tag; the
-    first build has none) and the digest of the series it was given for (see :mod:`patchwheel.buildno`)."""
+    """``build = { number = N, inputs = "<sha256>" }``: the +fixed wheel's build number (PEP 427 build tag; the
+    first build has none) and the digest of the inputs it was given for: the upstream pin, the line's settings and
+    the series (see :mod:`patchwheel.buildno`)."""
 
     number: int
-    series: str
+    inputs: str
 
 
 @dataclass(frozen=True)
@@ -229,16 +230,16 @@ def _artifact(path: Path, version: str, kind: str, raw: object) -> Artifact:
 def _build_record(path: Path, version: str, raw: object) -> BuildRecord | None:
     if raw is None:
         return None
-    hint = 'write build = { number = 1, series = "<sha256>" }, or let `python -m patchwheel bump PKG==VERSION` write it'
+    hint = 'write build = { number = 1, inputs = "<sha256>" }, or let `python -m patchwheel bump PKG==VERSION` write it'
     where = f"{path}: release {version!r} build"
-    if not isinstance(raw, dict) or set(raw) != {"number", "series"}:
-        raise PatchwheelError(f"{where} must be a table with exactly 'number' and 'series'", hint)
-    number, series = raw["number"], raw["series"]
+    if not isinstance(raw, dict) or set(raw) != {"number", "inputs"}:
+        raise PatchwheelError(f"{where} must be a table with exactly 'number' and 'inputs'", hint)
+    number, inputs = raw["number"], raw["inputs"]
     if type(number) is not int or number < 1:
         raise PatchwheelError(f"{where}: number {number!r} is not a whole number of 1 or more", hint)
-    if not isinstance(series, str) or not SHA256.match(series):
-        raise PatchwheelError(f"{where}: series {series!r} is not 64 lower-case hex digits", hint)
-    return BuildRecord(number, series)
+    if not isinstance(inputs, str) or not SHA256.match(inputs):
+        raise PatchwheelError(f"{where}: inputs {inputs!r} is not 64 lower-case hex digits", hint)
+    return BuildRecord(number, inputs)
 
 
 def load(root: Path | str) -> Overlay:

@@ -179,9 +179,9 @@ PINS_VALUES = st.one_of(
             '"../evil.whl"',
             '"' + "a" * 64 + '"',
             "{}",
-            '{ number = 2, series = "' + "a" * 64 + '" }',
-            '{ number = 0, series = "x" }',
-            '{ number = 2.5, series = "' + "a" * 64 + '" }',
+            '{ number = 2, inputs = "' + "a" * 64 + '" }',
+            '{ number = 0, inputs = "x" }',
+            '{ number = 2.5, inputs = "' + "a" * 64 + '" }',
             "{ number = 1 }",
             "true",
         ]

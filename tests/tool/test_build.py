@@ -163,7 +163,7 @@ def test_stale_dist_from_another_patch_set_is_refused(demo_project):
     before = _snapshot(dist)
     other_patch_set(demo_project)  # build 2, recorded as the tool's series commands do
     pins = demo_project.root / "overlay" / "demo" / "pins.toml"
-    buildno.write_record(pins, "1.0.0", BuildRecord(1, demo_project.load().line("demo").build.series))
+    buildno.write_record(pins, "1.0.0", BuildRecord(1, demo_project.load().line("demo").build.inputs))
     with pytest.raises(PatchwheelError) as err:
         _build(demo_project)
     assert "built from another patch set (0001-greet-comma.patch; now 0001-add-swap.patch)" in err.value.message

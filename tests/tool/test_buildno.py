@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import zipfile
 
@@ -41,10 +42,13 @@ def test_a_reworded_patch_gets_the_next_build_number(demo_project):
     demo_project.vendor()  # the overlay follows the series, as `nox -s vendor` makes it
     rc, out, _ = _run("--root", root, "lint")
     assert rc == 1, out
-    assert "patches/demo/1.0.0/ changed since build 1 was recorded in overlay/demo/pins.toml" in out
+    assert (
+        "the inputs of demo/1.0.0 (patches/demo/1.0.0/, or its upstream pin or settings in overlay/demo/pins.toml) "
+        "changed since build 1 was recorded there"
+    ) in out
     assert "run `python -m patchwheel bump demo==1.0.0` (build 2)" in out
     rc, _, err = _run("--root", root, "build")
-    assert rc == 2 and "changed since build 1 was recorded" in err, err
+    assert rc == 2 and "changed since build 1 was recorded there" in err, err
     assert first.read_bytes() == published and sorted(p.name for p in dist.glob("*.whl")) == [first.name]
 
     pins = demo_project.root / "overlay" / "demo" / "pins.toml"
@@ -53,13 +57,13 @@ def test_a_reworded_patch_gets_the_next_build_number(demo_project):
     assert rc == 0 and "demo/1.0.0: build 2 recorded" in out, out
     after = pins.read_text()
     record = demo_project.load().line("demo").build
-    assert record == BuildRecord(2, buildno.series_digest(demo_project.load().line("demo")))
+    assert record == BuildRecord(2, buildno.inputs_digest(demo_project.load().line("demo")))
     assert [ln for ln in after.splitlines() if not ln.startswith("build =")] == [
         ln for ln in before.splitlines() if not ln.startswith("build =")
     ], "bump changes the build line alone"
     assert _run("--root", root, "lint")[0] == 0
     rc, out, _ = _run("--root", root, "bump", "demo")
-    assert rc == 0 and "build 2 records this series already" in out and pins.read_text() == after
+    assert rc == 0 and "build 2 records these inputs already" in out and pins.read_text() == after
 
     assert _run("--root", root, "build")[0] == 0
     second = dist / "demo-1.0.0+fixed-2-py3-none-any.whl"
@@ -76,15 +80,15 @@ def test_bump_writes_the_first_record_and_keeps_every_other_line(demo_project):
     pins.write_text("# a comment the maintainer wrote\n" + bare + "# and one at the end\n")
     line = demo_project.load().line("demo")
     assert line.build is None
-    assert "records no build number for the series" in (buildno.problem(line) or "")
+    assert "records no build number for its inputs" in (buildno.problem(line) or "")
     with pytest.raises(PatchwheelError, match="records no build number"):
         buildno.check(line)
     record = buildno.bump(demo_project.load(), line, log=lambda m: None)
-    assert record == BuildRecord(1, buildno.series_digest(line))
+    assert record == BuildRecord(1, buildno.inputs_digest(line))
     assert pins.read_text() == (
         "# a comment the maintainer wrote\n"
         + bare
-        + f'build = {{ number = 1, series = "{record.series}" }}\n'
+        + f'build = {{ number = 1, inputs = "{record.inputs}" }}\n'
         + "# and one at the end\n"
     )
     assert buildno.problem(demo_project.load().line("demo")) is None
@@ -93,22 +97,22 @@ def test_bump_writes_the_first_record_and_keeps_every_other_line(demo_project):
 def test_the_digest_is_the_series_as_built(demo_project):
     """Comments in `series` change nothing in the wheel, so nothing in the digest; the order of patches does."""
     line = demo_project.load().line("demo")
-    digest = buildno.series_digest(line)
+    digest = buildno.inputs_digest(line)
     series = demo_project.patch_dir / "series"
     series.write_text("# a note\n\n" + series.read_text())
-    assert buildno.series_digest(line) == digest
+    assert buildno.inputs_digest(line) == digest
     (demo_project.patch_dir / "0001-greet-comma.patch").write_bytes(b"")
-    assert buildno.series_digest(line) != digest
+    assert buildno.inputs_digest(line) != digest
 
 
 @pytest.mark.parametrize(
     ("record", "error"),
     [
-        ("build = 2", "must be a table with exactly 'number' and 'series'"),
-        ('build = { number = 2, series = "abc" }', "series 'abc' is not 64 lower-case hex digits"),
-        (f'build = {{ number = 0, series = "{"a" * 64}" }}', "number 0 is not a whole number of 1 or more"),
-        (f'build = {{ number = "2", series = "{"a" * 64}" }}', "number '2' is not a whole number of 1 or more"),
-        (f'build = {{ number = 2, series = "{"a" * 64}", when = 1 }}', "exactly 'number' and 'series'"),
+        ("build = 2", "must be a table with exactly 'number' and 'inputs'"),
+        ('build = { number = 2, inputs = "abc" }', "inputs 'abc' is not 64 lower-case hex digits"),
+        (f'build = {{ number = 0, inputs = "{"a" * 64}" }}', "number 0 is not a whole number of 1 or more"),
+        (f'build = {{ number = "2", inputs = "{"a" * 64}" }}', "number '2' is not a whole number of 1 or more"),
+        (f'build = {{ number = 2, inputs = "{"a" * 64}", when = 1 }}', "exactly 'number' and 'inputs'"),
     ],
 )
 def test_a_bad_build_record_is_refused(demo_project, record, error):
@@ -117,3 +121,47 @@ def test_a_bad_build_record_is_refused(demo_project, record, error):
     pins.write_text(pins.read_text() + record + "\n")
     rc, _, err = _run("--root", str(demo_project.root), "lint")
     assert rc == 2 and error in err and "python -m patchwheel bump" in err, err
+
+
+def test_another_upstream_pin_is_another_build(demo_project):
+    """The wheel's bytes depend on more than the series: its manifest names the upstream wheel, and the rewrite drops
+    upstream's own build tag from the name. A re-pinned upstream file (here upstream's build 1 of the same release)
+    under the old record gave a wheel of the same name with other bytes, and lint said ok."""
+    from conftest import CORE, INIT, make_wheel
+
+    root = str(demo_project.root)
+    assert _run("--root", root, "build")[0] == 0
+    (demo_project.upstream.parent / "b1").mkdir()
+    repinned = make_wheel(
+        demo_project.upstream.parent / "b1", {"demo/__init__.py": INIT, "demo/core.py": CORE + b"\n"}, version="1.0.0"
+    )
+    tagged = repinned.with_name("demo-1.0.0-1-py3-none-any.whl")
+    repinned.rename(tagged)
+    sha = hashlib.sha256(tagged.read_bytes()).hexdigest()
+    page = demo_project.index / "demo" / "index.html"
+    page.write_text(page.read_text() + f'<a href="../../upstream/b1/{tagged.name}#sha256={sha}">{tagged.name}</a>\n')
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    pins.write_text(pins.read_text().replace(demo_project.upstream.name, tagged.name).replace(demo_project.sha256, sha))
+    rc, out, _ = _run("--root", root, "lint")
+    assert rc == 1 and "the inputs of demo/1.0.0" in out and "(build 2)" in out, out
+    assert _run("--root", root, "bump", "demo")[0] == 0
+    demo_project.vendor()
+    assert _run("--root", root, "build")[0] == 0
+    assert sorted(p.name for p in (demo_project.root / "dist").glob("*.whl")) == ["demo-1.0.0+fixed-2-py3-none-any.whl"]
+
+
+@pytest.mark.parametrize("sub_table", [True, False])
+def test_bump_writes_nothing_where_the_record_is_written_another_way(demo_project, sub_table):
+    """A record the loader takes but bump cannot replace in place (a sub-table, dotted keys) would be there twice."""
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    text = "\n".join(ln for ln in pins.read_text().splitlines() if not ln.startswith("build =")) + "\n"
+    digest = "a" * 64
+    if sub_table:
+        text += f'\n[release."1.0.0".build]\nnumber = 1\ninputs = "{digest}"\n'
+    else:
+        text += f'build.number = 1\nbuild.inputs = "{digest}"\n'
+    pins.write_text(text)
+    assert demo_project.load().line("demo").build == BuildRecord(1, digest)
+    rc, _, err = _run("--root", str(demo_project.root), "bump", "demo")
+    assert rc == 2 and "is not one `build = { ... }` line the tool can replace; nothing was written" in err, err
+    assert pins.read_text() == text
