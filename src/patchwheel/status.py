@@ -176,7 +176,7 @@ def inspect(name: str, path=None) -> dict:
         info.update(fixed=True, upstream=None)
         problems.append(f"{MANIFEST_NAME} is damaged: {why}")
         return info
-    info.update(fixed=True, upstream=manifest["upstream"], patches=manifest["patches"])
+    info.update(fixed=True, upstream=manifest["upstream"], patches=manifest["patches"], build=_build_tag(dist))
     if manifest.get("version") != dist.version:
         problems.append(f"manifest says {manifest.get('version')}, installed metadata {dist.version}")
     site = str(dist.locate_file(""))
@@ -189,6 +189,16 @@ def inspect(name: str, path=None) -> dict:
         elif got != sha:
             problems.append(f"patched file {rel} was modified after install")
     return info
+
+
+def _build_tag(dist) -> str | None:
+    """WHEEL's ``Build:`` line: the wheel's build number (a changed patch series is the next build of the same
+    version); None for a first build, which has none."""
+    for line in (dist.read_text("WHEEL") or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "Build":
+            return value.strip()
+    return None
 
 
 def report(names=PACKAGES, path=None) -> dict:
@@ -279,9 +289,10 @@ def render(rep: dict) -> str:
                 built = f"+fixed build (its {MANIFEST_NAME} cannot be read)"
                 out.append(f"  {p['package']:<13} {p['version']:<16} {built}, {state}")
             else:
+                build = f"build {p['build']}; " if p.get("build") else ""
                 out.append(
                     f"  {p['package']:<13} {p['version']:<16} +fixed build of {up['version']} "
-                    f"(upstream wheel sha256 {up['sha256'][:12]}…), {len(p['patches'])} fix(es), {state}"
+                    f"({build}upstream wheel sha256 {up['sha256'][:12]}…), {len(p['patches'])} fix(es), {state}"
                 )
             for patch in p["patches"]:
                 out.append(f"      {patch['name']}")

@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from patchwheel import buildno, cli
+from patchwheel import buildno, cli, status
 from patchwheel.config import BuildRecord
 from patchwheel.errors import PatchwheelError
 
@@ -26,7 +26,7 @@ def _wheel_file(path, member: str) -> str:
         return zf.read(member).decode()
 
 
-def test_a_reworded_patch_gets_the_next_build_number(demo_project):
+def test_a_reworded_patch_gets_the_next_build_number(demo_project, tmp_path):
     """A fresh clone building a series whose patch message was reworded made a file with other bytes under the
     published name. Now lint and the build refuse the old number, `bump` records the next one, and the build names
     the wheel by it (file name and WHEEL's Build line)."""
@@ -36,6 +36,8 @@ def test_a_reworded_patch_gets_the_next_build_number(demo_project):
     first = dist / "demo-1.0.0+fixed-py3-none-any.whl"
     assert "Build:" not in _wheel_file(first, "demo-1.0.0+fixed.dist-info/WHEEL")  # the first build has no tag
     published = first.read_bytes()
+    first_copy = tmp_path / first.name
+    first_copy.write_bytes(published)
 
     patch = demo_project.patch_dir / "0001-greet-comma.patch"
     patch.write_bytes(patch.read_bytes().replace(b"Greet with a comma", b"Greet people with a comma"))
@@ -71,6 +73,15 @@ def test_a_reworded_patch_gets_the_next_build_number(demo_project):
     assert _wheel_file(second, "demo-1.0.0+fixed.dist-info/WHEEL").endswith("\nBuild: 2\n")
     assert f"# {second.name}" in (dist / "pins-default.txt").read_text()
     assert f"# {second.name} sha256:" in (dist / "constraints-default.txt").read_text()
+
+    site = tmp_path / "site"  # installed: a pure wheel's files, as an installer lays them out
+    zipfile.ZipFile(second).extractall(site)
+    rep = status.report(["demo"], [str(site)])
+    assert rep["packages"][0]["build"] == "2" and rep["packages"][0]["problems"] == []
+    assert "+fixed build of 1.0.0 (build 2; upstream wheel sha256" in status.render(rep)
+    zipfile.ZipFile(first_copy).extractall(tmp_path / "site1")
+    rep = status.report(["demo"], [str(tmp_path / "site1")])
+    assert rep["packages"][0]["build"] is None and "+fixed build of 1.0.0 (upstream wheel" in status.render(rep)
 
 
 def test_bump_writes_the_first_record_and_keeps_every_other_line(demo_project):
