@@ -167,6 +167,9 @@ def _child(fn, rank, world_size, port, args, env, results, init_group):
             import torch.distributed as dist
 
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+            # gloo's init has no barrier: a rank whose code returns at once destroys the group while another rank is
+            # still connecting, and that rank's init fails ("Connection closed by peer"; seen under a loaded suite).
+            dist.barrier()
         try:
             # Plain pickle copies tensors by value; the queue's own pickler would pass shared-memory file
             # descriptors, which die with this process.
