@@ -17,7 +17,6 @@ import http.client
 import os
 import stat
 import sys
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,7 +25,7 @@ from pathlib import Path
 
 from .config import SHA256, Artifact, file_name_problem
 from .errors import PatchwheelError
-from .publish import _still_linked
+from .publish import locked_tempfile, still_linked
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
@@ -217,12 +216,7 @@ def _check_link(page: str, filename: str, url: str) -> None:
 
 def _claim_part(folder: Path) -> tuple[int, str]:
     """A new ``.part-*`` file in ``folder``, its lock held first (as publish.claim does for a staging folder)."""
-    while True:
-        fd, name = tempfile.mkstemp(dir=folder, prefix=PART_PREFIX)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a sweeper looks at it, a moment
-        if _still_linked(fd, Path(name)):
-            return fd, name
-        os.close(fd)  # swept between mkstemp and flock: take another name
+    return locked_tempfile(folder, PART_PREFIX)
 
 
 def sweep(cache: Path, log=None) -> None:
@@ -247,7 +241,7 @@ def sweep(cache: Path, log=None) -> None:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # a running download
-                if _still_linked(fd, part):
+                if still_linked(fd, part):
                     part.unlink()
                     if log:
                         log(f"removed {part}, left by a download that was stopped")

@@ -64,7 +64,7 @@ def _build_id(dist: Path, path: Path) -> str | None:
     return None
 
 
-def _still_linked(fd: int, path: Path) -> bool:
+def still_linked(fd: int, path: Path) -> bool:
     """Whether ``path`` is still the file open as ``fd``: a sweeper may have unlinked it before we locked it."""
     try:
         st, fst = path.stat(), os.fstat(fd)
@@ -73,15 +73,21 @@ def _still_linked(fd: int, path: Path) -> bool:
     return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
 
 
+def locked_tempfile(folder: Path, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """A new file in ``folder`` with its exclusive lock held: (fd, path). A sweeper removes such files only when
+    it can take their lock, so one it unlinked between our mkstemp and flock is given up for another name."""
+    while True:
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a sweeper looks at it, a moment
+        if still_linked(fd, Path(name)):
+            return fd, name
+        os.close(fd)
+
+
 def claim(dist: Path) -> tuple[str, int]:
     """Make this build's staging folder, its lock held first: (build id, locked fd of the lock file)."""
     prefix = f".{dist.name}.partial-"
-    while True:
-        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".lock", dir=dist.parent)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a sweeper looks at it, a moment
-        if _still_linked(fd, Path(name)):
-            break
-        os.close(fd)  # swept between mkstemp and flock: take another id
+    fd, name = locked_tempfile(dist.parent, prefix, ".lock")
     build_id = Path(name).name[len(prefix) : -len(".lock")]
     staging = leftover(dist, "partial", build_id)
     shutil.rmtree(staging, ignore_errors=True)  # a killed build's folder under the same id: ours now, stale
@@ -110,7 +116,7 @@ def sweep(dist: Path, log) -> None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a running build
-            if not _still_linked(fd, lock):
+            if not still_linked(fd, lock):
                 continue  # another build swept it meanwhile
             old = leftover(dist, "old", build_id)
             cut_swap = old.is_dir() and not dist.exists()
