@@ -239,6 +239,14 @@ def rebase(session: nox.Session) -> None:
     maint(session, "rebase", *session.posargs)
 
 
+@nox.session
+def follow(session: nox.Session) -> None:
+    """Carry each package's newest line onto the newer upstream releases where nothing needs judgement: rebase,
+    overlay, build, proofs both ways, guards, `latest`, the matrix; or stop with the commands (args: pkg ...,
+    --report FILE, --pending)."""
+    maint(session, "follow", *session.posargs)
+
+
 @nox.session(venv_backend="none")
 def vendor(session: nox.Session) -> None:
     """Write overlay/<pkg>/<version>/, the fixed modules, from the pinned wheels and the series (args: --force)."""

@@ -263,13 +263,32 @@ def _watch(args, upstream, watch) -> int:
             "save what `patchwheel upstream --list-new` printed in the same run, and pass it: --cells cells.json",
         )
     matrix, attention = watch.merge(overlay, [Path(f) for f in args.merge], Path(args.cells))
-    upstream._write(overlay.root / "patches" / "STATUS.json", matrix)
+    upstream.write_matrix(overlay.root / "patches" / "STATUS.json", matrix)
     for line in attention:
         print(f"needs a maintainer: {line}")
     if attention:
         print("no pull request: rebase first, then run the watch again")
         return 1
     return 0
+
+
+def cmd_follow(args) -> int:
+    from .maint import follow, followreport, setruns
+
+    overlay = config.load(_root(args))
+    if args.pending:
+        if args.report:
+            raise PatchwheelError("--pending changes nothing and writes no report", "leave out --report")
+        print(json.dumps([pkg for pkg, releases in follow.pending(overlay, args.packages).items() if releases]))
+        return 0
+    results = follow.follow(overlay, args.packages, setruns.prove_set)
+    for done in results:
+        for line in followreport.summary(done):
+            print(line)
+    if args.report:
+        body = "\n".join(followreport.markdown(done) for done in results if done.releases)
+        Path(args.report).write_text(body or "Nothing new upstream.\n")
+    return 1 if any(done.stop for done in results) else 0
 
 
 def cmd_vendor(args) -> int:
@@ -296,8 +315,12 @@ def cmd_rebase(args) -> int:
     if args.refresh:
         return rebase.refresh(overlay, args.package, args.version)
     if args.cont:
-        return rebase.resume(overlay, args.package, args.version)
-    return rebase.start(overlay, args.package, args.version, behaviour=not args.text_only)
+        code = rebase.resume(overlay, args.package, args.version)
+    else:
+        code = rebase.start(overlay, args.package, args.version, behaviour=not args.text_only)
+    if code == 0:
+        print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
+    return code
 
 
 def cmd_refresh(args) -> int:
@@ -432,6 +455,17 @@ def parser() -> argparse.ArgumentParser:
         help="rewrite patches/STATUS.* with the current trailers and flags, running nothing",
     )
     u.set_defaults(func=cmd_upstream)
+    fo = sub.add_parser(
+        "follow",
+        help="carry each package's newest line onto the newer upstream releases, where nothing needs judgement "
+        "(exit 1: a package stopped, with the commands a maintainer runs)",
+    )
+    fo.add_argument("packages", nargs="*", help="e.g. transformers (default: every package)")
+    fo.add_argument("--report", metavar="FILE", help="also write what it did as Markdown (a pull request's body)")
+    fo.add_argument(
+        "--pending", action="store_true", help="print the packages with a newer release, as JSON; change nothing"
+    )
+    fo.set_defaults(func=cmd_follow)
     ve = sub.add_parser(
         "vendor", help="write overlay/<pkg>/<version>/: the fixed modules, from the pinned wheel and the series"
     )

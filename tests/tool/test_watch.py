@@ -9,8 +9,10 @@ import copy
 import functools
 import hashlib
 import json
+import os
 import re
 import shlex
+import subprocess
 import threading
 from pathlib import Path
 
@@ -279,7 +281,13 @@ def patchwheel_commands(doc: dict) -> list[list[str]]:
 def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
     doc = workflow("upstream-watch.yml")
     commands = patchwheel_commands(doc)
-    assert [c[:2] for c in commands] == [["upstream", "--list-new"], ["upstream", "--line"], ["upstream", "--merge"]]
+    assert [c[:2] for c in commands] == [
+        ["upstream", "--list-new"],
+        ["follow", "--pending"],
+        ["upstream", "--line"],
+        ["upstream", "--merge"],
+        ["follow", "$PACKAGE"],
+    ]
     for words in commands:
         cli.parser().parse_args(words)  # every option the workflow passes exists (argparse exits otherwise)
     keys = set(watch.CELL_KEYS)  # what --list-new emits per cell (tested above)
@@ -289,7 +297,7 @@ def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
     assert doc["jobs"]["merge"]["needs"] == ["list", "cell"]
     merging = next(step for step in doc["jobs"]["merge"]["steps"] if "--merge" in step.get("run", ""))
     assert merging["env"]["CELLS"] == "${{ needs.list.outputs.cells }}"  # the list job's cells, as it printed them
-    assert commands[-1][-2:] == ["--cells", "$RUNNER_TEMP/cells.json"]
+    assert commands[3][-2:] == ["--cells", "$RUNNER_TEMP/cells.json"]
     assert 'printf \'%s\\n\' "$CELLS" > "$RUNNER_TEMP/cells.json"' in merging["run"]
     assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # yaml reads the key `on` as True
 
@@ -695,7 +703,8 @@ def test_a_job_that_can_write_installs_only_hashed_requirements():
                 continue
             writers += 1
             installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
-            assert installs, "a job that runs the tool installs its requirements"
+            runs_the_tool = any("python" in s.get("run", "") for s in job["steps"])
+            assert installs or not runs_the_tool, "a job that runs the tool installs its requirements"
             for script in installs:
                 words = shlex.split(script)
                 assert {"--require-hashes", "--only-binary", "--no-deps"} <= set(words), script
@@ -704,7 +713,7 @@ def test_a_job_that_can_write_installs_only_hashed_requirements():
                 assert requirements and all(re.match(r"^[\w.-]+==[\w.]+ \\$", r) for r in requirements), requirements
                 assert lock.read_text().count("--hash=sha256:") >= len(requirements)
             assert all("-e" not in shlex.split(s.get("run", "")) for s in job["steps"])  # nothing unhashed, no build
-    assert writers == 1
+    assert writers == 2  # the matrix's merge, and the pull request of a new line
 
 
 def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
@@ -723,3 +732,45 @@ def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
     assert download["with"] == {"pattern": "fragment-*", "path": "fragments"}  # merge-multiple: false
     merging = next(step for step in merge_job if "--merge" in step.get("run", ""))
     assert "shopt -s globstar nullglob" in merging["run"] and "--merge fragments/**/*.json" in merging["run"]
+
+
+def test_follow_runs_read_only_and_its_pull_request_takes_only_patches_and_overlay(tmp_path):
+    """follow runs the new release's code, so its job cannot write; the job that can write applies its diff only
+    where follow writes, as regular files: the step's own script, run on a diff that reaches elsewhere."""
+    doc = workflow("upstream-watch.yml")
+    assert doc["jobs"]["follow"]["permissions"] == {"contents": "read"}
+    assert doc["jobs"]["follow"]["needs"] == ["list", "merge"]
+    apply = next(s for s in doc["jobs"]["propose"]["steps"] if "git apply --index" in s.get("run", ""))
+    repo = tmp_path / "repo"
+    (repo / "patches").mkdir(parents=True)
+    (repo / "patches" / "series").write_text("a\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+
+    def propose(change) -> subprocess.CompletedProcess:
+        change(repo)
+        subprocess.run([*git, "add", "-A"], check=True)
+        diff = subprocess.run([*git, "diff", "--cached", "--binary", "--no-renames"], capture_output=True).stdout
+        subprocess.run([*git, "reset", "-q", "--hard"], check=True)
+        subprocess.run([*git, "clean", "-qfd"], check=True)
+        (tmp_path / "follow").mkdir(exist_ok=True)
+        (tmp_path / "follow" / "follow.diff").write_bytes(diff)
+        env = {**os.environ, "RUNNER_TEMP": str(tmp_path)}
+        return subprocess.run(["bash", "-eo", "pipefail", "-c", apply["run"]], cwd=repo, env=env, capture_output=True)
+
+    def workflow_edit(repo):
+        (repo / ".github").mkdir()
+        (repo / ".github" / "evil.yml").write_text("on: push\n")
+
+    def link(repo):
+        (repo / "patches" / "link").symlink_to("/etc/passwd")
+
+    for bad in (workflow_edit, link):
+        ran = propose(bad)
+        assert ran.returncode == 1 and b"refused" in ran.stderr, ran
+        assert not (repo / ".github").exists() and not (repo / "patches" / "link").exists()
+    ran = propose(lambda repo: (repo / "patches" / "new.patch").write_text("x\n"))
+    assert ran.returncode == 0, ran
+    assert (repo / "patches" / "new.patch").read_text() == "x\n"

@@ -223,20 +223,25 @@ def base_env(cache: Path) -> Path:
     )
 
 
+def release_env_path(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
+    """Where :func:`release_env` keeps the environment of these wheels."""
+    return cache / "envs" / "+".join(f"{pkg}-{wheel_version(art.filename)}" for pkg, art in wheels)
+
+
 def release_env(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
     """An environment with exactly these upstream wheels (package, artifact) on top of the base."""
-    name = "+".join(f"{pkg}-{wheel_version(art.filename)}" for pkg, art in wheels)
     return env_on_base(
         cache,
-        name,
+        release_env_path(cache, wheels).name,
         {"wheels": [a.sha256 for _, a in wheels]},
         lambda: [str(fetch.fetch(pkg, art)) for pkg, art in wheels],
     )
 
 
-def fixed_env(cache: Path, wheels: list[Path]) -> Path:
-    """A cached environment with these local +fixed wheels (and their dependencies) on top of the base env."""
-    name = "mutants-" + "+".join("-".join(wheel_name_version(w.name)) for w in wheels)
+def fixed_env(cache: Path, wheels: list[Path], purpose: str = "mutants") -> Path:
+    """A cached environment with these local +fixed wheels (and their dependencies) on top of the base env.
+    ``purpose`` names it: the mutation check rewrites installed files in its own, so no other check shares it."""
+    name = f"{purpose}-" + "+".join("-".join(wheel_name_version(w.name)) for w in wheels)
     return env_on_base(
         cache, name, {"wheels": {w.name: fetch.sha256_file(w) for w in wheels}}, lambda: [str(w) for w in wheels]
     )

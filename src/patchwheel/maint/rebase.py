@@ -227,12 +227,12 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
     if state["sdist"]:
         text += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
     pins.write_text(text)
-    log(f"wrote {target}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pins}")
+    wrote, pinned = target.relative_to(overlay.root), pins.relative_to(overlay.root)
+    log(f"wrote {wrote}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pinned}")
     fresh = config.load(overlay.root)  # with the new pin
     buildno.bump(fresh, fresh.line(package, version), log=log)  # its first build
     vendored.write(fresh, [fresh.line(package, version)], log=lambda m: None)
     log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
-    log("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
 
 
 def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:

@@ -671,9 +671,9 @@ def run(
     json_path = overlay.root / "patches" / "STATUS.json"
     check_selections(overlay, selection, behaviour)
     if rerender_only:
-        _write(json_path, rerender(overlay))
+        write_matrix(json_path, rerender(overlay))
         return 0
-    committed = json.loads(json_path.read_text()) if json_path.is_file() else None
+    committed = load_matrix(json_path)
     judged = Judged()
     lines = [
         check_line(overlay, line, selection, behaviour, workers, judged, bisect=bisect and not check)
@@ -691,14 +691,19 @@ def run(
             return 1
         print(f"the committed matrix agrees with a fresh run on {sum(len(ln['releases']) for ln in lines)} release(s)")
         return 0
-    _write(json_path, merge(committed, lines))
+    write_matrix(json_path, merge(committed, lines))
     return 0
 
 
-def _write(json_path: Path, matrix: dict) -> None:
+def load_matrix(json_path: Path) -> dict | None:
+    """The committed matrix (patches/STATUS.json), or None where there is none yet."""
+    return json.loads(json_path.read_text()) if json_path.is_file() else None
+
+
+def write_matrix(json_path: Path, matrix: dict, log=print) -> None:
     tmp_json, tmp_md = json_path.with_suffix(".json.tmp"), json_path.with_suffix(".md.tmp")
     tmp_json.write_text(json.dumps(matrix, indent=1, ensure_ascii=False) + "\n")
     tmp_md.write_text(render(matrix))
     tmp_json.replace(json_path)
     tmp_md.replace(json_path.with_suffix(".md"))
-    print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
+    log(f"wrote {json_path} and {json_path.with_suffix('.md')}")

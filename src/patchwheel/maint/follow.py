@@ -1,0 +1,308 @@
+"""Follow upstream: ``patchwheel follow [<pkg>...]`` carries each package's newest release line onto the releases
+published since, by itself where nothing needs judgement, and stops with the commands where something does.
+
+For each package, each final release newer than its newest line (oldest first; yanked ones are left out):
+
+1. **judge** it: the newest line's patches by text and by their proofs on the pristine release (the upstream
+   check's own cell, :func:`upstream.check_line`);
+2. **stop** where a person must judge: a proof that cannot judge the release, text that says upstream has a change
+   whose proof still fails, a conflict (found by the rebase), a series that would be left empty;
+3. **rebase** onto it with those verdicts (:func:`rebase.start`: a patch whose proof passes is dropped with that
+   evidence, the rest carried by text), which writes the series, the pin, the first build record and the vendored
+   modules; move the set ``latest`` to the new line; **retire** the lines the retention rule no longer keeps;
+4. refresh the matrix (every kept line of the package judged on the new releases), lint, **build**, and **prove**
+   the set ``latest`` both ways (its proofs on the pristine pins must fail with their bugs, on the +fixed builds
+   pass) with its guards (pristine recorded, +fixed compared); a failure stops it.
+
+The retention rule: a line stays while a consumer set (overlay/sets.toml) names it, and each package's newest line
+always stays (the next release is carried from it). Everything happens in a scratch copy (:mod:`scratch`); a
+package that went through is written into the project in one step, one that stopped writes nothing. ``dist/`` is
+not touched: ``nox -s build`` puts the new wheels there.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import Version
+
+from .. import buildno, config, fetch, patches, vendored
+from ..build import build
+from ..config import Artifact, Overlay, ReleaseLine
+from ..errors import PatchwheelError
+from ..patches import Patch
+from . import proofenv, rebase, upstream
+from .scratch import Scratch, TreeChanged, remove_release, set_member
+from .setruns import Run
+
+#: The consumer set follow moves to each new line: what new users install.
+LATEST = "latest"
+
+
+#: ``prove(overlay, members, dist, log)``: the runs that prove the set ``members`` (package -> line) both ways,
+#: with its +fixed wheels in ``dist``; the real one is :func:`setruns.prove_set`.
+Prove = Callable[[Overlay, dict[str, ReleaseLine], Path, Callable[[str], None]], list[Run]]
+
+
+@dataclass
+class Verdict:
+    """One patch of the newest line judged on a new release, and what follow does with it."""
+
+    patch: str
+    text: str
+    behaviour: str  # passes / fails / error / n/a
+    detail: str
+    decision: str = ""
+
+
+@dataclass
+class Stop:
+    why: str
+    commands: list[str]
+
+
+@dataclass
+class Followed:
+    """What follow did for one package, or why it stopped (then nothing of it was written)."""
+
+    package: str
+    newest: str  # the line before
+    releases: list[str] = field(default_factory=list)  # judged, oldest first
+    verdicts: dict[str, list[Verdict]] = field(default_factory=dict)  # release -> verdicts
+    carried: list[str] = field(default_factory=list)  # the rebase's lines
+    moved: str = ""  # "latest: transformers 5.23.0 -> 5.24.0"
+    retired: list[str] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    stop: Stop | None = None
+    seconds: float = 0.0
+
+    @property
+    def line(self) -> str:
+        return self.releases[-1] if self.releases else self.newest
+
+
+def pending(overlay: Overlay, packages: list[str] | None = None) -> dict[str, list[tuple[str, Artifact]]]:
+    """Per package (all, or those named): its final, not yanked releases newer than its newest line."""
+    names = [overlay.line(p).package for p in packages] if packages else overlay.packages()
+    out: dict[str, list[tuple[str, Artifact]]] = {}
+    for pkg in names:
+        newest = Version(overlay.line(pkg).version)
+        out[pkg] = [(v, a) for v, a, yanked in fetch.releases(pkg) if Version(v) > newest and not yanked]
+    return out
+
+
+def follow(
+    overlay: Overlay, packages: list[str] | None, prove: Prove, *, log: Callable[[str], None] = print
+) -> list[Followed]:
+    """Follow every package (or those named), one after the other: a later one sees what an earlier one wrote
+    (a new companion). A package that stops does not stop the others."""
+    out = []
+    for pkg, releases in pending(overlay, packages).items():
+        overlay = config.load(overlay.root)
+        if not releases:
+            newest = overlay.line(pkg).version
+            log(f"{pkg}: nothing newer than the line {newest} on {fetch.index_url()}; nothing changed")
+            out.append(Followed(pkg, newest))
+            continue
+        out.append(_follow_package(overlay, pkg, releases, prove, log))
+    return out
+
+
+def _follow_package(
+    overlay: Overlay, pkg: str, releases: list[tuple[str, Artifact]], prove: Prove, log: Callable[[str], None]
+) -> Followed:
+    t0 = time.perf_counter()
+    done = Followed(pkg, overlay.line(pkg).version)
+
+    def say(message: str) -> None:
+        log(f"[{time.perf_counter() - t0:6.1f}s] {pkg}: {message}")
+
+    say(f"{', '.join(v for v, _ in releases)} newer than the line {done.newest}")
+    judged = upstream.Judged()  # one proof run per (release, module), shared by the line's steps and the matrix
+    with Scratch(overlay.root) as work:
+        try:
+            done.stop = _carry_all(work.root, pkg, releases, judged, done, say)
+            if done.stop is None:
+                done.stop = _prove(config.load(work.root), pkg, judged, done, prove, say, work)
+            if done.stop is None:
+                done.written = work.commit()
+                say(f"wrote {len(done.written)} file(s) of overlay/ and patches/")
+        except TreeChanged as exc:
+            done.stop = Stop(
+                exc.message, [f"nox -s follow -- {pkg}   # again, once your change is committed or stashed"]
+            )
+        except PatchwheelError as exc:
+            done.stop = Stop(f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""), _by_hand(pkg, done.line))
+    done.seconds = time.perf_counter() - t0
+    return done
+
+
+def _carry_all(
+    root: Path,
+    pkg: str,
+    releases: list[tuple[str, Artifact]],
+    judged: upstream.Judged,
+    done: Followed,
+    say: Callable[[str], None],
+) -> Stop | None:
+    for version, artifact in releases:
+        overlay = config.load(root)
+        line = overlay.line(pkg)
+        say(f"judging {version} (the line {line.version}'s patches: text, and proofs on the pristine release)")
+        verdicts, stop = _judge(overlay, line, version, artifact, judged)
+        done.releases.append(version)
+        done.verdicts[version] = verdicts
+        for v in verdicts:
+            say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
+        if stop is not None:
+            return stop
+        said: list[str] = []
+        if rebase.start(overlay, pkg, version, judge=_as_judged(verdicts), log=said.append) != 0:
+            conflict = next((s for s in said if "CONFLICT" in s), "a conflict")
+            return Stop(f"{pkg} {version}: {conflict}: the patch must be carried by hand", _by_hand(pkg, version))
+        done.carried += [s for s in said if not s.startswith("  ")]
+        overlay = config.load(root)
+        if pkg in overlay.sets.get(LATEST, {}):
+            set_member(root / "overlay" / "sets.toml", LATEST, pkg, version)
+            done.moved = f"{LATEST}: {pkg} {done.newest} -> {version}"
+            say(f"the set {LATEST} now names {pkg} {version}")
+        done.retired += retire(config.load(root), say)
+    return None
+
+
+def _as_judged(verdicts: list[Verdict]) -> Callable[[Patch], proofenv.ProofOutcome]:
+    """The rebase's judge: the verdicts follow already has, so no proof runs twice."""
+    outcomes = {v.patch: proofenv.ProofOutcome(v.behaviour, v.detail) for v in verdicts}
+    return lambda patch: outcomes[patch.name]
+
+
+def _judge(
+    overlay: Overlay, line: ReleaseLine, version: str, artifact: Artifact, judged: upstream.Judged
+) -> tuple[list[Verdict], Stop | None]:
+    """The verdicts of the line's patches on ``version``, with follow's decision each, or the stop."""
+    selection = upstream.Selection.parse([f"{line.package}=={version}"])
+    cells = upstream.check_line(overlay, line, selection, selection, judged=judged)
+    verdicts: list[Verdict] = []
+    problems: list[str] = []
+    unjudged: list[str] = []
+    for row, patch in zip(cells["patches"], patches.load_series(line), strict=True):
+        cell = row["cells"][version]
+        v = Verdict(patch.name, cell["text"], cell["behaviour"], cell.get("behaviour_detail") or "")
+        if patch.is_feature and upstream.drop_when_met(patch, version):
+            problems.append(f"{patch.name}: a feature whose Drop-When holds on {version}: drop it by hand")
+        elif patch.is_feature:
+            upstream_has = v.text == "already-upstream"
+            v.decision = "dropped: upstream has the change" if upstream_has else f"carried ({v.text})"
+        elif v.behaviour == "passes":
+            v.decision = f"dropped: its proof passes on pristine {line.package} {version} ({v.detail})"
+        elif v.behaviour == "fails" and upstream.drop_when_met(patch, version):
+            problems.append(
+                f"{patch.name}: its Drop-When holds on {line.package} {version}, but its proof still fails "
+                f"({v.detail}): correct Drop-When, or record 'Upstream-Status: Partial-Fix-In {version} <test>'"
+            )
+        elif v.behaviour == "fails" and v.text != "already-upstream":
+            v.decision = f"carried ({v.text}): its proof still fails"
+        elif v.behaviour == "fails":
+            problems.append(f"{patch.name}: upstream has its text, but its proof still fails ({v.detail})")
+        else:
+            problems.append(f"{patch.name}: its proof cannot judge pristine {line.package} {version} ({v.detail})")
+            unjudged.append(patch.test_module)
+        verdicts.append(v)
+    if not problems and all(v.decision.startswith("dropped") for v in verdicts):
+        problems.append(f"every patch of {line.key} is upstream in {version}: is a +fixed line still needed?")
+    if not problems:
+        return verdicts, None
+    env = proofenv.release_env_path(fetch.cache_dir(), [(line.package, artifact)] + upstream.companions(overlay, line))
+    see = [f"{env}/bin/python -m pytest {test} --proof-expect=observe   # why it cannot judge" for test in unjudged]
+    return verdicts, Stop("; ".join(problems), see + _by_hand(line.package, version))
+
+
+def retained(overlay: Overlay) -> set[str]:
+    """The retention rule: the lines a consumer set names, and each package's newest line."""
+    named = {f"{pkg}/{version}" for members in overlay.sets.values() for pkg, version in members.items()}
+    return named | {lines[-1].key for lines in overlay.lines.values()}
+
+
+def retire(overlay: Overlay, say: Callable[[str], None]) -> list[str]:
+    """Remove the lines the retention rule does not keep: series, pin, vendored modules. Their wheels, once
+    published, stay on the index; git keeps the files."""
+    keep = retained(overlay)
+    gone = [line for line in overlay.all_lines() if line.key not in keep]
+    for line in gone:
+        shutil.rmtree(line.patch_dir)
+        remove_release(overlay.root / "overlay" / line.package / "pins.toml", line.version)
+        say(f"retired the line {line.key}: no consumer set names it, and it is not the newest")
+    if gone:
+        vendored.write(config.load(overlay.root), log=lambda m: None)  # removes their overlay/ folders, NOTICE
+    return [line.key for line in gone]
+
+
+def _prove(overlay: Overlay, pkg: str, judged, done: Followed, prove: Prove, say, work: Scratch) -> Stop | None:
+    say(f"the matrix: every line of {pkg} on {', '.join(done.releases)}")
+    refresh_matrix(overlay, pkg, done.releases, judged)
+    problems = lint(overlay)
+    if problems:
+        return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(pkg, done.line))
+    members = _proven_set(overlay, pkg)
+    dist = work.root / "dist"
+    build(overlay, dist, select=[f"{line.package}=={line.version}" for line in members.values()], log=lambda m: None)
+    said = ", ".join(f"{line.package} {line.version}" for line in members.values())
+    say(f"built {said}; proving it both ways, with its guards")
+    done.runs = prove(overlay, members, dist, say)
+    failed = [r for r in done.runs if not r.ok]
+    if failed:
+        why = "; ".join(f"{r.name} failed ({r.summary})" for r in failed)
+        return Stop(f"{pkg} {done.line}: {why}\n{failed[0].tail}".rstrip(), _by_hand(pkg, done.line))
+    return None
+
+
+def _proven_set(overlay: Overlay, pkg: str) -> dict[str, ReleaseLine]:
+    """The set follow proves: ``latest`` when it names the package, else the new line with its companions."""
+    members = overlay.sets.get(LATEST)
+    if members is None or pkg not in members:
+        members = {p: overlay.line(p).version for p in overlay.packages()}
+    return {p: overlay.line(p, v) for p, v in members.items()}
+
+
+def refresh_matrix(overlay: Overlay, pkg: str, releases: list[str], judged: upstream.Judged) -> None:
+    """patches/STATUS.*: every line of ``pkg`` judged on ``releases`` (bisecting as the upstream check does), the
+    rows of retired lines removed."""
+    path = overlay.root / "patches" / "STATUS.json"
+    committed = upstream.load_matrix(path)
+    selection = upstream.Selection.parse([f"{pkg}=={v}" for v in releases])
+    lines = [
+        upstream.check_line(overlay, ln, selection, selection, judged=judged, bisect=True) for ln in overlay.lines[pkg]
+    ]
+    matrix = upstream.merge(committed, lines, torch=committed.get("torch") if committed else None)
+    keys = {line.key for line in overlay.all_lines()}
+    matrix["lines"] = [ln for ln in matrix["lines"] if ln["line"] in keys]
+    upstream.write_matrix(path, matrix, log=lambda m: None)
+
+
+def lint(overlay: Overlay) -> list[str]:
+    """What `nox -s lint` checks of the series, the matrix, the build records and the vendored modules."""
+    matrix = upstream.load_matrix(overlay.root / "patches" / "STATUS.json") or {}
+    out = []
+    for line in overlay.all_lines():
+        problems = patches.lint_line(line, overlay.root)
+        problems = problems or upstream.matrix_problems(line, patches.load_series(line), matrix)
+        if not problems and (why := buildno.problem(line)):
+            problems = [why]
+        out += [f"{line.key}: {p}" for p in problems]
+    return out + vendored.check(overlay)
+
+
+def _by_hand(pkg: str, version: str) -> list[str]:
+    """What a maintainer runs to do follow's work by hand (docs/maintainers.md, Rebasing)."""
+    return [
+        f"nox -s rebase -- {pkg} {version}          # judge, drop, carry; stops at a conflict in .rebase/",
+        f"nox -s rebase -- {pkg} {version} --continue   # after resolving it (git add)",
+        f'set {pkg} = "{version}" in [set.{LATEST}] of overlay/sets.toml; remove the lines no set names',
+        f"nox -s build && nox -s \"proof(pins='{LATEST}')\" && nox -s \"guards(pins='{LATEST}')\"",
+        f"nox -s upstream -- {pkg}=={version}      # the matrix",
+    ]

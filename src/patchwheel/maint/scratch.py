@@ -1,0 +1,217 @@
+"""A scratch copy of the project's inputs, where `follow` does all its work, and the one step that writes it back.
+
+``follow`` rebases, vendors, moves a consumer set, retires lines and rewrites the matrix: many files in several
+folders, with minutes of proof runs in between. It does all of it in a copy (``patchwheel-follow-*`` in the
+temporary folder: ``overlay/`` and ``patches/``, which it changes, and ``tests/``, ``src/`` and ``pyproject.toml``,
+which the proof runs read from the same root), so that a stop or an interrupt leaves the project as it was. Only
+:meth:`Scratch.commit` writes into the project: the files of ``overlay/`` and ``patches/`` that differ, checked first
+to be as they were when copied (nothing edited meanwhile is overwritten), with interrupts held until it is done.
+
+Also here: the two text edits of the configuration that follow makes (a set's member, a release's pin table), each
+written only when the file reads back as intended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import stat
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import PatchwheelError
+
+#: What follow changes, and what it copies besides because the proof runs read it from the same root.
+WRITES = ("overlay", "patches")
+READS = ("tests", "src", "pyproject.toml")
+_SKIP = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc", ".*.partial", ".*.old")
+
+
+def _files(root: Path, top: str) -> dict[str, str]:
+    """Every regular file under ``root/top`` (relative path -> sha256), links refused, caches left out."""
+    out: dict[str, str] = {}
+    base = root / top
+    for folder, dirs, names in os.walk(base, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not _SKIP(folder, [d]))
+        for name in sorted(set(names) - _SKIP(folder, names)):
+            path = Path(folder) / name
+            info = path.lstat()
+            rel = path.relative_to(root).as_posix()
+            if not stat.S_ISREG(info.st_mode):
+                raise PatchwheelError(f"{rel} is not a regular file", "remove the link or special file from the tree")
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+class TreeChanged(PatchwheelError):
+    """The project's overlay/ or patches/ changed while the copy was worked on: the commit writes nothing."""
+
+
+def digests(root: Path) -> dict[str, str]:
+    """The files follow may change, with their sha256: what a commit compares before it writes."""
+    return {rel: sha for top in WRITES for rel, sha in _files(root, top).items()}
+
+
+class Scratch:
+    """``with Scratch(root) as s``: ``s.root`` is a copy of the project's inputs, removed on exit."""
+
+    def __init__(self, root: Path) -> None:
+        self.project = root
+        self._tmp = Path(tempfile.mkdtemp(prefix="patchwheel-follow-"))
+        self.root = self._tmp / "project"
+        try:
+            self.root.mkdir()
+            self.snapshot = digests(root)  # before the copy: a change while it is copied fails the commit
+            for top in WRITES + READS:
+                source = root / top
+                if source.is_dir():
+                    shutil.copytree(source, self.root / top, symlinks=True, ignore=_SKIP)
+                elif source.is_file():
+                    shutil.copy2(source, self.root / top)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self) -> Scratch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def changes(self) -> tuple[dict[str, str], list[str]]:
+        """(files written or changed: path -> sha256, files removed), relative to the project."""
+        now = digests(self.root)
+        changed = {rel: sha for rel, sha in now.items() if self.snapshot.get(rel) != sha}
+        return changed, sorted(set(self.snapshot) - set(now))
+
+    def commit(self) -> list[str]:
+        """Write the copy's changes of overlay/ and patches/ into the project; the paths written or removed.
+        Refused, with nothing written, when the project's files are no longer those the copy was made from."""
+        if digests(self.project) != self.snapshot:
+            raise TreeChanged(
+                "overlay/ or patches/ changed while follow ran; nothing was written",
+                "commit or stash what you changed, then run follow again",
+            )
+        changed, removed = self.changes()
+        with held_interrupts():
+            for rel in sorted(changed):
+                _replace(self.root / rel, self.project / rel)
+            for rel in removed:
+                (self.project / rel).unlink()
+                _prune(self.project / rel, self.project)
+        return sorted(changed) + removed
+
+
+def _replace(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".follow")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(source.read_bytes())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _prune(path: Path, root: Path) -> None:
+    """Remove the folders above a removed file that it left empty, up to (not including) the WRITES folders."""
+    folder = path.parent
+    while folder != root and folder.parent != root and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+@contextmanager
+def held_interrupts() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then act on them: the block is not cut in the middle."""
+    caught: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in _HELD}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def _write_checked(path: Path, text: str, reads_back, hint: str) -> None:
+    try:
+        ok = reads_back(tomllib.loads(text))
+    except (tomllib.TOMLDecodeError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise PatchwheelError(f"{path}: the tool cannot make this edit in its text; nothing was written", hint)
+    tmp = path.with_name(f".{path.name}.follow")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+_HEADER = re.compile(r"^\s*\[\s*(?P<name>[^\]]+?)\s*\]\s*(#.*)?$")
+
+
+def _table_name(line: str) -> str | None:
+    m = _HEADER.match(line)
+    return None if m is None else re.sub(r"\s*\.\s*", ".", m["name"]).replace("'", '"')
+
+
+def _table(lines: list[str], name: str) -> tuple[int, int] | None:
+    """[start, end) of the table ``name`` (as ``set.latest`` or ``release."5.23.0"``), header included."""
+    start = next((i for i, ln in enumerate(lines) if _table_name(ln) == name), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+    return start, end
+
+
+def set_member(sets_file: Path, set_name: str, package: str, version: str) -> None:
+    """``[set.<set_name>] <package> = "<version>"`` in overlay/sets.toml, every other line kept."""
+    lines = sets_file.read_text().splitlines(keepends=True)
+    quoted = set_name if re.fullmatch(r"[A-Za-z0-9_-]+", set_name) else f'"{set_name}"'
+    span = _table(lines, f"set.{quoted}")
+    key = re.compile(rf"^\s*{re.escape(package)}\s*=")
+    at = None if span is None else next((i for i in range(*span) if key.match(lines[i])), None)
+    if at is None:
+        raise PatchwheelError(
+            f'{sets_file}: [set.{quoted}] has no line {package} = "..." the tool can change',
+            f'write {package} = "{version}" in [set.{quoted}] as one line',
+        )
+    lines[at] = re.sub(r"=\s*(\"[^\"]*\"|'[^']*')", f'= "{version}"', lines[at], count=1)  # a comment after it stays
+
+    def reads_back(data: dict) -> bool:
+        return data["set"][set_name][package] == version
+
+    _write_checked(sets_file, "".join(lines), reads_back, f'set {package} = "{version}" in [set.{quoted}] by hand')
+
+
+def remove_release(pins: Path, version: str) -> None:
+    """Remove the ``[release."<version>"]`` table (and the blank lines before it) from a pins.toml."""
+    lines = pins.read_text().splitlines(keepends=True)
+    span = _table(lines, f'release."{version}"')
+    if span is None:
+        raise PatchwheelError(f'{pins} has no [release."{version}"] table', "remove it by hand")
+    start, end = span
+    while end > start + 1 and not lines[end - 1].strip():  # the blank lines before the next table stay
+        end -= 1
+    while start > 0 and not lines[start - 1].strip():  # and those before this one go with it
+        start -= 1
+    text = "".join(lines[:start] + lines[end:]).rstrip("\n") + "\n"
+
+    def reads_back(data: dict) -> bool:
+        return version not in data["release"]
+
+    _write_checked(pins, text, reads_back, f'remove the [release."{version}"] table by hand')

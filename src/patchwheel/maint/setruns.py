@@ -1,0 +1,93 @@
+"""A consumer set proven both ways outside nox: what `nox -s proof` and `nox -s guards` check, for `follow`.
+
+- the proofs on the set's **pristine** pins: each fix's proof must fail with its bug, the rest pass;
+- the proofs on its **+fixed** builds: each must pass;
+- its **guards** (the Guard-Test modules of its patches): recorded on the pristine pins, compared on the +fixed
+  builds; every difference must be declared intended.
+
+Each in a cached environment (:mod:`proofenv`: the pinned wheels, or the +fixed wheels of a ``dist`` folder, on
+the shared torch), pytest run as the nox sessions run it, in the contract's own mode: its exit status is the
+verdict. The three chains run side by side (a proof run leaves a core idle about a third of the time).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import fetch, patches
+from ..build import current_wheel
+from ..config import Overlay, ReleaseLine
+from . import proofenv
+
+TIMEOUT = 1800.0
+_SUMMARY = re.compile(r"^=+ (.+?) =+$")
+
+
+@dataclass
+class Run:
+    """One pytest run of a set's proofs or guards."""
+
+    name: str  # e.g. "proofs on the pristine pins"
+    ok: bool
+    summary: str  # pytest's last line
+    tail: str = ""  # the end of its output, when it failed
+
+
+def prove_set(
+    overlay: Overlay, members: dict[str, ReleaseLine], dist: Path, log: Callable[[str], None] = print
+) -> list[Run]:
+    """The set ``members`` (package -> line) proven both ways, its +fixed wheels taken from ``dist``."""
+    cache = fetch.cache_dir()
+    lines = list(members.values())
+    hint = "build them first (patchwheel build)"
+    wheels = [current_wheel(line, dist, hint) for line in lines]
+    pristine = proofenv.release_env(cache, [(line.package, line.wheel) for line in lines])
+    fixed = proofenv.fixed_env(cache, wheels, purpose="follow")
+    guards = sorted({m for line in lines for p in patches.load_series(line) for m in patches.guard_modules(p)})
+    with tempfile.TemporaryDirectory(prefix="patchwheel-setruns-") as tmp:
+        folder = Path(tmp)
+
+        def proofs(env: Path, flavor: str) -> list[Run]:
+            return [_pytest(f"proofs on the {flavor}", env, overlay.root, ["tests/proof"], folder, log)]
+
+        def guarded() -> list[Run]:
+            if not guards:
+                return []
+            reference = str(folder / "pristine.json")
+            record = _pytest("guards, recorded on the pristine pins", pristine, overlay.root,
+                             [*guards, "--guard-record", reference], folder, log)  # fmt: skip
+            if not record.ok:
+                return [record]
+            against = [*guards, "--guard-against", reference]
+            return [record, _pytest("guards, compared on the +fixed builds", fixed, overlay.root, against, folder, log)]
+
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            chains = [
+                pool.submit(proofs, pristine, "pristine pins"),
+                pool.submit(proofs, fixed, "+fixed builds"),
+                pool.submit(guarded),
+            ]
+            return [run for chain in chains for run in chain.result()]
+
+
+def _pytest(name: str, env: Path, root: Path, args: list[str], tmp: Path, log: Callable[[str], None]) -> Run:
+    slug = re.sub(r"\W+", "-", name)
+    out = tmp / f"{slug}.txt"
+    cmd = [str(env / "bin" / "python"), "-m", "pytest", *args, "-p", "no:cacheprovider", "--basetemp", str(tmp / slug)]
+    # Bytecode written once (the ranks import the packages afresh); set orders alike in both guard runs.
+    environ = {**os.environ, "PYTHONDONTWRITEBYTECODE": "", "PYTHONHASHSEED": "0"}
+    environ.pop("PATCHWHEEL_PROOF_REPORT", None)
+    code = proofenv.run_in_group(cmd, root, environ, out, TIMEOUT)
+    lines = out.read_text(errors="replace").splitlines()
+    summary = next((m[1] for ln in reversed(lines) if (m := _SUMMARY.match(ln.strip()))), "no summary")
+    if code is None:
+        summary = f"timed out after {TIMEOUT:.0f} s"
+    run = Run(name, code == 0, summary, "" if code == 0 else "\n".join(lines[-40:]))
+    log(f"  {name}: {'passed' if run.ok else 'FAILED'} ({summary})")
+    return run

@@ -1,0 +1,277 @@
+"""`patchwheel follow` on the demo package: a new release the series carries onto by itself, one that conflicts,
+one where upstream fixed a bug (its patch dropped), and the stops and interrupts that must leave the project as it
+was. The proof runs are faked: the text check, the rebase, the vendoring, the build and the matrix are real."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from patchwheel import cli, config
+from patchwheel.errors import PatchwheelError
+from patchwheel.maint import follow, followreport, proofenv
+from patchwheel.maint.scratch import remove_release, set_member
+from patchwheel.maint.setruns import Run
+
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, stub_proof_runs
+
+FIX = b'"hello, " + name'
+TRAILERS_KEPT = {**TRAILERS, "Drop-When": "proof-passes-upstream"}
+PROVEN = [Run("proofs on the pristine pins", True, "1 xfailed"), Run("proofs on the +fixed builds", True, "1 passed")]
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file of patches/, overlay/ and dist/ with its sha256: what follow may not change when it stops."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for top in ("patches", "overlay", "dist")
+        for p in sorted((root / top).rglob("*"))
+        if p.is_file()
+    }
+
+
+def latest_only(demo, drop_when: str = "proof-passes-upstream") -> None:
+    """The demo's one line is what the set ``latest`` names (so follow moves it, and retires the old line); its
+    patch is dropped by its proof (the demo's own says demo>=1.1.0, which the new releases here meet)."""
+    (demo.root / "overlay" / "sets.toml").write_text('# New users.\n[set.latest]\ndemo = "1.0.0"\n')
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    demo.set_series(("0001-greet-comma.patch", make_patch(files, edit_greet, "Greet with a comma",
+                                                          {**TRAILERS, "Drop-When": drop_when})))  # fmt: skip
+
+
+def proofs(monkeypatch, tmp_path, passes_from: dict[str, str] | None = None, verdict: str | None = None) -> list:
+    """Each proof module fails on every demo release, or passes from the release ``passes_from`` names for it;
+    ``verdict`` forces one outcome. The (release, module) pairs judged, in order."""
+    judged: list = []
+
+    def run_proof(env, root, proof, timeout=900, first_bug=False):
+        release = Path(env).name.split("+")[0].split("-", 1)[1]
+        judged.append((release, proof))
+        if verdict is not None:
+            return proofenv.ProofOutcome(verdict, f"{verdict}: forced by the test")
+        fixed = (
+            passes_from
+            and proof in passes_from
+            and tuple(map(int, release.split("."))) >= tuple(map(int, passes_from[proof].split(".")))
+        )
+        return proofenv.ProofOutcome("passes", "1 passed") if fixed else proofenv.ProofOutcome("fails", "BugSymptom")
+
+    stub_proof_runs(monkeypatch, tmp_path, run_proof)
+    return judged
+
+
+class Prover:
+    """Stands in for setruns.prove_set: records what it was asked to prove and gives ``runs``."""
+
+    def __init__(self, runs=PROVEN, action=None) -> None:
+        self.runs, self.action = runs, action
+        self.calls: list[tuple[dict[str, str], list[str]]] = []
+
+    def __call__(self, overlay, members, dist, log):
+        self.calls.append(({p: line.version for p, line in members.items()}, sorted(x.name for x in dist.iterdir())))
+        if self.action is not None:
+            self.action(overlay)
+        return self.runs
+
+
+def test_a_release_the_series_carries_onto_becomes_the_latest_line(demo_project, monkeypatch, tmp_path, capsys):
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", b"# a new first line\n" + CORE)  # the patch applies with an offset
+    proofs(monkeypatch, tmp_path)
+    prover = Prover()
+    (done,) = follow.follow(demo_project.load(), None, prover, log=print)
+    assert done.stop is None, done.stop
+    overlay = config.load(demo_project.root)
+    assert [ln.version for ln in overlay.lines["demo"]] == ["1.1.0"], "1.0.0 is retired: no set names it"
+    assert overlay.sets["latest"] == {"demo": "1.1.0"}
+    assert (demo_project.root / "overlay" / "sets.toml").read_text().startswith("# New users.\n"), "comments kept"
+    new = overlay.line("demo")
+    assert new.build is not None and new.build.number == 1
+    assert (new.patch_dir / "0001-greet-comma.patch").is_file()
+    assert b'"hello, " + name' in (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").read_bytes()
+    assert not (demo_project.root / "patches" / "demo" / "1.0.0").exists()
+    assert not (demo_project.root / "overlay" / "demo" / "1.0.0").exists()
+    assert follow.lint(overlay) == [], "what follow writes passes lint"
+    status = json.loads((demo_project.root / "patches" / "STATUS.json").read_text())
+    assert [ln["line"] for ln in status["lines"]] == ["demo/1.1.0"]
+    # The set was proven on a build of the new line, made in the scratch copy: the project has no dist/.
+    assert [members for members, _ in prover.calls] == [{"demo": "1.1.0"}]
+    assert "demo-1.1.0+fixed-py3-none-any.whl" in prover.calls[0][1]
+    assert not (demo_project.root / "dist").exists()
+    assert done.verdicts["1.1.0"][0].decision == "carried (offset): its proof still fails"
+    summary = "\n".join(followreport.summary(done))
+    assert "the line 1.0.0 carried onto 1.1.0" in summary and "retired demo/1.0.0" in summary
+    body = followreport.markdown(done)
+    assert "| 0001-greet-comma.patch | offset | fails: BugSymptom | carried (offset): its proof still fails |" in body
+    assert "/tmp" not in body and str(tmp_path) not in body, "the report names the project's paths, not scratch"
+
+
+def test_a_line_a_set_names_stays(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project)
+    (demo_project.root / "overlay" / "sets.toml").write_text(
+        '[set.default]\ndemo = "1.0.0"\n\n[set.latest]\ndemo = "1.0.0"\n'
+    )
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    assert done.stop is None and done.retired == []
+    overlay = config.load(demo_project.root)
+    assert [ln.version for ln in overlay.lines["demo"]] == ["1.0.0", "1.1.0"]
+    assert overlay.sets == {"default": {"demo": "1.0.0"}, "latest": {"demo": "1.1.0"}}
+
+
+def test_a_conflict_stops_it_with_the_commands_and_nothing_written(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
+    proofs(monkeypatch, tmp_path)
+    before = tree(demo_project.root)
+    prover = Prover()
+    (done,) = follow.follow(demo_project.load(), None, prover, log=lambda m: None)
+    assert done.stop is not None and "CONFLICT in src/demo/core.py" in done.stop.why, done.stop
+    assert "nox -s rebase -- demo 1.1.0" in "\n".join(done.stop.commands)
+    assert tree(demo_project.root) == before and prover.calls == []
+    assert not (demo_project.root / ".rebase").exists()
+    assert "STOPPED on 1.1.0, nothing of it written" in followreport.summary(done)[0]
+
+
+def test_a_bug_upstream_fixed_drops_its_patch_with_the_evidence(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project)
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    comma = make_patch(files, edit_greet, "Greet with a comma", TRAILERS_KEPT)
+    shout_trailers = {**TRAILERS_KEPT, "Proof-Test": "tests/proof/test_shout.py"}
+    shout = make_patch(
+        edit_greet(dict(files)),
+        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b'"hello, "', b'"HELLO, "')},
+        "Shout the greeting",
+        shout_trailers,
+    )
+    (demo_project.root / "tests" / "proof" / "test_shout.py").write_text("def test_shout():\n    pass\n")
+    demo_project.set_series(("0001-greet-comma.patch", comma), ("0002-shout.patch", shout))
+    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', FIX))  # upstream took the comma
+    proofs(monkeypatch, tmp_path, passes_from={"tests/proof/test_demo.py": "1.1.0"})
+    (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    assert done.stop is None, done.stop
+    series = (demo_project.root / "patches" / "demo" / "1.1.0" / "series").read_text()
+    assert "# dropped 0001-greet-comma.patch: its proof passes on pristine demo 1.1.0" in series
+    assert series.splitlines()[-1] == "0001-shout.patch"
+    decisions = [v.decision for v in done.verdicts["1.1.0"]]
+    assert decisions[0] == "dropped: its proof passes on pristine demo 1.1.0 (1 passed)"
+    assert decisions[1].startswith("carried")
+
+
+def test_an_interrupted_follow_leaves_the_project_as_it_was(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    from patchwheel.build import build
+
+    build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
+    before = tree(demo_project.root)
+
+    def interrupt(overlay):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        follow.follow(demo_project.load(), None, Prover(action=interrupt), log=lambda m: None)
+    assert tree(demo_project.root) == before  # and the autouse fixture: no patchwheel-* scratch folder is left
+
+
+def test_a_failing_proof_run_stops_it(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    before = tree(demo_project.root)
+    runs = [PROVEN[0], Run("proofs on the +fixed builds", False, "1 failed", "E   AssertionError: the fix is gone")]
+    (done,) = follow.follow(demo_project.load(), None, Prover(runs), log=lambda m: None)
+    assert done.stop is not None and "proofs on the +fixed builds failed (1 failed)" in done.stop.why
+    assert "the fix is gone" in done.stop.why
+    assert tree(demo_project.root) == before
+
+
+def test_a_proof_that_cannot_judge_stops_it(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path, verdict="error")
+    before = tree(demo_project.root)
+    (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    assert done.stop is not None and "its proof cannot judge pristine demo 1.1.0" in done.stop.why
+    assert "tests/proof/test_demo.py --proof-expect=observe" in done.stop.commands[0]
+    assert tree(demo_project.root) == before
+
+
+def test_a_drop_when_that_holds_while_the_proof_fails_stops_it(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project, drop_when="demo>=1.1.0")
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    assert done.stop is not None and "Drop-When holds on demo 1.1.0, but its proof still fails" in done.stop.why
+
+
+def test_two_new_releases_are_carried_one_after_the_other(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE)
+    demo_project.add_release("1.2.0", b"# moved\n" + CORE)
+    judged = proofs(monkeypatch, tmp_path)
+    (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    assert done.stop is None and done.releases == ["1.1.0", "1.2.0"]
+    assert [ln.version for ln in config.load(demo_project.root).lines["demo"]] == ["1.2.0"]
+    assert ("1.1.0", "tests/proof/test_demo.py") in judged and ("1.2.0", "tests/proof/test_demo.py") in judged
+
+
+def test_nothing_new_changes_nothing(demo_project, monkeypatch, tmp_path, capsys):
+    latest_only(demo_project)
+    before = tree(demo_project.root)
+    assert cli.main(["--root", str(demo_project.root), "follow", "--pending"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    assert cli.main(["--root", str(demo_project.root), "follow"]) == 0
+    assert "demo: nothing newer than the line 1.0.0" in capsys.readouterr().out
+    assert tree(demo_project.root) == before
+
+
+def test_an_edit_made_while_it_ran_is_not_overwritten(demo_project, monkeypatch, tmp_path):
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    sets = demo_project.root / "overlay" / "sets.toml"
+
+    def edit(overlay):
+        sets.write_text(sets.read_text() + "# an edit\n")
+
+    (done,) = follow.follow(demo_project.load(), None, Prover(action=edit), log=lambda m: None)
+    assert done.stop is not None and "changed while follow ran; nothing was written" in done.stop.why
+    assert sets.read_text().endswith("# an edit\n") and (demo_project.root / "patches" / "demo" / "1.0.0").is_dir()
+
+
+def test_the_cli_exits_1_when_a_package_stops_and_writes_the_report(demo_project, monkeypatch, tmp_path, capsys):
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
+    proofs(monkeypatch, tmp_path)
+    report = tmp_path / "report.md"
+    assert cli.main(["--root", str(demo_project.root), "follow", "demo", "--report", str(report)]) == 1
+    assert "a maintainer takes it from here" in capsys.readouterr().out
+    assert "stopped, a maintainer must judge" in report.read_text()
+    assert cli.main(["--root", str(demo_project.root), "follow", "--pending", "--report", str(report)]) == 2
+
+
+def test_set_member_and_remove_release_keep_every_other_line(tmp_path):
+    sets = tmp_path / "sets.toml"
+    sets.write_text('# sets\n[set."v4.53"]\ndemo = "1.0.0"  # old\n\n[set.latest]\n# newest\ndemo = "1.0.0"\n')
+    set_member(sets, "latest", "demo", "1.1.0")
+    want = '# sets\n[set."v4.53"]\ndemo = "1.0.0"  # old\n\n[set.latest]\n# newest\ndemo = "1.1.0"\n'
+    assert sets.read_text() == want
+    set_member(sets, "v4.53", "demo", "1.0.1")
+    assert '[set."v4.53"]\ndemo = "1.0.1"  # old\n' in sets.read_text()
+    with pytest.raises(PatchwheelError, match="has no line other"):
+        set_member(sets, "latest", "other", "1.0")
+    pins = tmp_path / "pins.toml"
+    head = 'package = "demo"\n\n[release."1.0.0"]\nwheel = 1\n\n'
+    pins.write_text(head + '[release."1.1.0"]\nwheel = 2\n\n[release."1.2.0"]\nwheel = 3\n')
+    remove_release(pins, "1.1.0")
+    assert pins.read_text() == head + '[release."1.2.0"]\nwheel = 3\n'
+    remove_release(pins, "1.2.0")
+    assert pins.read_text() == 'package = "demo"\n\n[release."1.0.0"]\nwheel = 1\n'
+    with pytest.raises(PatchwheelError, match='no \\[release."9"\\] table'):
+        remove_release(pins, "9")
