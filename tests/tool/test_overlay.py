@@ -359,22 +359,23 @@ def test_the_committed_overlay_is_pristine_plus_series():
 def test_refresh_on_a_real_line(real_root, capsys):
     from patchwheel import config
 
-    module = real_root / "overlay" / "transformers" / "5.23.0" / "transformers" / "trainer.py"
+    newest = config.load(real_root).line("transformers").version  # the line follow moves to each new release
+    module = real_root / "overlay" / "transformers" / newest / "transformers" / "trainer.py"
     old = "        # Scatter `None` in their place, which is replicated like any non-tensor argument, then put in the "
     new = "        # Scatter `None` in their place (replicated like any non-tensor argument), then put in the "
     old, new = old + "copies\n", new + "copies\n"
     _edit(module, old.encode(), new.encode())
     assert cli.main(["--root", str(real_root), "vendor", "--check"]) == 1, "nox (lint) fails on the edit"
-    assert "overlay/transformers/5.23.0/transformers/trainer.py was edited" in capsys.readouterr().out
+    assert f"overlay/transformers/{newest}/transformers/trainer.py was edited" in capsys.readouterr().out
     before = _patch_files(real_root)
-    assert cli.main(["--root", str(real_root), "refresh", "transformers", "5.23.0", "dataparallel-num-items"]) == 0
+    assert cli.main(["--root", str(real_root), "refresh", "transformers", newest, "dataparallel-num-items"]) == 0
     after = _patch_files(real_root)
     changed = [k for k in after if after[k] != before[k]]
-    assert changed == ["patches/transformers/5.23.0/0002-dataparallel-num-items.patch"]
+    assert changed == [f"patches/transformers/{newest}/0002-dataparallel-num-items.patch"]
     lines = after[changed[0]].decode().splitlines()
     assert "+" + new.rstrip("\n") in lines and "+" + old.rstrip("\n") not in lines
     overlay = config.load(real_root)
-    line = overlay.line("transformers", "5.23.0")
+    line = overlay.line("transformers", newest)
     assert patches.lint_line(line, real_root) == [], "message and trailers kept"
     assert vendored.check(overlay) == []
     _regenerates(line)

@@ -205,6 +205,8 @@ def _judge(
                 f"{patch.name}: its Drop-When holds on {line.package} {version}, but its proof still fails "
                 f"({v.detail}): correct Drop-When, or record 'Upstream-Status: Partial-Fix-In {version} <test>'"
             )
+        elif v.behaviour == "fails" and v.text == "conflict":
+            v.decision = "kept: its proof still fails, and its text conflicts (the rebase stops there)"
         elif v.behaviour == "fails" and v.text != "already-upstream":
             v.decision = f"carried ({v.text}): its proof still fails"
         elif v.behaviour == "fails":
