@@ -37,6 +37,7 @@ Where the inputs are is not judged: the hooks `dispatch_model` attaches move the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from .modeling import get_max_memory
 
@@ -224,7 +225,7 @@ def placement_of(model, max_memory=None) -> Placement:
         capacity, source = _capacity(devices, on_device, max_memory)
     peer_access = {}
     if torch.cuda.is_available():
-        for (_, a), (_, b) in zip(stages, stages[1:]):
+        for (_, a), (_, b) in pairwise(stages):
             if a != b and a.startswith("cuda:") and b.startswith("cuda:"):
                 peer_access[(a, b)] = bool(
                     torch.cuda.can_device_access_peer(torch.device(a).index, torch.device(b).index)
