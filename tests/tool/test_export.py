@@ -374,3 +374,40 @@ def test_a_test_file_that_cannot_be_imported_is_an_error():
     cases = upstream_test.run(Path(sys.executable), {"tests/test_y.py": b"import no_such_module_here\n"}, timeout=120)
     verdict = upstream_test.judge_pristine(_expect(("test_a", "E", "x", False)), cases)
     assert verdict.verdict == "error" and "did not run" in verdict.detail, verdict
+
+
+# --- lint, the command line, the pins ------------------------------------------------------------------------------
+
+
+def test_lint_fails_a_newest_line_without_its_submission(demo_project, capsys):
+    from patchwheel import cli
+
+    assert cli.main(["--root", str(demo_project.root), "lint"]) == 0
+    shutil.rmtree(_sub(demo_project))
+    assert cli.main(["--root", str(demo_project.root), "lint"]) == 1
+    out = capsys.readouterr().out
+    assert "demo/1.0.0: FAILED" in out and "no greet-comma/ under" in out and "write message.txt, expect.toml" in out
+
+
+def test_the_repositorys_newest_lines_have_their_submissions():
+    from patchwheel import config
+
+    problems = submission.lint(config.load(Path(__file__).resolve().parents[2]))
+    assert set(problems) >= {"accelerate/1.15.0"} and not any(problems.values()), problems
+
+
+def test_the_command_line_takes_an_author():
+    from patchwheel import cli
+
+    args = cli.parser().parse_args(["export", "dataparallel-num-items", "--author", JANE])
+    assert (args.patch, args.author) == ("dataparallel-num-items", JANE)
+
+
+def test_export_checks_with_the_ruff_that_lint_pins():
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    pins = {
+        extra: [r for r in reqs if r.startswith("ruff==")] for extra, reqs in extras["optional-dependencies"].items()
+    }
+    assert pins["export"] == pins["lint"] == ["ruff==0.17.5"]
