@@ -265,10 +265,12 @@ def new(session: nox.Session) -> None:
     tool(session, "new", *session.posargs)
 
 
-@nox.session(venv_backend="none")
+@nox.session
 def export(session: nox.Session) -> None:
-    """A patch as an upstream PR into export/<slug>/ (args: slug)."""
-    tool(session, "export", *session.posargs)
+    """A patch as what a contributor sends upstream, into export/<slug>/ (args: slug [--author "Name <email>"]);
+    its environment has the pinned ruff, which checks the diff with upstream's settings."""
+    session.install("-e", ".[export]")
+    session.run("python", "-m", "patchwheel", "export", *session.posargs)
 
 
 @nox.session(allow_parallel=True, requires=["dist"])

@@ -56,11 +56,13 @@ def _consumer_line(name: str, members: dict[str, str], wheels: list[Published], 
 def cmd_lint(args) -> int:
     import json
 
+    from .maint import submission
     from .maint.upstream import matrix_problems
 
     overlay = config.load(_root(args))
     status_json = overlay.root / "patches" / "STATUS.json"
     matrix = json.loads(status_json.read_text()) if status_json.is_file() else {}
+    newest = {overlay.lines[pkg][-1].key for pkg in overlay.packages()}
     bad = 0
     for line in overlay.select(args.lines):
         problems = patches.lint_line(line, _root(args))
@@ -68,6 +70,8 @@ def cmd_lint(args) -> int:
             problems = matrix_problems(line, patches.load_series(line), matrix)
         if not problems and (why := buildno.problem(line)):
             problems = [why]
+        if not problems and line.key in newest:  # what export sends upstream: upstream-pr/<pkg>/<slug>/
+            problems = submission.line_problems(overlay.root, line)
         n = len(patches.series_names(line)) if not problems else "?"
         print(f"{line.key}: {'ok' if not problems else 'FAILED'} ({n} patch(es))")
         for p in problems:
@@ -338,7 +342,7 @@ def cmd_new(args) -> int:
 def cmd_export(args) -> int:
     from .maint import export
 
-    export.export(config.load(_root(args)), args.patch, Path(args.out) if args.out else None)
+    export.export(config.load(_root(args)), args.patch, Path(args.out) if args.out else None, author=args.author)
     return 0
 
 
@@ -493,8 +497,13 @@ def parser() -> argparse.ArgumentParser:
     nw.add_argument("slug", help="the patch's name, e.g. fix-warmup-tp-plan")
     nw.add_argument("--feature", action="store_true", help="a capability (Feature-Test), not a bug fix")
     nw.set_defaults(func=cmd_new)
-    ex = sub.add_parser("export", help="a patch as an upstream PR: mbox for git am, reproducer, PR.md")
+    ex = sub.add_parser(
+        "export", help="a patch as what a contributor sends upstream: mbox with upstream's test, PR.md (ISSUE.md)"
+    )
     ex.add_argument("patch", help="slug or file name, e.g. prepare-refuses-dtensor-ddp")
+    ex.add_argument(
+        "--author", help='"Name <email>" of the exported commit (default: git config user.name and user.email)'
+    )
     ex.add_argument("--out", help="folder (default: <root>/export)")
     ex.set_defaults(func=cmd_export)
     dg = sub.add_parser("diagnose", help="load a checkpoint with device_map='auto' and say why generate() may stall")

@@ -11,6 +11,8 @@ diagnosis at all, silently, when it is not (the default path of every `device_ma
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 import types
 
@@ -122,21 +124,30 @@ def test_no_peer_access_between_consecutive_stages():
     assert kinds == ["split", "peer-access"]
 
 
-def test_meta_without_hook_and_inputs_on_the_wrong_device():
+def test_meta_without_hook():
     d = _diagnose()
     stages = _llama_stages(["cuda:1"] * 7)
-    p = d.Placement(
-        stages, {n: GiB for n, _ in stages}, unhooked_meta=["model.rotary_emb.inv_freq"], input_devices=["cpu"]
-    )
+    p = d.Placement(stages, {n: GiB for n, _ in stages}, unhooked_meta=["model.rotary_emb.inv_freq"])
     found = {f.kind: f.message for f in d.diagnose(p)}
-    assert "model.rotary_emb.inv_freq" in found["meta"]
-    assert "inputs are on cpu but the first module (model.embed_tokens) runs on cuda:1" in found["inputs"]
+    assert list(found) == ["meta"] and "model.rotary_emb.inv_freq" in found["meta"]
+
+
+def test_inputs_are_no_finding_the_dispatch_hooks_move_them():
+    """An upstream review found the "inputs" finding a false positive: the hooks `dispatch_model` attaches move
+    every input to the execution device of the module they wrap (and a model without hooks, moved whole with
+    `.to()`, raises a clear device error at once: no stall). The diagnosis takes no inputs and says nothing of them."""
+    d = _diagnose()
+    assert "inputs" not in inspect.signature(d.diagnose_model).parameters
+    assert "inputs" not in inspect.signature(d.placement_of).parameters
+    assert "input_devices" not in {f.name for f in dataclasses.fields(d.Placement)}
+    stages = _llama_stages(["cuda:1"] * 7)
+    assert d.diagnose(d.Placement(stages, {n: GiB for n, _ in stages})) == []
 
 
 def test_a_single_device_model_is_fine():
     d = _diagnose()
     stages = [("", "cuda:0")]
-    assert d.diagnose(d.Placement(stages, {"": GiB}, capacity={"cuda:0": 80 * GiB}, input_devices=["cuda:0"])) == []
+    assert d.diagnose(d.Placement(stages, {"": GiB}, capacity={"cuda:0": 80 * GiB})) == []
     assert "nothing found" in d.format_findings([])
 
 
@@ -163,7 +174,7 @@ def test_real_disk_offload_is_reported_and_greedy_output_is_unchanged(checkpoint
         greedy = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
         assert torch.equal(model.generate(INPUT, **greedy), whole.generate(INPUT, **greedy))
         model.generate(INPUT, **greedy)
-    findings = d.diagnose_model(model, {"input_ids": INPUT})
+    findings = d.diagnose_model(model)
     assert [f.kind for f in findings] == ["offload"], findings
     assert "from disk (model.layers.1 … lm_head" in findings[0].message, findings[0].message
     warnings = [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
@@ -215,3 +226,21 @@ def test_no_diagnosis_and_no_warning_unless_asked(checkpoint, tmp_path, caplog, 
     assert warnings == [] and calls == [], f"dispatch_model diagnosed without being asked: {warnings}"
     assert not hasattr(model, "_accelerate_dispatch_diagnosed")
     assert [f.kind for f in d.diagnose_model(model)] == ["offload"]
+
+
+def test_a_failing_diagnosis_is_not_hidden(checkpoint, tmp_path, monkeypatch):
+    """Asked for (`ACCELERATE_DIAGNOSE_DISPATCH=1`), a diagnosis that fails raises: silence would read as "nothing
+    found", and an `except Exception: return` around it hid its bugs (found by an upstream review)."""
+    from transformers import AutoModelForCausalLM
+
+    d = _diagnose()
+    monkeypatch.setenv(SWITCH, "1")
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug in the diagnosis")
+
+    monkeypatch.setattr(d, "placement_of", broken)
+    with pytest.raises(ZeroDivisionError, match="a bug in the diagnosis"):
+        AutoModelForCausalLM.from_pretrained(
+            checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path)
+        )

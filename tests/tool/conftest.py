@@ -13,6 +13,7 @@ import io
 import os
 import shutil
 import sys
+import tarfile
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -72,6 +73,41 @@ def make_wheel(path: Path, files: dict[str, bytes], name="demo", version="1.0.0"
             zi.external_attr = 0o644 << 16
             zf.writestr(zi, d)
     return whl
+
+
+def make_sdist(path: Path, version: str, pyproject: bytes) -> Path:
+    """An sdist of demo holding only its pyproject.toml (what export reads of it)."""
+    sdist = path / f"demo-{version}.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        info = tarfile.TarInfo(f"demo-{version}/pyproject.toml")
+        info.size = len(pyproject)
+        tar.addfile(info, io.BytesIO(pyproject))
+    return sdist
+
+
+#: Upstream's ruff settings in the demo's sdist, as transformers and accelerate write them.
+RUFF_SETTINGS = b"""[tool.ruff]
+line-length = 119
+
+[tool.ruff.lint]
+select = ["E", "F", "I", "W"]
+
+[tool.ruff.lint.isort]
+lines-after-imports = 2
+"""
+#: The demo's submission: the commit message upstream gets, upstream's test, and how it fails on pristine.
+UPSTREAM_TEST = b"""from demo import greet
+
+
+def test_greet():
+    assert greet("you") == "hello, you", "no comma"
+"""
+SUBMISSION = {
+    "message.txt": b"Greet with a comma\n\ngreet() says 'hello you'.\n\nAdd the comma.\n",
+    "expect.toml": b'[[fails]]\ntest = "tests/test_greet.py::test_greet"\n'
+    b'raises = "AssertionError"\nmatch = "no comma"\n',
+    "tests/test_greet.py": UPSTREAM_TEST,
+}
 
 
 def make_patch(files: dict[str, bytes], edit, subject: str, trailers: dict[str, str]) -> bytes:
@@ -173,13 +209,16 @@ class Demo:
 
         return config.load(self.root)
 
-    def add_release(self, version: str, core: bytes) -> None:
-        """Publish another upstream release of demo (its core.py as given) on the test index."""
+    def add_release(self, version: str, core: bytes, pyproject: bytes | None = None) -> None:
+        """Publish another upstream release of demo (its core.py as given) on the test index; with ``pyproject``,
+        its sdist too, holding that pyproject.toml (upstream's ruff settings, for export)."""
         init = INIT.replace(b'"1.0.0"', f'"{version}"'.encode())
         whl = make_wheel(self.upstream.parent, {"demo/__init__.py": init, "demo/core.py": core}, version=version)
-        sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+        files = [whl] + ([make_sdist(self.upstream.parent, version, pyproject)] if pyproject is not None else [])
         page = self.index / "demo" / "index.html"
-        page.write_text(page.read_text() + f'<a href="../../upstream/{whl.name}#sha256={sha}">{whl.name}</a>\n')
+        for f in files:
+            sha = hashlib.sha256(f.read_bytes()).hexdigest()
+            page.write_text(page.read_text() + f'<a href="../../upstream/{f.name}#sha256={sha}">{f.name}</a>\n')
 
 
 @pytest.fixture
@@ -205,11 +244,12 @@ def demo_project(tmp_path, monkeypatch) -> Demo:
     demo.patch_dir.mkdir(parents=True)
     upstream_files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
     demo.set_series(("0001-greet-comma.patch", make_patch(upstream_files, edit_greet, "Greet with a comma", TRAILERS)))
+    gitops.write_files(root / "upstream-pr" / "demo" / "greet-comma", SUBMISSION)
     return demo
 
 
-def both_ways_ok(overlay, line, patch, newest, patched):
-    """Stands in for export's real run (an environment with torch per release): the reproducer fails, then passes."""
+def both_ways_ok(overlay, line, newest, patched, submission):
+    """Stands in for export's real run (an environment per release): upstream's test fails, then passes."""
     from patchwheel.maint import proofenv
 
     return proofenv.ProofOutcome("fails", "test_greet: BugSymptom: no comma"), proofenv.ProofOutcome(

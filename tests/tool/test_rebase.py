@@ -1,9 +1,7 @@
-"""Text classification, rebase (with a conflict resolved by hand) and export, on the synthetic demo package."""
+"""Text classification and rebase (with a conflict resolved by hand), on the synthetic demo package."""
 
 from __future__ import annotations
 
-import re
-import shutil
 import zipfile
 
 import pytest
@@ -11,9 +9,9 @@ import pytest
 from patchwheel import build as build_mod
 from patchwheel import gitops, patches, vendored
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import export, rebase, textcheck, upstream
+from patchwheel.maint import rebase, textcheck, upstream
 
-from conftest import CORE, INIT, TRAILERS, both_ways_ok, edit_greet, make_patch
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
 FIX = b'"hello, " + name'
 
@@ -131,81 +129,6 @@ def test_upstream_matrix_and_staleness_check(demo_project, capsys):
 def test_drop_when_contradictions_are_flagged():
     assert upstream._flags(True, "fails") and upstream._flags(False, "passes")
     assert upstream._flags(True, "passes") == [] and upstream._flags(None, "fails") == []
-
-
-def test_export_verifies_with_git_am(demo_project, tmp_path):
-    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
-    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
-    patch = out / "0001-greet-comma.patch"
-    assert patch.read_bytes().startswith(b"From 0000000000000000000000000000000000000000")
-    assert (out / "reproducer" / "test_demo.py").is_file() and (out / "reproducer" / "conftest.py").is_file()
-    assert "# Greet with a comma" in (out / "PR.md").read_text()
-    repo = gitops.scratch_repo({"src/demo/core.py": b"# moved\n" + CORE})  # an independent git am
-    try:
-        gitops.am(repo, patch)
-        assert FIX in (repo / "src" / "demo" / "core.py").read_bytes()
-    finally:
-        shutil.rmtree(repo.parent)
-
-
-def test_export_runs_the_reproducer_both_ways_on_the_newest_release(demo_project, tmp_path):
-    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
-    seen: dict[str, object] = {}
-
-    def verify(overlay, line, patch, newest, patched):
-        seen.update(version=newest.filename, patched=patched)
-        return both_ways_ok(overlay, line, patch, newest, patched)
-
-    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=verify)
-    assert seen["version"] == "demo-1.1.0-py3-none-any.whl"
-    assert seen["patched"] == {"demo/core.py": b"# moved\n" + CORE.replace(b'"hello " + name', b'"hello, " + name')}
-    pr = (out / "PR.md").read_text()
-    assert "- pristine 1.1.0: fails (test_greet: BugSymptom: no comma)\n" in pr, pr
-    assert "- 1.1.0 with this patch: passes (1 passed)\n" in pr, pr
-    # the pin of the line (its proof fails there in the suite) and the release just run: measured, not guessed
-    assert "- the reproducer fails on: 1.0.0, 1.1.0\n" in pr, pr
-
-
-def test_pr_description_keeps_body_lines_that_look_like_trailers(demo_project, tmp_path):
-    """Found in the T2b export: "Fix: when a `device_map` is given ..." opened a paragraph of the message and was
-    dropped from PR.md with the trailers. Only the trailer paragraph is left out now."""
-    files = _files(CORE)
-    demo_project.set_series(("0001-greet-comma.patch", make_patch(files, edit_greet, "Greet with a comma", TRAILERS)))
-    path = demo_project.patch_dir / "0001-greet-comma.patch"
-    path.write_bytes(path.read_bytes().replace(b"Why the change is needed.", b"Fix: add the comma.\nWhy: style."))
-    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
-    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
-    pr = (out / "PR.md").read_text()
-    assert "Fix: add the comma.\nWhy: style.\n" in pr, pr
-    assert "Drop-When" not in pr and "Proof-Test" not in pr, pr
-
-
-@pytest.mark.parametrize(
-    "before, after, says",
-    [
-        ("passes", "passes", "the reproducer does not fail on pristine demo 1.1.0 (passes"),
-        ("error", "passes", "the reproducer does not fail on pristine demo 1.1.0 (error"),
-        ("fails", "fails", "the reproducer does not pass on demo 1.1.0 with the exported patch applied (fails"),
-    ],
-)
-def test_export_refuses_a_reproducer_that_does_not_show_the_fix(demo_project, tmp_path, before, after, says):
-    from patchwheel.maint import proofenv
-
-    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
-
-    def verify(overlay, line, patch, newest, patched):
-        return proofenv.ProofOutcome(before, "detail"), proofenv.ProofOutcome(after, "detail")
-
-    with pytest.raises(PatchwheelError, match=re.escape(says)):
-        export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=verify)
-    assert not (tmp_path / "greet-comma").exists(), "nothing is written when the reproducer does not show the fix"
-
-
-def test_export_refuses_a_conflicting_patch(demo_project, tmp_path):
-    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
-    with pytest.raises(PatchwheelError, match="does not carry onto demo 1.1.0") as err:
-        export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
-    assert "rebase the line first" in err.value.hint
 
 
 def test_selection_is_a_union_per_package():

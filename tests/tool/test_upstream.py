@@ -6,7 +6,6 @@ virtual environment: ``proofenv._create`` and ``proofenv._install`` are faked.""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -20,9 +19,9 @@ import pytest
 from patchwheel import cli, fetch, index
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import export, mutants, proofenv, rebase, upstream
+from patchwheel.maint import mutants, proofenv, rebase, upstream
 
-from conftest import CORE, both_ways_ok, stub_proof_runs
+from conftest import CORE, stub_proof_runs
 
 # --- 1. shared environments and the verdict cache ------------------------------------------------------------------
 
@@ -218,29 +217,6 @@ def test_each_run_judges_afresh(demo_project, monkeypatch, tmp_path):
 # --- 2. wheel names and versions through packaging -----------------------------------------------------------------
 
 
-def test_export_sorts_versions_with_packaging(demo_project, tmp_path):
-    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
-    cells = {
-        v: {"behaviour": b}
-        for v, b in [
-            ("1.10.0", "fails"),
-            ("1.2.0.post1", "fails"),
-            ("1.2.0", "fails"),
-            ("1.1.0", "fails"),
-            ("1.10.1", "passes"),
-            ("1.9.0", "passes"),
-            ("1.3.0rc1", "error"),
-        ]
-    }
-    (demo_project.root / "patches" / "STATUS.json").write_text(
-        json.dumps({"lines": [{"line": "demo/1.0.0", "patches": [{"name": "0001-greet-comma.patch", "cells": cells}]}]})
-    )
-    out = export.export(demo_project.load(), "greet-comma", tmp_path, log=lambda m: None, verify=both_ways_ok)
-    pr = (out / "PR.md").read_text()
-    assert "- the reproducer fails on: 1.0.0, 1.1.0, 1.2.0, 1.2.0.post1, 1.10.0\n" in pr, pr
-    assert "- the reproducer passes on: 1.9.0, 1.10.1\n" in pr, pr
-
-
 def test_index_groups_by_the_wheels_project_and_refuses_bad_names(tmp_path):
     wheels = {
         "Foo_Bar-1.0.post1-py3-none-any.whl": "a" * 64,
@@ -268,7 +244,7 @@ def test_rebase_finds_the_wheel_of_a_hyphenated_project_and_a_post_release(monke
         ]
     }
     monkeypatch.setattr(fetch, "project_links", lambda package, index=None: links)
-    wheel, sdist = rebase._artifacts("foo-bar", "1.0.post1")
+    wheel, sdist = rebase.release_artifacts("foo-bar", "1.0.post1")
     assert wheel == Artifact("foo_bar-1.0.post1-py3-none-any.whl", "a" * 64)
     assert sdist == Artifact("foo_bar-1.0.post1.tar.gz", "b" * 64)
 

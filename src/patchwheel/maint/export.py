@@ -1,67 +1,57 @@
-"""Export one patch as an upstream PR: ``patchwheel export <slug>`` -> ``export/<slug>/``.
+"""Export one patch as what a contributor sends upstream: ``patchwheel export <slug>`` -> ``export/<slug>/``.
 
-- ``0001-<slug>.patch``: the patch carried alone onto the newest upstream release (3-way if needed), exported with
-  the pinned format-patch flags, and verified: ``git am`` takes it on a fresh repository of that release's files.
-- ``reproducer/``: the proof test as a standalone pytest module (with the rank harness it uses and a conftest
-  that only registers the markers).
-- Before anything is written, the reproducer runs on that newest release both ways, in an environment of its
-  own: it must fail with the bug's signature on the pristine release, and pass with the exported patch applied
-  to the release's files. Otherwise the export stops and says which way went wrong. (A feature patch has no bug
-  to show; its test is not run here.)
-- ``PR.md``: title, problem, reproducer, root cause and fix (the commit message), both runs, and the releases
-  affected according to patches/STATUS.json.
+The steps, each of which stops the export with its reason (and nothing written) when it goes wrong:
+
+1. the author (``--author``, else the checkout's ``git config user.name`` / ``user.email``) and the submission
+   (``upstream-pr/<pkg>/<slug>/``, see submission.py: the message upstream gets, upstream's own test);
+2. carry the patch alone onto the newest upstream release (3-way if needed);
+3. one commit by that author, dated today, with the submission's message (``Fixes #N`` from ``Upstream-Issue``),
+   the fix and upstream's test at its path in upstream's tree; exported with the pinned flags and taken by
+   ``git am`` on a fresh repository of the release's files; none of this project's trailers, paths or name in it;
+4. upstream's style: ruff with the release's own settings, on what the commit writes (upstream_style.py);
+5. a fix: upstream's test on the newest release, pristine (it must fail with the bug's exception) and with the
+   patch (it must pass) (upstream_test.py);
+6. write ``0001-<slug>.patch`` and ``PR.md`` (a fix), or ``ISSUE.md`` and the patch for reference (a feature:
+   upstream discusses a new capability before it reviews code for it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
-from .. import fetch, gitops
+from .. import fetch
 from ..config import Artifact, Overlay, ReleaseLine
 from ..errors import PatchwheelError
 from ..patches import Patch, load_series
-from . import proofenv
+from . import export_commit, proofenv, submission, upstream_style, upstream_test
+from .export_commit import GitConfig, user_git_config
 from .textcheck import carry
-from .upstream import companions
 from .workrepo import WorkRepo, release_files
 
-#: ``verify(overlay, line, patch, newest, patched) -> (pristine, patched)``: the reproducer's outcome on the newest
+#: ``verify(overlay, line, newest, patched, submission) -> (pristine, patched)``: upstream's test on the newest
 #: release as published and with the patch's files (wheel paths -> bytes, None: deleted) installed.
-Verify = Callable[[Overlay, ReleaseLine, Patch, Artifact, dict], tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]]
+Verify = Callable[..., tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]]
 
 
-def run_both_ways(
-    overlay: Overlay, line: ReleaseLine, patch: Patch, newest: Artifact, patched: dict
-) -> tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]:
-    """The proof module on the newest release, pristine and then with ``patched`` installed over it, in a cached
-    environment used only by exports (so no other check ever sees the patched files)."""
-    from .mutants import mutated, reset
-
-    wheels = [(line.package, newest)] + companions(overlay, line)
-    name = "export-" + "+".join(f"{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in wheels)
-    env = proofenv.env_on_base(
-        fetch.cache_dir(),
-        name,
-        {"wheels": [a.sha256 for _, a in wheels]},
-        lambda: [str(fetch.fetch(p, a)) for p, a in wheels],
-    )
-    # An export killed while the patched files were installed left them there: put the release's own bytes back.
-    reset(proofenv._site(env), fetch.fetch(line.package, newest), sorted(patched))
-    before = proofenv.run_proof(env, overlay.root, patch.test_module)
-    with mutated(proofenv._site(env), patched):
-        after = proofenv.run_proof(env, overlay.root, patch.test_module)
-    return before, after
+@dataclass(frozen=True)
+class Carried:
+    version: str  # the newest release
+    status: str  # how the patch carried onto it (clean, offset, 3-way)
+    base: dict[str, bytes | None]  # the release's files the patch touches
+    fixed: dict[str, bytes | None]  # the same files with the patch
 
 
-def find(overlay: Overlay, slug: str):
-    """The newest line carrying a patch with this slug (or file name), and the patch."""
+def find(overlay: Overlay, slug: str) -> tuple[ReleaseLine, list[Patch]]:
+    """The newest line carrying a patch with this slug (or file name), and its series up to that patch."""
     want = re.sub(r"^\d{4}-|\.patch$", "", slug.split("/")[-1])
     for line in reversed([ln for pkg in overlay.packages() for ln in overlay.lines[pkg]]):
         series = load_series(line)
@@ -72,14 +62,10 @@ def find(overlay: Overlay, slug: str):
     raise PatchwheelError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")
 
 
-def export(
-    overlay: Overlay, slug: str, out_root: Path | None = None, log=print, verify: Verify = run_both_ways
-) -> Path:
-    line, upto = find(overlay, slug)
+def carry_to_newest(line: ReleaseLine, upto: list[Patch], version: str, newest: Artifact) -> Carried:
+    """The patch alone on the newest release's files, applied as in its series (on the patches before it)."""
     patch = upto[-1]
-    version, newest, _ = fetch.releases(line.package)[-1]
     new = release_files(line, patch.touched, newest)
-    # Base: the line's pristine files with the patches before this one, so the patch applies as in the series.
     with WorkRepo.of_line(line, upto) as work:
         pre = work.commits[upto[-2].name] if len(upto) > 1 else work.base
         work.branch("upstream", pre, new, f"pristine {line.package} {version}")
@@ -90,133 +76,197 @@ def export(
                 f" ({result.detail})",
                 f"rebase the line first (`nox -s rebase -- {line.package} {version}`), then export from it",
             )
-        mbox = gitops.format_patch(work.path)
-    with WorkRepo.create(new, f"{line.package} {version}") as check:
-        with tempfile.TemporaryDirectory(prefix="patchwheel-export-") as tmp:
-            mbox_file = Path(tmp) / f"0001-{patch.slug}.patch"
-            mbox_file.write_bytes(mbox)
-            gitops.am(check.path, mbox_file)  # the proof that `git am` takes it on the release's tree
-        applied = check.read(patch.touched)
-    patched = {w: data for p, data in applied.items() if (w := line.wheel_path(p)) is not None}
+        fixed = work.read(patch.touched)
+    return Carried(version, result.status, new, fixed)
+
+
+def sdist_of(line: ReleaseLine, version: str) -> Artifact | None:
+    """The newest release's sdist: the line's pin, or as the index lists it."""
+    if version == line.version:
+        return line.sdist
+    from .rebase import release_artifacts
+
+    return release_artifacts(line.package, version)[1]
+
+
+def export(
+    overlay: Overlay,
+    slug: str,
+    out_root: Path | None = None,
+    log=print,
+    verify: Verify = upstream_test.both_ways,
+    author: str | None = None,
+    git_config: GitConfig = user_git_config,
+    date: str | None = None,
+) -> Path:
+    line, upto = find(overlay, slug)
+    patch = upto[-1]
+    who = export_commit.author(overlay.root, author, git_config)
+    sub = submission.load(overlay.root, line.package, patch)
+    version, newest, _ = fetch.releases(line.package)[-1]
+    carried = carry_to_newest(line, upto, version, newest)
+    after = {**carried.fixed, **({} if patch.is_feature else sub.tests)}
+    text = sub.message or _feature_message(patch, sub)
+    closes = export_commit.fixes(patch, line.package)
+    where = f"{line.package} {version}"
+    mbox = export_commit.commit(
+        carried.base,
+        after,
+        export_commit.message(text, closes, patch.is_feature),
+        who,
+        date or export_commit.today(),
+        where,
+    )
+    export_commit.refuse_ours(mbox, "the exported commit")
+    style = _style(line, version, carried, after)
     runs = None
     if not patch.is_feature:
-        log(f"{patch.name}: running its reproducer on {line.package} {version}, pristine and patched ...")
-        before, after = verify(overlay, line, patch, newest, patched)
-        where = f"{line.package} {version}"
-        if before.verdict != "fails":
-            raise PatchwheelError(
-                f"the reproducer does not fail on pristine {where} ({before.verdict}: {before.detail})",
-                "if the bug is fixed there, drop the patch (see patches/STATUS.md); if the test cannot judge that "
-                "release, port the test first",
-            )
-        if after.verdict != "passes":
-            raise PatchwheelError(
-                f"the reproducer does not pass on {where} with the exported patch applied "
-                f"({after.verdict}: {after.detail})",
-                f"the fix does not work there as it is: rebase the line (`nox -s rebase -- {line.package} {version}`) "
-                "and fix the patch on the new line",
-            )
-        runs = (before, after)
-    out = (out_root or overlay.root / "export") / patch.slug
-    shutil.rmtree(out, ignore_errors=True)
-    (out / "reproducer").mkdir(parents=True)
-    patch_file = out / f"0001-{patch.slug}.patch"
-    patch_file.write_bytes(mbox)
-    proof = overlay.root / patch.test_module
-    for helper in [proof] + _helpers(proof):
-        shutil.copy(helper, out / "reproducer" / helper.name)
-    (out / "reproducer" / "conftest.py").write_text(
-        '"""Standalone reproducer: only registers the markers the test module uses."""\n\n\n'
-        "def pytest_configure(config):\n"
-        '    config.addinivalue_line("markers", "proof(package, signatures): the bug this test proves")\n'
-        '    config.addinivalue_line("markers", "feature(package): the capability this test checks")\n'
-        '    config.addinivalue_line("markers", "may_skip(reason): may skip for this reason")\n'
-        '    config.addinivalue_line("markers", "regression: must pass with and without the fix")\n'
+        log(f"{patch.name}: running upstream's test on {where}, pristine and patched ...")
+        patched = {w: d for p, d in carried.fixed.items() if (w := line.wheel_path(p)) is not None}
+        runs = _judged(verify(overlay, line, newest, patched, sub), where, sub)
+    files = {f"0001-{patch.slug}.patch": mbox}
+    if patch.is_feature:
+        files["ISSUE.md"] = _issue(sub, patch, where, carried.status, style).encode()
+    else:
+        files["PR.md"] = _description(overlay, line, patch, sub, carried, style, runs).encode()
+    for name, data in files.items():
+        export_commit.refuse_ours(data, name)
+    out = _write((out_root or overlay.root / "export") / patch.slug, files)
+    ran = (
+        f"upstream's test {', '.join(sub.tests)}: failed on pristine, passed patched"
+        if runs
+        else "a feature: ISSUE.md proposes it, the patch is attached for reference"
     )
-    (out / "PR.md").write_text(_description(overlay, line, patch, version, result.status, proof.name, runs))
-    ran = "reproducer failed on pristine, passed patched" if runs else "a feature: its test not run here"
     log(
-        f"wrote {out}/: {patch_file.name} ({result.status} onto {line.package} {version}, verified with git am; "
-        f"{ran}), reproducer/, PR.md"
+        f"wrote {out}/: {', '.join(files)} (by {who}; {carried.status} onto {where}, verified with git am; {ran}; "
+        f"ruff with {line.package} {version}'s settings: clean)"
     )
     return out
 
 
-def _helpers(module: Path, seen: set[Path] | None = None) -> list[Path]:
-    """The sibling modules a test module imports (``from harness import ...``, ``import tiny_llama``), recursively."""
-    seen = seen if seen is not None else {module}
-    for name in re.findall(r"^(?:from (\w+) import|import (\w+)$)", module.read_text(), re.M):
-        sibling = module.parent / f"{name[0] or name[1]}.py"
-        if sibling.is_file() and sibling not in seen and sibling.name != "conftest.py":
-            seen.add(sibling)
-            _helpers(sibling, seen)
-    return sorted(seen - {module})
+def _feature_message(patch: Patch, sub: submission.Submission) -> str:
+    title = (sub.proposal or "").splitlines()[0].lstrip("# ").strip() if sub.proposal else patch.subject
+    return f"{patch.subject}\n\nThe implementation of a proposal for discussion: {title}."
 
 
-def _description(overlay, line, patch, version, text_status, proof_name, runs=None) -> str:
-    body = patch.body
-    affected: list[str] = []
+def _style(line: ReleaseLine, version: str, carried: Carried, after: dict) -> str:
+    """Refuses a commit that ruff, with upstream's settings, does not pass; what was checked, for the texts."""
+    pyproject = upstream_style.settings(line.package, version, sdist_of(line, version))
+    found = upstream_style.check(pyproject, after, upstream_style.changed_lines(carried.base, after))
+    where = f"{line.package} {version}"
+    if found:
+        raise PatchwheelError(
+            f"the exported diff is not in {where}'s style (ruff with its pyproject.toml settings):\n  "
+            + "\n  ".join(found),
+            "fix the patch (edit overlay/, then `nox -s refresh`) or the upstream test in upstream-pr/, and export "
+            "again",
+        )
+    return f"ruff check and ruff format --check with {where}'s settings ({upstream_style.describe(pyproject)})"
+
+
+def _judged(runs, where: str, sub: submission.Submission):
+    before, after = runs
+    if before.verdict != "fails":
+        raise PatchwheelError(
+            f"upstream's test does not fail on pristine {where} as the bug does ({before.verdict}: {before.detail})",
+            "if the bug is fixed there, drop the patch (see patches/STATUS.md); otherwise make the test show it, "
+            f"with the exception {sub.folder}/expect.toml names",
+        )
+    if after.verdict != "passes":
+        raise PatchwheelError(
+            f"upstream's test does not pass on {where} with the exported patch applied "
+            f"({after.verdict}: {after.detail})",
+            "the fix or the test is wrong there: fix the patch (rebase the line onto the release if needed), or the "
+            "test",
+        )
+    return before, after
+
+
+def _write(out: Path, files: dict[str, bytes]) -> Path:
+    """``out`` holds exactly ``files`` afterwards, replaced in one rename (a failure leaves the old one)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _issue(sub: submission.Submission, patch: Patch, where: str, status: str, style: str) -> str:
+    return (
+        (sub.proposal or "").rstrip()
+        + "\n\n## The patch, for reference\n\n"
+        + f"`0001-{patch.slug}.patch`, beside this file, implements the proposal on {where} ({status}; `git am` "
+        + f"takes it; {style}: clean). It is attached for the discussion, not sent as a pull request: once the "
+        + "API is agreed on, it can become one, with a test in the suite.\n"
+    )
+
+
+def _measured(overlay: Overlay, line: ReleaseLine, patch: Patch, version: str) -> tuple[list[str], list[str]]:
+    """Releases where this project's own tests saw the bug, and where they saw it fixed (patches/STATUS.json),
+    plus the pins of the lines that carry the fix (their proofs fail there) and the release the export just ran."""
+    shows: list[str] = [version]
     fixed: list[str] = []
     status = overlay.root / "patches" / "STATUS.json"
-    if status.is_file():
-        for entry in json.loads(status.read_text())["lines"]:
-            if entry["line"].split("/")[0] != line.package:
-                continue
-            for p in entry["patches"]:
-                if p["name"].split("-", 1)[1] == patch.name.split("-", 1)[1]:
-                    for v, cell in p["cells"].items():
-                        (
-                            affected
-                            if cell.get("behaviour") == "fails"
-                            else fixed
-                            if cell.get("behaviour") == "passes"
-                            else []
-                        ).append(v)
-    if not patch.is_feature:
-        # The pristine pin of every line carrying the fix: its proof fails there in the suite (`nox -s proof`).
-        affected += [
-            ln.version for ln in overlay.lines[line.package] if any(q.slug == patch.slug for q in load_series(ln))
-        ]
-    if runs:
-        affected.append(version)  # the run just made
-    affected, fixed = sorted(set(affected), key=Version), sorted(set(fixed), key=Version)  # 1.9 < 1.10, .post1
+    entries = json.loads(status.read_text())["lines"] if status.is_file() else []
+    for entry in entries:
+        if entry["line"].split("/")[0] != line.package:
+            continue
+        for p in entry["patches"]:
+            if p["name"].split("-", 1)[1] == patch.name.split("-", 1)[1]:
+                for v, cell in p["cells"].items():
+                    {"fails": shows, "passes": fixed}.get(cell.get("behaviour"), []).append(v)
+    shows += [ln.version for ln in overlay.lines[line.package] if any(q.slug == patch.slug for q in load_series(ln))]
+    return sorted(set(shows), key=Version), sorted(set(fixed), key=Version)  # 1.9 < 1.10, .post1
+
+
+def _description(overlay, line, patch, sub, carried: Carried, style: str, runs) -> str:
+    version = carried.version
+    shows, fixed = _measured(overlay, line, patch, version)
+    tests = ", ".join(f"`{t}`" for t in sub.tests)
+    body = (sub.message or "").split("\n", 1)[1].strip()
     return "\n".join(
         [
-            f"# {patch.subject}",
-            "",
-            f"Fixes {patch.trailers.get('Upstream-Issue', '')}",
-            "",
-            "## Problem, root cause and fix",
+            f"# {sub.subject}",
             "",
             body,
             "",
-            "## Reproducer",
+            *export_commit.fixes(patch, line.package),
             "",
-            f"`reproducer/{proof_name}` is a standalone pytest module (tiny random models built in the test, CPU only,"
-            " real gloo process groups on 127.0.0.1 where it is distributed):",
+            "## Test",
+            "",
+            f"This PR adds {tests}. Run on {line.package} {version} (CPU, torch {proofenv.torch_version()}; nothing "
+            "is downloaded; a test that needs accelerators is skipped without them):",
+            "",
+            f"- pristine {version}: fails as the issue describes ({runs[0].detail})",
+            f"- {version} with this PR: passes ({runs[1].detail})",
             "",
             "```sh",
-            f"pip install {line.package}=={version} torch pytest",
-            f"pytest reproducer/{proof_name}   # fails without this patch, passes with it",
+            f"pytest {' '.join(sub.tests)}",
             "```",
             "",
-            *(
-                [
-                    f"Run on {line.package} {version} by the export, in an environment of its own:",
-                    "",
-                    f"- pristine {version}: fails ({runs[0].detail})",
-                    f"- {version} with this patch: passes ({runs[1].detail})",
-                    "",
-                ]
-                if runs
-                else []
-            ),
+            "## Style",
+            "",
+            f"{style}: clean on the lines this PR writes.",
+            "",
+            "## In detail",
+            "",
+            patch.body,
+            "",
             "## Versions affected",
             "",
-            f"- this patch applies to {line.package} {version} ({text_status}); it was first written for "
+            f"- this applies to {line.package} {version} ({carried.status}); it was first written for "
             f"{line.package} {line.version}",
-            f"- the reproducer fails on: {', '.join(affected) or 'not measured'}",
-            f"- the reproducer passes on: {', '.join(fixed) or 'none measured'}",
+            f"- the bug shows on: {', '.join(shows)}",
+            f"- fixed on: {', '.join(fixed) or 'none measured'}",
             "",
         ]
     )

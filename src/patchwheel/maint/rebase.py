@@ -54,7 +54,7 @@ def _version(text: str) -> str:
         ) from exc
 
 
-def _artifacts(package: str, version: str) -> tuple[Artifact, Artifact | None]:
+def release_artifacts(package: str, version: str) -> tuple[Artifact, Artifact | None]:
     """The new release's wheel and sdist, with the sha256 the index lists (one read of the index page). File
     names are read as the wheel and sdist specs say: a project ``foo-bar`` publishes ``foo_bar-1.0-….whl``."""
     links = fetch.project_links(package)
@@ -105,7 +105,7 @@ def start(
             f"a rebase onto {package} {version} is in progress in {work}",
             f"finish it with `nox -s rebase -- {package} {version} --continue`, or delete {work}",
         )
-    wheel, sdist = _artifacts(package, version)
+    wheel, sdist = release_artifacts(package, version)
     series = load_series(old)
     dropped: dict[str, str] = {}
     if behaviour:

@@ -14,9 +14,9 @@
 """Why is `generate()` on a dispatched model slow or stalled? A diagnosis to run before a long generation.
 
 The core, `diagnose(placement)`, is a pure function over plain data (the device map in execution order, bytes per
-entry, the memory accelerate may use per device, peer access, tensors left on meta, input devices), so every GPU
-situation can be checked without a GPU. `placement_of(model, inputs)` reads that data from a real dispatched model,
-and `diagnose_model(model, inputs)` does both and returns the findings; `print(format_findings(...))` shows them.
+entry, the memory accelerate may use per device, peer access, tensors left on meta), so every GPU situation can be
+checked without a GPU. `placement_of(model)` reads that data from a real dispatched model, and
+`diagnose_model(model)` does both and returns the findings; `print(format_findings(...))` shows them.
 
 `dispatch_model` runs it only when asked to, with `ACCELERATE_DIAGNOSE_DISPATCH=1`: then it warns once per model
 about the two likely causes of a stalled generation. Without that variable it does nothing of the kind.
@@ -29,8 +29,9 @@ nothing):
 - modules are offloaded to CPU or disk: their weights are streamed to the execution device on every forward,
   that is for every generated token;
 - no peer access between consecutive stages (every crossing goes through host memory);
-- tensors on the meta device that no offload hook will fill;
-- inputs that are not on the exact device of the first module.
+- tensors on the meta device that no offload hook will fill.
+
+Where the inputs are is not judged: the hooks `dispatch_model` attaches move them to each module's execution device.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # "split" | "offload" | "peer-access" | "meta" | "inputs"
+    kind: str  # "split" | "offload" | "peer-access" | "meta"
     severity: str  # "warning" | "note"
     message: str
 
@@ -62,7 +63,6 @@ class Placement:
     capacity_source: str = ""  # where `capacity` comes from, for the message ("max_memory", "free memory ...")
     peer_access: dict[tuple[str, str], bool] = field(default_factory=dict)  # (from, to) for consecutive stages
     unhooked_meta: list[str] = field(default_factory=list)  # tensors on meta with no offload hook to fill them
-    input_devices: list[str] = field(default_factory=list)  # devices of the input tensors, if inputs were given
 
 
 def _is_accelerator(device: str) -> bool:
@@ -155,19 +155,6 @@ def diagnose(p: Placement, headroom: float = 0.85) -> list[Finding]:
                 f"model.",
             )
         )
-    if p.input_devices and p.stages:
-        first_name, first_device = p.stages[0]
-        expected = "cpu" if first_device == "disk" else first_device
-        wrong = sorted({d for d in p.input_devices if d != expected})
-        if wrong:
-            findings.append(
-                Finding(
-                    "inputs",
-                    "warning",
-                    f"inputs are on {', '.join(wrong)} but the first module ({first_name}) runs on {expected}: "
-                    f'move them with .to("{expected}").',
-                )
-            )
     return findings
 
 
@@ -212,7 +199,7 @@ def _owner(tensor_name: str, entries) -> str | None:
         name = name.rsplit(".", 1)[0] if "." in name else ""
 
 
-def placement_of(model, inputs=None, max_memory=None) -> Placement:
+def placement_of(model, max_memory=None) -> Placement:
     """Read a placement from a model dispatched by accelerate (`hf_device_map`), or from where its weights are.
     `max_memory`: the one the model was dispatched with, if any; else free memory (`get_max_memory()`) is used."""
     import torch
@@ -261,20 +248,13 @@ def placement_of(model, inputs=None, max_memory=None) -> Placement:
             owner = owner.rsplit(".", 1)[0] if "." in owner else ""
         if not hooked:
             unhooked.append(tensor_name)
-    input_devices = []
-    if inputs is not None:
-        if isinstance(inputs, dict):
-            values = inputs.values()
-        else:
-            values = inputs if isinstance(inputs, (list, tuple)) else [inputs]
-        input_devices = sorted({_device_str(v.device, accelerator) for v in values if isinstance(v, torch.Tensor)})
-    return Placement(stages, entry_bytes, capacity, source, peer_access, unhooked, input_devices)
+    return Placement(stages, entry_bytes, capacity, source, peer_access, unhooked)
 
 
-def diagnose_model(model, inputs=None, max_memory=None) -> list[Finding]:
-    """Run before a long `generate()`: `print(format_findings(diagnose_model(model, inputs)))`. Pass the
+def diagnose_model(model, max_memory=None) -> list[Finding]:
+    """Run before a long `generate()`: `print(format_findings(diagnose_model(model)))`. Pass the
     `max_memory` the model was loaded with, if any, so that "fits on one device" is judged as accelerate placed it."""
-    return diagnose(placement_of(model, inputs, max_memory))
+    return diagnose(placement_of(model, max_memory))
 
 
 def warn_once_after_dispatch(model, logger) -> None:
@@ -283,13 +263,11 @@ def warn_once_after_dispatch(model, logger) -> None:
     model fits on one)."""
     if getattr(model, "_accelerate_dispatch_diagnosed", False):
         return
-    try:
-        model._accelerate_dispatch_diagnosed = True
-        findings = [f for f in diagnose_model(model) if f.severity == "warning" and f.kind in ("offload", "split")]
-    except Exception:  # a diagnosis must never break loading
-        return
+    model._accelerate_dispatch_diagnosed = True
+    # No `except`: the diagnosis was asked for, and a failure kept silent would read as "nothing found".
+    findings = [f for f in diagnose_model(model) if f.severity == "warning" and f.kind in ("offload", "split")]
     if findings:
         logger.warning(
             format_findings(findings)
-            + "\n  (run accelerate.utils.diagnose.diagnose_model(model, inputs) for the full diagnosis)"
+            + "\n  (run accelerate.utils.diagnose.diagnose_model(model) for the full diagnosis)"
         )

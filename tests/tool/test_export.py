@@ -1,0 +1,413 @@
+"""Export on the synthetic demo package: the contributor's commit (author, date, message, upstream's test), upstream's
+style (real ruff, the demo release's own settings), features as proposals, and nothing written when a step fails.
+The run of upstream's test in an environment per release is stubbed (``verify``); its judging and its pytest plugin
+are tested on their own, with this interpreter's pytest."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchwheel import gitops
+from patchwheel.errors import PatchwheelError
+from patchwheel.maint import export, export_commit, proofenv, submission, upstream_test
+
+from conftest import CORE, INIT, RUFF_SETTINGS, TRAILERS, both_ways_ok, make_patch
+
+JANE = "Jane Doe <jane@example.org>"
+FIX = b'"hello, " + name'
+DATE = "2026-12-01T09:30:00+00:00"
+
+
+def _release(demo, core: bytes = b"# moved\n" + CORE, settings: bytes = RUFF_SETTINGS) -> None:
+    demo.add_release("1.1.0", core, pyproject=settings)
+
+
+def _export(demo, tmp_path, **kw) -> Path:
+    kw.setdefault("author", JANE)
+    kw.setdefault("verify", both_ways_ok)
+    return export.export(demo.load(), "greet-comma", tmp_path, log=lambda m: None, date=DATE, **kw)
+
+
+def _sub(demo) -> Path:
+    return demo.root / "upstream-pr" / "demo" / "greet-comma"
+
+
+def _message(mbox: bytes) -> str:
+    head = mbox.decode().split("\ndiff --git ", 1)[0]
+    return head.split("\n\n", 1)[1].rstrip("\n") + "\n"
+
+
+# --- the contributor's commit --------------------------------------------------------------------------------------
+
+
+def test_export_is_the_contributors_commit_with_upstreams_test(demo_project, tmp_path):
+    _release(demo_project)
+    out = _export(demo_project, tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["0001-greet-comma.patch", "PR.md"]
+    mbox = (out / "0001-greet-comma.patch").read_bytes()
+    head = mbox.decode().split("\n\n", 1)[0]
+    assert "From: Jane Doe <jane@example.org>" in head and "Date: Tue, 1 Dec 2026 09:30:00 +0000" in head, head
+    assert "Subject: Greet with a comma" in head
+    assert _message(mbox) == "greet() says 'hello you'.\n\nAdd the comma.\n\nFixes #1\n"
+    assert b"diff --git a/tests/test_greet.py b/tests/test_greet.py\nnew file mode 100644" in mbox
+    for ours in (b"Proof-Test", b"Drop-When", b"Guard-Test", b"Upstream-Status", b"tests/proof/", b"patchwheel"):
+        assert ours not in mbox
+    repo = gitops.scratch_repo({"src/demo/core.py": b"# moved\n" + CORE})  # an independent git am
+    try:
+        gitops.am(repo, out / "0001-greet-comma.patch")
+        assert FIX in (repo / "src" / "demo" / "core.py").read_bytes()
+        assert (repo / "tests" / "test_greet.py").read_bytes() == (
+            _sub(demo_project) / "tests/test_greet.py"
+        ).read_bytes()
+    finally:
+        shutil.rmtree(repo.parent)
+
+
+def test_pr_md_records_upstreams_test_both_ways_and_ruff(demo_project, tmp_path):
+    _release(demo_project)
+    seen: dict[str, object] = {}
+
+    def verify(overlay, line, newest, patched, sub):
+        seen.update(release=newest.filename, patched=patched, tests=sorted(sub.tests))
+        return both_ways_ok(overlay, line, newest, patched, sub)
+
+    pr = (_export(demo_project, tmp_path, verify=verify) / "PR.md").read_text()
+    assert seen == {
+        "release": "demo-1.1.0-py3-none-any.whl",
+        "patched": {"demo/core.py": b"# moved\n" + CORE.replace(b'"hello " + name', FIX)},
+        "tests": ["tests/test_greet.py"],
+    }
+    assert pr.startswith("# Greet with a comma\n\ngreet() says 'hello you'.\n\nAdd the comma.\n\nFixes #1\n"), pr
+    assert "This PR adds `tests/test_greet.py`. Run on demo 1.1.0 (CPU, torch" in pr
+    assert "- pristine 1.1.0: fails as the issue describes (test_greet: BugSymptom: no comma)\n" in pr, pr
+    assert "- 1.1.0 with this PR: passes (1 passed)\n" in pr, pr
+    assert "ruff check and ruff format --check with demo 1.1.0's settings (line-length 119" in pr, pr
+    assert "- the bug shows on: 1.0.0, 1.1.0\n" in pr, pr  # the line's pin and the release just run
+    assert "Proof-Test" not in pr and "tests/proof" not in pr
+
+
+def test_the_author_defaults_to_the_checkouts_git_identity(demo_project, tmp_path, monkeypatch):
+    _release(demo_project)
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text("[user]\n\tname = Ada Lovelace\n\temail = ada@example.org\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    out = _export(demo_project, tmp_path / "out", author=None)
+    assert b"\nFrom: Ada Lovelace <ada@example.org>\n" in (out / "0001-greet-comma.patch").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "config, missing",
+    [({}, "git config user.name and user.email are not set"), ({"user.name": "Ada"}, "user.email is not set")],
+)
+def test_no_identity_is_an_error_naming_both_ways(demo_project, tmp_path, config, missing):
+    _release(demo_project)
+    with pytest.raises(PatchwheelError, match=missing) as err:
+        _export(demo_project, tmp_path, author=None, git_config=lambda root, key: config.get(key))
+    assert "--author" in err.value.hint and 'git config user.name "Your Name"' in err.value.hint
+    assert not (tmp_path / "greet-comma").exists()
+
+
+def test_a_malformed_author_is_refused(demo_project, tmp_path):
+    with pytest.raises(PatchwheelError, match="--author 'Jane Doe' is not 'Name <email>'"):
+        _export(demo_project, tmp_path, author="Jane Doe")
+
+
+@pytest.mark.parametrize(
+    "text, found",
+    [
+        (b"Greet with a comma\n\nSee tests/proof/test_demo.py.\n", "tests/proof/"),
+        (b"Greet with a comma\n\nAdd it.\n\nDrop-When: demo>=1.1.0\n", "Drop-When:"),
+        (b"Greet with a comma\n\nFound by patchwheel.\n", "patchwheel"),
+    ],
+)
+def test_our_trailers_paths_and_name_never_reach_upstream(demo_project, tmp_path, text, found):
+    _release(demo_project)
+    (_sub(demo_project) / "message.txt").write_bytes(text)
+    with pytest.raises(PatchwheelError, match=f"the exported commit names this project: {re.escape(found)}"):
+        _export(demo_project, tmp_path)
+    assert not (tmp_path / "greet-comma").exists()
+
+
+def test_issue_references(demo_project):
+    patch = demo_project.load().line("demo").patch_dir / "0001-greet-comma.patch"
+    from patchwheel.patches import parse_patch
+
+    p = parse_patch(patch)
+    p.trailers["Upstream-Issue"] = (
+        "https://github.com/example/demo/issues/7, example/other#3, https://github.com/example/demo/pull/9"
+    )
+    assert export_commit.fixes(p, "demo") == ["Fixes #7", "Fixes example/other#3", "Refs #9"]
+    assert export_commit.message("S\n\nBody.", ["Fixes #7"], feature=True) == "S\n\nBody.\n\nRefs #7\n"
+
+
+# --- the submission --------------------------------------------------------------------------------------------------
+
+
+def test_a_fix_without_upstreams_test_is_not_exported(demo_project, tmp_path):
+    _release(demo_project)
+    shutil.rmtree(_sub(demo_project) / "tests")
+    with pytest.raises(PatchwheelError, match="no test under .*/tests/: add upstream's test") as err:
+        _export(demo_project, tmp_path)
+    assert "nox -s lint" in err.value.hint
+    assert not (tmp_path / "greet-comma").exists()
+
+
+def test_lint_checks_the_submissions_of_the_newest_lines(demo_project):
+    sub = _sub(demo_project)
+    assert submission.lint(demo_project.load()) == {"demo/1.0.0": []}
+    (sub / "expect.toml").write_text('[[fails]]\ntest = "tests/test_other.py::test_x"\nraises = "E"\nmatch = "("\n')
+    (sub / "message.txt").write_text(
+        "A subject that goes on and on and on, far longer than any subject should be\nno blank\n"
+    )
+    problems = submission.lint(demo_project.load())["demo/1.0.0"]
+    assert any("its first line, the subject, must be 1 to 72 characters" in p for p in problems), problems
+    assert any("a subject, a blank line, then the problem and the fix" in p for p in problems), problems
+    assert any("'tests/test_other.py::test_x' is not a node id" in p for p in problems), problems
+    assert any("match '(' is not a regular expression" in p for p in problems), problems
+
+
+# --- upstream's style ------------------------------------------------------------------------------------------------
+
+
+def test_a_badly_styled_test_is_refused_with_ruffs_findings(demo_project, tmp_path):
+    _release(demo_project)
+    (_sub(demo_project) / "tests/test_greet.py").write_text(
+        "import os\nfrom demo import greet\n\ndef test_greet():\n    assert greet('you') == 'hello, you', 'no comma'\n"
+    )
+    with pytest.raises(PatchwheelError, match="the exported diff is not in demo 1.1.0's style") as err:
+        _export(demo_project, tmp_path)
+    assert "tests/test_greet.py:1: F401 `os` imported but unused" in err.value.message, err.value.message
+    assert "tests/test_greet.py:3: ruff format would change it" in err.value.message, err.value.message
+    assert not (tmp_path / "greet-comma").exists()
+
+
+def test_a_badly_styled_fix_is_refused_and_upstreams_own_style_is_not_ours_to_judge(demo_project, tmp_path):
+    """A line the patch writes must be in upstream's style; upstream's own lines are judged by nobody here (the
+    release's core.py has an overlong line and an unused import elsewhere)."""
+    messy = b"import os\n\n\n" + CORE.replace(b"return a + b", b"return a+b  " + b"#" * 130)
+    _release(demo_project, core=messy)
+    out = _export(demo_project, tmp_path)  # upstream's own lines: fine
+    assert (out / "PR.md").is_file()
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    badly = make_patch(
+        files,
+        lambda f: {**f, "src/demo/core.py": CORE.replace(b'"hello " + name', b"'hello, '+name")},
+        "Greet with a comma",
+        TRAILERS,
+    )
+    demo_project.set_series(("0001-greet-comma.patch", badly))
+    with pytest.raises(PatchwheelError, match=r"src/demo/core\.py:8: ruff format would change it"):
+        _export(demo_project, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+
+
+def test_style_without_upstreams_settings_is_an_error(demo_project, tmp_path):
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)  # no sdist on the index
+    with pytest.raises(PatchwheelError, match="no sdist of demo 1.1.0 is known, so upstream's ruff settings"):
+        _export(demo_project, tmp_path)
+
+
+# --- features ask first --------------------------------------------------------------------------------------------
+
+
+def test_a_feature_exports_as_a_proposal_with_the_patch_for_reference(demo_project, tmp_path):
+    feature = {**TRAILERS, "Drop-When": "pr-released pending"}
+    del feature["Proof-Test"]
+    feature["Feature-Test"] = "tests/proof/test_demo.py"
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    edit = lambda f: {**f, "src/demo/core.py": CORE.replace(b'"hello " + name', FIX)}  # noqa: E731
+    demo_project.set_series(("0001-greet-comma.patch", make_patch(files, edit, "Greet with a comma", feature)))
+    shutil.rmtree(_sub(demo_project))
+    _sub(demo_project).mkdir(parents=True)
+    (_sub(demo_project) / "proposal.md").write_text("# Greetings with a comma\n\nProblem, evidence, proposed API.\n")
+    _release(demo_project)
+
+    def verify(*args):
+        raise AssertionError("a feature's test is not run by the export")
+
+    out = _export(demo_project, tmp_path, verify=verify)
+    assert sorted(p.name for p in out.iterdir()) == ["0001-greet-comma.patch", "ISSUE.md"]
+    issue = (out / "ISSUE.md").read_text()
+    assert issue.startswith(
+        "# Greetings with a comma\n\nProblem, evidence, proposed API.\n\n## The patch, for reference"
+    )
+    assert "not sent as a pull request" in issue
+    mbox = (out / "0001-greet-comma.patch").read_bytes()
+    assert b"From: Jane Doe <jane@example.org>" in mbox and b"\nRefs #1\n" in mbox and b"Fixes" not in mbox
+    assert b"tests/test_greet.py" not in mbox and b"Feature-Test" not in mbox
+
+
+# --- nothing written when a run goes wrong ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "before, after, says",
+    [
+        ("passes", "passes", "upstream's test does not fail on pristine demo 1.1.0 as the bug does (passes"),
+        ("error", "passes", "upstream's test does not fail on pristine demo 1.1.0 as the bug does (error"),
+        ("fails", "fails", "upstream's test does not pass on demo 1.1.0 with the exported patch applied (fails"),
+    ],
+)
+def test_export_refuses_a_test_that_does_not_show_the_fix(demo_project, tmp_path, before, after, says):
+    _release(demo_project)
+    out = tmp_path / "out"
+    (out / "greet-comma").mkdir(parents=True)
+    (out / "greet-comma" / "PR.md").write_text("the last good export")
+
+    def verify(overlay, line, newest, patched, sub):
+        return proofenv.ProofOutcome(before, "detail"), proofenv.ProofOutcome(after, "detail")
+
+    with pytest.raises(PatchwheelError, match=re.escape(says)):
+        _export(demo_project, out, verify=verify)
+    assert [p.name for p in out.iterdir()] == ["greet-comma"], "no temporary folder is left"
+    assert (out / "greet-comma" / "PR.md").read_text() == "the last good export", "the last export is kept"
+
+
+def test_export_refuses_a_conflicting_patch(demo_project, tmp_path):
+    _release(demo_project, core=CORE.replace(b'"hello " + name', b'"hi " + name'))
+    with pytest.raises(PatchwheelError, match="does not carry onto demo 1.1.0") as err:
+        _export(demo_project, tmp_path)
+    assert "rebase the line first" in err.value.hint
+
+
+def test_export_sorts_versions_with_packaging(demo_project, tmp_path):
+    _release(demo_project)
+    cells = {v: {"behaviour": b} for v, b in [("1.10.0", "fails"), ("1.2.0", "fails"), ("1.9.0", "passes")]}
+    cells["1.3.0rc1"] = {"behaviour": "error"}
+    (demo_project.root / "patches" / "STATUS.json").write_text(
+        json.dumps({"lines": [{"line": "demo/1.0.0", "patches": [{"name": "0001-greet-comma.patch", "cells": cells}]}]})
+    )
+    pr = (_export(demo_project, tmp_path) / "PR.md").read_text()
+    assert "- the bug shows on: 1.0.0, 1.1.0, 1.2.0, 1.10.0\n" in pr, pr
+    assert "- fixed on: 1.9.0\n" in pr, pr
+
+
+# --- upstream's test: its run and its verdict ----------------------------------------------------------------------
+
+BUGGY = b"""import subprocess
+import sys
+
+import pytest
+
+
+def test_shows_the_bug():
+    raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+
+
+def test_in_a_worker():
+    script = "raise RuntimeError('aten.cat.default got mixed torch.Tensor and DTensor')"
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"'torchrun' failed with returncode 1\\n\\nstderr:\\n[rank0]: " + res.stderr)
+
+
+def test_other():
+    pass
+
+
+@pytest.mark.skip(reason="test requires multiple accelerators")
+def test_gpu_form():
+    pass
+"""
+
+
+def _expect(*items: tuple[str, str, str, bool]) -> tuple[submission.Expectation, ...]:
+    return tuple(submission.Expectation(f"tests/utils/test_x.py::{t}", r, m, w) for t, r, m, w in items)
+
+
+def test_upstreams_test_runs_and_is_judged_by_its_exceptions():
+    cases = upstream_test.run(Path(sys.executable), {"tests/utils/test_x.py": BUGGY}, timeout=120)
+    assert isinstance(cases, list), cases
+    assert {c["test"].rsplit("::", 1)[-1]: c["outcome"] for c in cases} == {
+        "test_shows_the_bug": "failed",
+        "test_in_a_worker": "failed",
+        "test_other": "passed",
+        "test_gpu_form": "skipped",
+    }
+    both = _expect(
+        ("test_shows_the_bug", "NotImplementedError", "^Cannot copy out of meta tensor", False),
+        ("test_in_a_worker", "RuntimeError", "got mixed torch.Tensor and DTensor", True),
+    )
+    verdict = upstream_test.judge_pristine(both, cases)
+    assert verdict.verdict == "fails", verdict
+    assert "test_shows_the_bug: NotImplementedError: Cannot copy out of meta tensor; no data!" in verdict.detail
+    assert (
+        "test_in_a_worker: RuntimeError: aten.cat.default got mixed torch.Tensor and DTensor (in a worker)"
+        in verdict.detail
+    )
+    assert (
+        "(1 passed, 2 failed, 1 skipped; test_gpu_form: skipped (test requires multiple accelerators))"
+        in verdict.detail
+    )
+    # the wrapper's own exception is not the worker's: "'torchrun' failed" never matches a worker expectation
+    wrapper = _expect(("test_in_a_worker", "RuntimeError", "failed with returncode", True))
+    assert not upstream_test.shows(wrapper[0], next(c for c in cases if "worker" in c["test"]))
+    # the right test failing for another reason cannot judge; so can a test left out of expect.toml that fails
+    other = _expect(("test_shows_the_bug", "NotImplementedError", "something else", False))
+    assert upstream_test.judge_pristine(other, cases).verdict == "error"
+    assert upstream_test.judge_pristine(both[:1], cases).detail.startswith("failed otherwise: test_in_a_worker")
+    assert upstream_test.judge_patched(both, cases).verdict == "fails"
+
+
+def test_patched_must_pass_every_test_that_ran():
+    ok = [
+        {"test": "tests/utils/test_x.py::test_shows_the_bug", "outcome": "passed", "raises": "", "message": ""},
+        {"test": "tests/utils/test_x.py::test_gpu", "outcome": "skipped", "raises": "", "message": "needs GPUs"},
+    ]
+    one = _expect(("test_shows_the_bug", "NotImplementedError", "x", False))
+    assert upstream_test.judge_patched(one, ok) == proofenv.ProofOutcome(
+        "passes", "1 passed, 1 skipped; test_gpu: skipped (needs GPUs)"
+    )
+    gpu = _expect(("test_gpu", "NotImplementedError", "x", False))
+    assert upstream_test.judge_patched(gpu, ok).verdict == "fails", "an expected test that skipped proves nothing"
+    assert upstream_test.judge_pristine(one, "timed out after 900 s").verdict == "error"
+
+
+def test_a_test_file_that_cannot_be_imported_is_an_error():
+    cases = upstream_test.run(Path(sys.executable), {"tests/test_y.py": b"import no_such_module_here\n"}, timeout=120)
+    verdict = upstream_test.judge_pristine(_expect(("test_a", "E", "x", False)), cases)
+    assert verdict.verdict == "error" and "did not run" in verdict.detail, verdict
+
+
+# --- lint, the command line, the pins ------------------------------------------------------------------------------
+
+
+def test_lint_fails_a_newest_line_without_its_submission(demo_project, capsys):
+    from patchwheel import cli
+
+    assert cli.main(["--root", str(demo_project.root), "lint"]) == 0
+    shutil.rmtree(_sub(demo_project))
+    assert cli.main(["--root", str(demo_project.root), "lint"]) == 1
+    out = capsys.readouterr().out
+    assert "demo/1.0.0: FAILED" in out and "no greet-comma/ under" in out and "write message.txt, expect.toml" in out
+
+
+def test_the_repositorys_newest_lines_have_their_submissions():
+    from patchwheel import config
+
+    problems = submission.lint(config.load(Path(__file__).resolve().parents[2]))
+    assert set(problems) >= {"accelerate/1.15.0"} and not any(problems.values()), problems
+
+
+def test_the_command_line_takes_an_author():
+    from patchwheel import cli
+
+    args = cli.parser().parse_args(["export", "dataparallel-num-items", "--author", JANE])
+    assert (args.patch, args.author) == ("dataparallel-num-items", JANE)
+
+
+def test_export_checks_with_the_ruff_that_lint_pins():
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    pins = {
+        extra: [r for r in reqs if r.startswith("ruff==")] for extra, reqs in extras["optional-dependencies"].items()
+    }
+    assert pins["export"] == pins["lint"] == ["ruff==0.17.5"]
