@@ -222,15 +222,16 @@ def shared_torch(session: nox.Session) -> list[str]:
 
 @nox.session
 def upstream(session: nox.Session) -> None:
-    """Patch x release matrix by text and behaviour -> patches/STATUS.{md,json} (args: releases, --text-only, ...)."""
-    maint(session, "upstream", *session.posargs)
+    """Patch x release matrix by text and behaviour -> patches/STATUS.{md,json} (args: run [releases, --text-only,
+    ...] (the default), check [--transitions], rerender)."""
+    maint(session, "upstream", *(session.posargs or ["run"]))
 
 
 @nox.session(allow_parallel=True)
 def upstream_check(session: nox.Session) -> None:
     """Fails when the committed patches/STATUS.* disagrees with a fresh run on the releases of its Drop-When
     transitions (the smallest set that covers them all)."""
-    maint(session, "upstream", "--check", "--transitions")
+    maint(session, "upstream", "check", "--transitions")
 
 
 @nox.session

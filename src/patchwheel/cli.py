@@ -15,7 +15,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import buildno, config, patches, status
-from .errors import PatchwheelError
+from .errors import ConfigError, PatchwheelError
+from .matrix import WHERE
 
 if TYPE_CHECKING:
     from .build import Published
@@ -54,22 +55,16 @@ def _consumer_line(name: str, members: dict[str, str], wheels: list[Published], 
 
 
 def cmd_lint(args) -> int:
-    import json
-
+    from .lint import line_problems
     from .maint import submission
-    from .maint.upstream import matrix_problems
+    from .matrix import Matrix
 
     overlay = config.load(_root(args))
-    status_json = overlay.root / "patches" / "STATUS.json"
-    matrix = json.loads(status_json.read_text()) if status_json.is_file() else {}
+    matrix = Matrix.load(overlay.status_json)
     newest = {overlay.lines[pkg][-1].key for pkg in overlay.packages()}
     bad = 0
     for line in overlay.select(args.lines):
-        problems = patches.lint_line(line, _root(args))
-        if not problems:
-            problems = matrix_problems(line, patches.load_series(line), matrix)
-        if not problems and (why := buildno.problem(line)):
-            problems = [why]
+        problems = line_problems(overlay, line, matrix)
         if not problems and line.key in newest:  # what export sends upstream: upstream-pr/<pkg>/<slug>/
             problems = submission.line_problems(overlay.root, line)
         n = len(patches.series_names(line)) if not problems else "?"
@@ -117,6 +112,7 @@ def cmd_status(args) -> int:
     import json
 
     from . import knownbugs
+    from .matrix import Matrix
 
     overlay = config.load(_root(args))
     names = list(status.PACKAGES) + [p for p in overlay.packages() if p not in status.PACKAGES]
@@ -137,9 +133,7 @@ def cmd_status(args) -> int:
             raise PatchwheelError(f"{args.python} printed a status report of an unexpected shape: {why}", hint)
     else:
         rep = status.report(names)
-    status_json = overlay.root / "patches" / "STATUS.json"
-    matrix = json.loads(status_json.read_text()) if status_json.is_file() else {}
-    knownbugs.annotate(overlay, matrix, rep)
+    knownbugs.annotate(overlay, Matrix.load(overlay.status_json), rep)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
@@ -187,87 +181,101 @@ def cmd_guards(args) -> int:
     return 0
 
 
-def cmd_upstream(args) -> int:
-    from .maint import upstream, watch
+def _releases_and_proofs(args):
+    """The release selection and the releases to run proofs on, from `upstream run`'s options."""
+    from .maint.selection import Selection
 
-    if args.cells and not args.merge:
-        raise PatchwheelError(
-            "--cells is the list of cells --merge takes", "add --merge FRAGMENT..., or leave out --cells"
-        )
-    if args.list_new or args.merge or args.fragment:
-        return _watch(args, upstream, watch)
-    if args.line:
-        raise PatchwheelError("--line names the line of one --fragment", "add --fragment FILE, or leave out --line")
-    if args.transitions and not args.check:
-        raise PatchwheelError(
-            "--transitions selects the releases of a staleness check", "add --check (nox -s upstream_check does)"
-        )
     if args.text_only and args.behaviour:
-        raise PatchwheelError(
+        raise ConfigError(
             "--behaviour selects releases for proof runs, and --text-only runs none", "leave out one of them"
         )
-    if args.every and (args.behaviour or args.text_only):
-        raise PatchwheelError("--every runs proofs on every selected release", "leave out --behaviour/--text-only")
+    if getattr(args, "every", False) and (args.behaviour or args.text_only):
+        raise ConfigError("--every runs proofs on every selected release", "leave out --behaviour/--text-only")
+    behaviour = None if args.text_only else Selection.parse(args.behaviour or args.releases)
+    return Selection.parse(args.releases), behaviour
+
+
+def cmd_upstream_run(args) -> int:
+    from .maint import upstream
+
+    overlay = config.load(_root(args))
+    selection, behaviour = _releases_and_proofs(args)
+    bisect = not (args.behaviour or args.every)
+    upstream.run(overlay, selection, behaviour, workers=args.workers, bisect=bisect)
+    return 0
+
+
+def cmd_upstream_check(args) -> int:
+    from .maint import upstream
+    from .matrix import Matrix
+
     overlay = config.load(_root(args))
     if args.transitions:
         if args.releases:
-            raise PatchwheelError("--transitions selects the releases itself", "leave out the releases, or it")
-        status_json = overlay.root / "patches" / "STATUS.json"
-        if not status_json.is_file():
-            raise PatchwheelError(f"{status_json} does not exist", "run `nox -s upstream` and commit the result")
-        args.releases = upstream.transition_releases(json.loads(status_json.read_text()))
+            raise ConfigError("--transitions selects the releases itself", "leave out the releases, or it")
+        args.releases = Matrix.require(overlay.status_json).transition_releases()
         if not args.releases:
             print("the committed matrix has no Drop-When transition: nothing to check")
             return 0
         print(f"the releases of every Drop-When transition: {' '.join(args.releases)}")
-    behaviour = None if args.text_only else upstream.Selection.parse(args.behaviour or args.releases)
-    return upstream.run(
-        overlay,
-        upstream.Selection.parse(args.releases),
-        behaviour,
-        check=args.check,
-        workers=args.workers,
-        rerender_only=args.rerender,
-        bisect=not (args.behaviour or args.every),
-    )
+    args.every = False
+    selection, behaviour = _releases_and_proofs(args)
+    diffs, releases = upstream.check(overlay, selection, behaviour, workers=args.workers)
+    for d in diffs:
+        print(f"stale: {d}")
+    if diffs:
+        print(f"the committed matrix is stale: run `nox -s upstream` and commit {WHERE}")
+        return 1
+    print(f"the committed matrix agrees with a fresh run on {releases} release(s)")
+    return 0
 
 
-def _watch(args, upstream, watch) -> int:
-    """The three steps of the upstream watch in CI (maint/watch.py)."""
-    modes = [m for m in ("list_new", "merge", "fragment") if getattr(args, m)]
-    others = [o for o in ("behaviour", "every", "text_only", "check", "rerender", "transitions") if getattr(args, o)]
-    if len(modes) > 1 or others:
-        flags = ", ".join("--" + o.replace("_", "-") for o in modes + others)
-        raise PatchwheelError(f"{flags} cannot be combined", "use one of --list-new, --fragment, --merge alone")
+def cmd_upstream_rerender(args) -> int:
+    from .maint import upstream
+
     overlay = config.load(_root(args))
-    if args.list_new:
-        if args.releases or args.line:
-            raise PatchwheelError("--list-new takes no releases or --line", "run it alone")
-        print(json.dumps(watch.list_new(overlay)))
-        return 0
-    if args.fragment:
-        if not args.line or len(args.releases) != 1 or not args.releases[0].count("=="):
-            raise PatchwheelError(
-                "--fragment checks one cell", "name it: --line transformers/5.23.0 transformers==5.24.0 --fragment F"
-            )
-        pkg, _, release = args.releases[0].partition("==")
-        if canonicalize_name(pkg) != canonicalize_name(args.line.split("/")[0]):
-            raise PatchwheelError(f"{args.releases[0]} is not a release of the line {args.line}", "name one of its")
-        try:
-            release = str(Version(release))
-        except InvalidVersion as exc:
-            raise PatchwheelError(f"{release!r} is not a version", "write e.g. transformers==5.24.0") from exc
-        watch.write_fragment(overlay, args.line, release, Path(args.fragment), args.workers)
-        return 0
-    if args.releases or args.line:
-        raise PatchwheelError("--merge takes fragment files only", "e.g. --merge fragments/*/*.json --cells cells.json")
-    if not args.cells:
-        raise PatchwheelError(
-            "--merge needs --cells: the list step's cells, which are all it merges",
-            "save what `patchwheel upstream --list-new` printed in the same run, and pass it: --cells cells.json",
+    upstream.rerender(overlay)
+    print(f"wrote {overlay.status_json} and {overlay.status_json.with_suffix('.md')}")
+    return 0
+
+
+def cmd_watch_list(args) -> int:
+    from .maint import watch
+
+    print(json.dumps(watch.list_new(config.load(_root(args)))))
+    return 0
+
+
+def cmd_watch_cell(args) -> int:
+    from .maint import watch
+
+    if not args.line or not args.fragment or len(args.release) != 1 or not args.release[0].count("=="):
+        raise ConfigError(
+            "`watch cell` checks one cell", "name it: --line transformers/5.24.0 transformers==5.25.0 --fragment F"
         )
-    matrix, attention = watch.merge(overlay, [Path(f) for f in args.merge], Path(args.cells))
-    upstream.write_matrix(overlay.root / "patches" / "STATUS.json", matrix)
+    pkg, _, release = args.release[0].partition("==")
+    if canonicalize_name(pkg) != canonicalize_name(args.line.split("/")[0]):
+        raise ConfigError(f"{args.release[0]} is not a release of the line {args.line}", "name one of its")
+    try:
+        release = str(Version(release))
+    except InvalidVersion as exc:
+        raise ConfigError(f"{release!r} is not a version", "write e.g. transformers==5.24.0") from exc
+    watch.write_fragment(config.load(_root(args)), args.line, release, Path(args.fragment), args.workers)
+    return 0
+
+
+def cmd_watch_merge(args) -> int:
+    from .maint import watch
+
+    if not args.cells:
+        raise ConfigError(
+            "`watch merge` needs --cells: the list step's cells, which are all it merges",
+            "save what `patchwheel watch list` printed in the same run, and pass it: --cells cells.json",
+        )
+    overlay = config.load(_root(args))
+    matrix, attention = watch.merge(overlay, [Path(f) for f in args.fragments], Path(args.cells))
+    matrix.save(overlay.status_json)
+    print(f"wrote {overlay.status_json} and {overlay.status_json.with_suffix('.md')}")
     for line in attention:
         print(f"needs a maintainer: {line}")
     if attention:
@@ -382,8 +390,37 @@ def cmd_upstream_suite(args) -> int:
     return upstream_suite.run(overlay, args.lines, dist, Path(args.out).resolve() if args.out else None)
 
 
+#: The spellings of the matrix commands before they became verbs, and what each is now (for one release).
+OLD_SPELLINGS = {
+    "--list-new": ("watch", "list"),
+    "--fragment": ("watch", "cell"),
+    "--merge": ("watch", "merge"),
+    "--check": ("upstream", "check"),
+    "--rerender": ("upstream", "rerender"),
+}
+
+
+def modernize(argv: list[str]) -> list[str]:
+    """``upstream --check ...`` and the other old spellings as the verbs they are now, with a line on standard
+    error that says so; ``upstream <releases>`` is ``upstream run <releases>``. Other command lines pass as they
+    are."""
+    at = 0
+    while at < len(argv) and argv[at].startswith("--root"):  # the one option before the command
+        at += 1 if "=" in argv[at] else 2
+    if argv[at : at + 1] != ["upstream"] or argv[at + 1 : at + 2] in (["run"], ["check"], ["rerender"]):
+        return argv
+    head, rest = argv[:at], argv[at + 1 :]
+    flag = next((f for f in OLD_SPELLINGS if f in rest), None)
+    command, verb = OLD_SPELLINGS[flag] if flag else ("upstream", "run")
+    if flag in ("--check", "--rerender", "--list-new", "--merge"):  # a mode: the flag itself goes
+        rest = [a for a in rest if a != flag]
+    old = f"upstream {flag}" if flag else "upstream [releases]"
+    print(f"patchwheel: `{old}` is now `{command} {verb}`; the old spelling goes in the next release", file=sys.stderr)
+    return head + [command, verb] + rest
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_args(modernize(list(sys.argv[1:] if argv is None else argv)))
     try:
         return args.func(args)
     except PatchwheelError as exc:
@@ -429,36 +466,47 @@ def parser() -> argparse.ArgumentParser:
     g = sub.add_parser("guards", help="the guard modules of a consumer set's patches (used by noxfile.py)")
     g.add_argument("--set", default="default")
     g.set_defaults(func=cmd_guards)
-    u = sub.add_parser("upstream", help="patch x release matrix by text and by behaviour -> patches/STATUS.*")
-    u.add_argument("releases", nargs="*", help="e.g. transformers==4.53.3 'accelerate>=1.10' (default: all newer)")
-    u.add_argument(
+    u = sub.add_parser("upstream", help="the patch x release matrix, by text and by behaviour: run, check, rerender")
+    uv = u.add_subparsers(dest="verb", required=True)
+    ur = uv.add_parser("run", help=f"judge newer releases and merge them into {WHERE}")
+    ur.add_argument("releases", nargs="*", help="e.g. transformers==4.53.3 'accelerate>=1.10' (default: all newer)")
+    ur.add_argument(
         "--behaviour",
         action="append",
         help="run proofs on exactly these releases (default: where a verdict can change, bisecting between them; "
         "the other cells are inferred)",
     )
-    u.add_argument("--every", action="store_true", help="run proofs on every selected release: nothing inferred")
-    u.add_argument(
+    ur.add_argument("--every", action="store_true", help="run proofs on every selected release: nothing inferred")
+    ur.add_argument("--text-only", action="store_true", help="skip the proof tests")
+    ur.add_argument("--workers", type=int, default=2)
+    ur.set_defaults(func=cmd_upstream_run)
+    uc = uv.add_parser("check", help="compare a fresh run with the committed matrix (exit 1 where it is stale)")
+    uc.add_argument("releases", nargs="*", help="e.g. transformers==4.54.0 (default: all newer)")
+    uc.add_argument(
         "--transitions",
         action="store_true",
         help="select the smallest set of releases covering every Drop-When transition of the committed matrix",
     )
-    u.add_argument("--list-new", action="store_true", help="the (line, release) cells newer than the matrix, as JSON")
-    u.add_argument("--line", help="with --fragment: the release line, e.g. transformers/5.23.0")
-    u.add_argument("--fragment", metavar="FILE", help="check one cell (--line and one pkg==release) into FILE")
-    u.add_argument("--merge", nargs="+", metavar="FRAGMENT", help="merge fragments into patches/STATUS.*")
-    u.add_argument(
-        "--cells", metavar="FILE", help="with --merge: the cells --list-new printed; only fragments of those are merged"
-    )
-    u.add_argument("--text-only", action="store_true", help="skip the proof tests")
-    u.add_argument("--check", action="store_true", help="compare with the committed matrix instead of writing")
-    u.add_argument("--workers", type=int, default=2)
-    u.add_argument(
-        "--rerender",
-        action="store_true",
-        help="rewrite patches/STATUS.* with the current trailers and flags, running nothing",
-    )
-    u.set_defaults(func=cmd_upstream)
+    uc.add_argument("--behaviour", action="append", help="run proofs on exactly these releases")
+    uc.add_argument("--text-only", action="store_true", help="skip the proof tests")
+    uc.add_argument("--workers", type=int, default=2)
+    uc.set_defaults(func=cmd_upstream_check)
+    ue = uv.add_parser("rerender", help=f"rewrite {WHERE} with the current trailers and flags, running nothing")
+    ue.set_defaults(func=cmd_upstream_rerender)
+    w = sub.add_parser("watch", help="the upstream watch's three steps in CI: list, cell, merge")
+    wv = w.add_subparsers(dest="verb", required=True)
+    wl = wv.add_parser("list", help="the (line, release) cells newer than the committed matrix, as JSON")
+    wl.set_defaults(func=cmd_watch_list)
+    wc = wv.add_parser("cell", help="check one cell (text and proofs) into a fragment file")
+    wc.add_argument("release", nargs="*", help="the cell's release, e.g. transformers==5.25.0")
+    wc.add_argument("--line", help="the release line, e.g. transformers/5.24.0")
+    wc.add_argument("--fragment", metavar="FILE", help="the fragment to write")
+    wc.add_argument("--workers", type=int, default=2)
+    wc.set_defaults(func=cmd_watch_cell)
+    wm = wv.add_parser("merge", help=f"merge the cells' fragments into {WHERE}")
+    wm.add_argument("fragments", nargs="+", metavar="FRAGMENT")
+    wm.add_argument("--cells", metavar="FILE", help="the cells `watch list` printed: all it merges")
+    wm.set_defaults(func=cmd_watch_merge)
     fo = sub.add_parser(
         "follow",
         help="carry each package's newest line onto the newer upstream releases, where nothing needs judgement "

@@ -142,6 +142,16 @@ class Overlay:
     lines: dict[str, list[ReleaseLine]]  # package -> lines, oldest first
     sets: dict[str, dict[str, str]] = field(default_factory=dict)  # set name -> {package: version}
 
+    @property
+    def status_json(self) -> Path:
+        """The committed matrix (patches/STATUS.json; its Markdown is STATUS.md beside it): see patchwheel.matrix."""
+        return self.root / "patches" / "STATUS.json"
+
+    @property
+    def dist(self) -> Path:
+        """Where `build` writes by default, and the suite's sessions read."""
+        return self.root / "dist"
+
     def packages(self) -> list[str]:
         return sorted(self.lines)
 

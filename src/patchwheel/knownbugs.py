@@ -2,7 +2,7 @@
 
 The evidence is the project's own. For a release that is a release line of this project (``patches/<pkg>/<X>/``),
 every patch with a ``Proof-Test`` is a bug: its proof fails on that pristine release, in the suite. For any other
-release, the committed upstream matrix (``patches/STATUS.json``) says which proofs failed there. Releases the matrix
+release, the committed upstream matrix (:class:`matrix.Matrix`) says which proofs failed there. Releases the matrix
 did not judge by behaviour are reported as unmeasured, never guessed. Features (``Feature-Test``) are not bugs.
 +fixed builds are judged by their manifest (``status``), not here.
 """
@@ -10,12 +10,8 @@ did not judge by behaviour are reported as unmeasured, never guessed. Features (
 from __future__ import annotations
 
 from .config import Overlay
+from .matrix import Matrix
 from .patches import load_series, test_refs
-
-
-def _slug(name: str) -> str:
-    """``0003-dataparallel-num-items.patch`` -> ``dataparallel-num-items``: the same fix on every line."""
-    return name.removesuffix(".patch").split("-", 1)[-1]
 
 
 def _tests(trailer: str) -> str:
@@ -28,7 +24,7 @@ def _fixed_builds(overlay: Overlay, package: str) -> list[str]:
     return [line.fixed_version for line in overlay.lines.get(package, [])]
 
 
-def for_package(overlay: Overlay, matrix: dict, package: str, version: str) -> dict:
+def for_package(overlay: Overlay, matrix: Matrix | None, package: str, version: str) -> dict:
     """``{"bugs": [...], "measured": bool, "install": str | None, "fixed_builds": [...]}`` for a pristine release."""
     own = next((line for line in overlay.lines.get(package, []) if line.version == version), None)
     bugs: list[dict] = []
@@ -57,26 +53,25 @@ def for_package(overlay: Overlay, matrix: dict, package: str, version: str) -> d
         for line in overlay.lines.get(package, [])
         for p in load_series(line)
     }
-    lines = [m for m in matrix.get("lines", []) if m.get("line", "").split("/")[0] == package]
+    lines = [m for m in (matrix.lines if matrix else []) if m.package == package]
     for mline in reversed(lines):  # the newest line first: its patches describe the newest form of each fix
-        for mp in mline.get("patches", []):
-            cell = mp.get("cells", {}).get(version) or {}
-            behaviour = cell.get("behaviour")
-            if behaviour not in ("fails", "passes") or _slug(mp["name"]) in judged:
+        for row in mline.patches:
+            cell = row.cells.get(version)
+            if cell is None or cell.behaviour not in ("fails", "passes") or row.slug in judged:
                 continue
             measured = True
-            judged.add(_slug(mp["name"]))
-            if behaviour != "fails":
+            judged.add(row.slug)
+            if cell.behaviour != "fails":
                 continue
-            seen[_slug(mp["name"])] = {
+            seen[row.slug] = {
                 "package": package,
                 "version": version,
-                "fix": _slug(mp["name"]),
-                "subject": mp.get("subject", ""),
-                "upstream_issue": issues.get(_slug(mp["name"]), ""),
+                "fix": row.slug,
+                "subject": row.subject,
+                "upstream_issue": issues.get(row.slug, ""),
                 "evidence": (
-                    f"its proof fails on pristine {package} {version} (upstream check, line {mline['line']}): "
-                    f"{cell.get('behaviour_detail', '')}"
+                    f"its proof fails on pristine {package} {version} (upstream check, line {mline.line}): "
+                    f"{cell.behaviour_detail or ''}"
                 ),
             }
     return {
@@ -87,7 +82,7 @@ def for_package(overlay: Overlay, matrix: dict, package: str, version: str) -> d
     }
 
 
-def annotate(overlay: Overlay, matrix: dict, report: dict) -> dict:
+def annotate(overlay: Overlay, matrix: Matrix | None, report: dict) -> dict:
     """``report`` (from ``status.report``) with ``known`` added to each pristine package."""
     for p in report["packages"]:
         if p.get("installed") and not p.get("fixed"):

@@ -9,23 +9,23 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from patchwheel.maint import upstream
-from patchwheel.maint.bisect import Plan, changes, probes
+from patchwheel.maint.bisection import Plan
+from patchwheel.matrix import Cell, LineMatrix, Release, Row, changes, probes
 
 VERDICTS = ("fails", "passes", "error")
 
 
 def inferred(plan: Plan, versions: list[str], rows: list[str]) -> dict[str, dict[str, dict]]:
-    """The cells of the plan's runs as the upstream check writes them (upstream.reinfer fills the rest): patch ->
-    release -> cell. One text result for all releases: the only probes are the plan's own."""
-    patches: list[dict] = []
+    """The cells of the plan's runs as the upstream check writes them (the matrix's reinfer fills the rest): patch
+    -> release -> cell. One text result for all releases: the only probes are the plan's own."""
+    line = LineMatrix("demo/1.0.0", [], [Release(v, "", "") for v in versions], [])
     for row in rows:
-        cells: dict[str, dict] = {v: {"text": "clean", "behaviour": None} for v in versions}
+        cells = {v: Cell("clean") for v in versions}
         for v, verdicts in plan.verdicts.items():
-            cells[v]["behaviour"] = verdicts[row]
-        patches.append({"name": row, "drop_when": "proof-passes-upstream", "cells": cells})
-    upstream.reinfer({"releases": [{"version": v} for v in versions], "patches": patches})
-    return {p["name"]: p["cells"] for p in patches}
+            cells[v].behaviour = verdicts[row]
+        line.patches.append(Row(row, "", "proof-passes-upstream", None, None, cells))
+    line.reinfer()
+    return {p.name: {v: c.to_json() for v, c in p.cells.items()} for p in line.patches}
 
 
 def drive(plan: Plan, truth: dict[str, dict[str, str]], workers: int, seed: int) -> list[str]:

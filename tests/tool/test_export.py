@@ -279,8 +279,10 @@ def test_export_refuses_a_conflicting_patch(demo_project, tmp_path):
 
 def test_export_sorts_versions_with_packaging(demo_project, tmp_path):
     _release(demo_project)
-    cells = {v: {"behaviour": b} for v, b in [("1.10.0", "fails"), ("1.2.0", "fails"), ("1.9.0", "passes")]}
-    cells["1.3.0rc1"] = {"behaviour": "error"}
+    cells = {
+        v: {"text": "clean", "behaviour": b} for v, b in [("1.10.0", "fails"), ("1.2.0", "fails"), ("1.9.0", "passes")]
+    }
+    cells["1.3.0rc1"] = {"text": "clean", "behaviour": "error"}
     (demo_project.root / "patches" / "STATUS.json").write_text(
         json.dumps({"lines": [{"line": "demo/1.0.0", "patches": [{"name": "0001-greet-comma.patch", "cells": cells}]}]})
     )

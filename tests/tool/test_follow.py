@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import cli, config
+from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import follow, followreport, proofenv
 from patchwheel.maint.scratch import remove_release, set_member
 from patchwheel.maint.setruns import Run
 
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, stub_proof_runs
+from conftest import CORE, INIT, SUBMISSION, TRAILERS, edit_greet, make_patch, stub_proof_runs
 
 FIX = b'"hello, " + name'
 TRAILERS_KEPT = {**TRAILERS, "Drop-When": "proof-passes-upstream"}
@@ -149,6 +149,7 @@ def test_a_bug_upstream_fixed_drops_its_patch_with_the_evidence(demo_project, mo
         shout_trailers,
     )
     (demo_project.root / "tests" / "proof" / "test_shout.py").write_text("def test_shout():\n    pass\n")
+    gitops.write_files(demo_project.root / "upstream-pr" / "demo" / "shout", SUBMISSION)
     demo_project.set_series(("0001-greet-comma.patch", comma), ("0002-shout.patch", shout))
     demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', FIX))  # upstream took the comma
     proofs(monkeypatch, tmp_path, passes_from={"tests/proof/test_demo.py": "1.1.0"})

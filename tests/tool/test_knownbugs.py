@@ -11,6 +11,7 @@ from pathlib import Path
 from uv import find_uv_bin
 
 from patchwheel import knownbugs
+from patchwheel.matrix import Matrix
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
@@ -18,7 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
 
 
-def _matrix(cells: dict[str, dict]) -> dict:
+def _matrix(cells: dict[str, dict]) -> Matrix:
+    return Matrix.from_json(_lines(cells))
+
+
+def _lines(cells: dict[str, dict]) -> dict:
+    cells = {v: {"text": "clean", **c} for v, c in cells.items()}
     return {
         "lines": [
             {
@@ -48,7 +54,7 @@ def test_a_release_line_of_the_project_has_the_bugs_its_proofs_show(demo_project
             ),
         ),
     )
-    rep = knownbugs.annotate(demo_project.load(), {}, _report("1.0.0"))
+    rep = knownbugs.annotate(demo_project.load(), None, _report("1.0.0"))
     known = rep["packages"][0]["known"]
     assert [b["fix"] for b in known["bugs"]] == ["greet-comma"]  # the feature is not a bug
     assert known["install"] == "demo==1.0.0+fixed" and knownbugs.affected(rep)
@@ -79,18 +85,18 @@ def test_other_releases_are_judged_by_the_committed_matrix_only(demo_project):
 
 def test_the_newest_line_s_verdict_stands(demo_project):
     """Two lines judged the same fix on one release: the newer line's proof (the fix's newest form) decides."""
-    older = _matrix({"1.1.0": {"behaviour": "fails"}})["lines"][0]
+    older = _lines({"1.1.0": {"behaviour": "fails"}})["lines"][0]
     newer = {
         **older,
         "line": "demo/1.0.5",
-        "patches": [{**older["patches"][0], "cells": {"1.1.0": {"behaviour": "passes"}}}],
+        "patches": [{**older["patches"][0], "cells": {"1.1.0": {"text": "clean", "behaviour": "passes"}}}],
     }
-    rep = knownbugs.annotate(demo_project.load(), {"lines": [older, newer]}, _report("1.1.0"))
+    rep = knownbugs.annotate(demo_project.load(), Matrix.from_json({"lines": [older, newer]}), _report("1.1.0"))
     assert rep["packages"][0]["known"]["bugs"] == [] and rep["packages"][0]["known"]["measured"]
 
 
 def test_a_fixed_build_is_left_to_its_manifest(demo_project):
-    rep = knownbugs.annotate(demo_project.load(), {}, _report("1.0.0+fixed", fixed=True))
+    rep = knownbugs.annotate(demo_project.load(), None, _report("1.0.0+fixed", fixed=True))
     assert "known" not in rep["packages"][0] and knownbugs.render(rep) == ""
 
 
@@ -112,5 +118,5 @@ def test_a_proof_listing_several_tests_is_named_by_its_module(demo_project):
     listed = ", ".join(f"tests/proof/test_demo.py::test_{n}" for n in ("greet", "greet", "greet"))
     patch = make_patch(UPSTREAM, edit_greet, "Greet with a comma", {**TRAILERS, "Proof-Test": listed})
     demo_project.set_series(("0001-greet-comma.patch", patch))
-    (bug,) = knownbugs.annotate(demo_project.load(), {}, _report("1.0.0"))["packages"][0]["known"]["bugs"]
+    (bug,) = knownbugs.annotate(demo_project.load(), None, _report("1.0.0"))["packages"][0]["known"]["bugs"]
     assert bug["evidence"].startswith("its proof (tests/proof/test_demo.py, 3 of its tests) fails"), bug

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from patchwheel import config, patches
-from patchwheel.maint import proofenv, upstream
+from patchwheel.maint import proofenv
+from patchwheel.matrix import Matrix
 
 from conftest import CORE, GUARD, INIT, edit_greet, make_patch
 
@@ -308,8 +309,8 @@ def test_trailers_must_agree_with_the_matrix(demo_project):
     """Finding 5: `Fixed-In` and `Drop-When` contradicted the committed matrix (⚠ cells) and nothing said so."""
     line = demo_project.load().line("demo")
     (patch,) = patches.load_series(line)
-    cell = {"text": "X", "behaviour": "fails", "behaviour_detail": "test_greet: BugSymptom: still wrong"}
-    matrix: dict[str, Any] = {
+    cell = {"text": "conflict", "behaviour": "fails", "behaviour_detail": "test_greet: BugSymptom: still wrong"}
+    raw: dict[str, Any] = {
         "lines": [
             {
                 "line": "demo/1.0.0",
@@ -324,24 +325,24 @@ def test_trailers_must_agree_with_the_matrix(demo_project):
             }
         ]
     }
-    problems = upstream.matrix_problems(line, [patch], matrix)
+    problems = Matrix.from_json(raw).problems(line.key, [patch])
     assert problems and "⚠ Drop-When is met but the proof still fails" in problems[0], problems
     assert "no trailer explains it" in problems[0]
 
     def with_status(status):
         text = patch.path.read_text().replace("Upstream-Status: Pending", f"Upstream-Status: {status}")
         patch.path.write_text(text)
-        matrix["lines"][0]["patches"][0]["upstream_status"] = status
+        raw["lines"][0]["patches"][0]["upstream_status"] = status
         return patches.load_series(line)[0]
 
     fixed = with_status("Fixed-In 1.1.0")
-    problems = upstream.matrix_problems(line, [fixed], matrix)
+    problems = Matrix.from_json(raw).problems(line.key, [fixed])
     assert any("says Fixed-In 1.1.0, but the proof still fails there" in p for p in problems), problems
     patch.path.write_text(patch.path.read_text().replace("Fixed-In 1.1.0", "Pending"))
     partial = with_status("Partial-Fix-In 1.1.0 tests/proof/test_demo.py::test_greet")
-    assert upstream.matrix_problems(line, [partial], matrix) == []
-    matrix["lines"][0]["patches"][0]["drop_when"] = "demo>=9"
-    assert "written with other trailers" in upstream.matrix_problems(line, [partial], matrix)[0]
+    assert Matrix.from_json(raw).problems(line.key, [partial]) == []
+    raw["lines"][0]["patches"][0]["drop_when"] = "demo>=9"
+    assert "written with other trailers" in Matrix.from_json(raw).problems(line.key, [partial])[0]
 
 
 def test_a_fix_upstream_turns_its_proof_into_a_regression_guard(project):

@@ -7,9 +7,12 @@ import zipfile
 import pytest
 
 from patchwheel import build as build_mod
-from patchwheel import gitops, patches, vendored
+from patchwheel import cli, gitops, patches, vendored
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import rebase, textcheck, upstream
+from patchwheel.maint.selection import Selection
+from patchwheel.matrix import flags
+from patchwheel.reporter import silent
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
@@ -115,23 +118,25 @@ def test_upstream_matrix_and_staleness_check(demo_project, capsys):
     demo_project.add_release("1.1.0", b"# moved\n" + CORE)
     demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', FIX))
     overlay = demo_project.load()
-    sel = upstream.Selection.parse([])
-    assert upstream.run(overlay, sel, None, check=False, workers=2) == 0
+    sel = Selection.parse([])
+    upstream.run(overlay, sel, None, workers=2, bisect=False, report=silent())
     md = (demo_project.root / "patches" / "STATUS.md").read_text()
     assert "| 0001-greet-comma | O · | U · |" in md, md
-    assert upstream.run(overlay, sel, None, check=True, workers=1) == 0
+    assert upstream.check(overlay, sel, None, workers=1, report=silent()) == ([], 2)
     status = demo_project.root / "patches" / "STATUS.json"
     status.write_text(status.read_text().replace('"text": "offset"', '"text": "clean"'))
-    assert upstream.run(overlay, sel, None, check=True, workers=1) == 1
+    diffs, _ = upstream.check(overlay, sel, None, workers=1, report=silent())
+    assert diffs == ["demo/1.0.0 0001-greet-comma.patch vs 1.1.0: text is offset, the committed matrix says clean"]
+    assert cli.main(["--root", str(demo_project.root), "upstream", "check", "--text-only"]) == 1
     assert "vs 1.1.0: text is offset, the committed matrix says clean" in capsys.readouterr().out
 
 
 def test_drop_when_contradictions_are_flagged():
-    assert upstream._flags(True, "fails") and upstream._flags(False, "passes")
-    assert upstream._flags(True, "passes") == [] and upstream._flags(None, "fails") == []
+    assert flags(True, "fails") and flags(False, "passes")
+    assert flags(True, "passes") == [] and flags(None, "fails") == []
 
 
 def test_selection_is_a_union_per_package():
-    sel = upstream.Selection.parse(["demo==1.1.0", "demo>=2", "other==1"])
+    sel = Selection.parse(["demo==1.1.0", "demo>=2", "other==1"])
     assert [v for v in ("1.0.0", "1.1.0", "1.5", "2.0", "3.1") if sel.wants("demo", v)] == ["1.1.0", "2.0", "3.1"]
-    assert not sel.wants("third", "1.0") and upstream.Selection.parse([]).wants("third", "1.0")
+    assert not sel.wants("third", "1.0") and Selection.parse([]).wants("third", "1.0")

@@ -20,6 +20,8 @@ from patchwheel import cli, fetch, index
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import mutants, proofenv, rebase, upstream
+from patchwheel.maint.selection import Selection
+from patchwheel.reporter import silent
 
 from conftest import CORE, stub_proof_runs
 
@@ -190,7 +192,7 @@ def test_judged_cache_runs_each_proof_once_across_concurrent_lines(demo_project,
     demo_project.add_release("1.2.0", b"# moved again\n" + CORE)
     runs = _fake_proofs(monkeypatch, tmp_path)
     overlay = demo_project.load()
-    line, sel = overlay.line("demo"), upstream.Selection.parse([])
+    line, sel = overlay.line("demo"), Selection.parse([])
     judged = upstream.Judged()
     results = []
 
@@ -200,7 +202,7 @@ def test_judged_cache_runs_each_proof_once_across_concurrent_lines(demo_project,
     assert _in_threads(check, 3) == []
     assert runs == {("demo-1.1.0", "tests/proof/test_demo.py"): 1, ("demo-1.2.0", "tests/proof/test_demo.py"): 1}
     for r in results:
-        assert {v: c["behaviour"] for v, c in r["patches"][0]["cells"].items()} == {"1.1.0": "fails", "1.2.0": "fails"}
+        assert {v: c.behaviour for v, c in r.patches[0].cells.items()} == {"1.1.0": "fails", "1.2.0": "fails"}
     assert not hasattr(upstream, "_judged"), "the verdict cache must belong to a run, not to the module"
 
 
@@ -208,9 +210,9 @@ def test_each_run_judges_afresh(demo_project, monkeypatch, tmp_path):
     """A second run in the same process (a test suite, a long-lived caller) must not reuse the first's verdicts."""
     demo_project.add_release("1.1.0", b"# moved\n" + CORE)
     runs = _fake_proofs(monkeypatch, tmp_path)
-    overlay, sel = demo_project.load(), upstream.Selection.parse([])
-    assert upstream.run(overlay, sel, sel, check=False, workers=2) == 0
-    assert upstream.run(overlay, sel, sel, check=True, workers=2) == 0
+    overlay, sel = demo_project.load(), Selection.parse([])
+    upstream.run(overlay, sel, sel, workers=2, bisect=False, report=silent())
+    assert upstream.check(overlay, sel, sel, workers=2, report=silent()) == ([], 1)
     assert runs == {("demo-1.1.0", "tests/proof/test_demo.py"): 2}
 
 
@@ -299,14 +301,14 @@ def test_rebase_onto_not_a_version(demo_project, capsys, extra):
     ],
 )
 def test_upstream_selection_of_an_unknown_package(demo_project, capsys, args, message, hint):
-    code, err = _main(capsys, demo_project.root, "upstream", *args)
+    code, err = _main(capsys, demo_project.root, "upstream", "run", *args)
     assert code == 2 and err.startswith(message + "\n  fix: ") and hint in err, err
     assert not (demo_project.root / "patches" / "STATUS.json").exists()
 
 
 def test_upstream_behaviour_with_text_only_is_refused(demo_project, capsys):
     """``--text-only`` runs no proof, so a ``--behaviour`` selection beside it was dropped unread (even a bogus one)."""
-    code, err = _main(capsys, demo_project.root, "upstream", "--text-only", "--behaviour", "bogus")
+    code, err = _main(capsys, demo_project.root, "upstream", "run", "--text-only", "--behaviour", "bogus")
     assert code == 2 and err.startswith(
         "error: --behaviour selects releases for proof runs, and --text-only runs none\n  fix: "
     ), err
@@ -318,17 +320,11 @@ def test_upstream_behaviour_outside_the_release_selection(demo_project):
     overlay = demo_project.load()
     overlay = dataclasses.replace(overlay, lines={**overlay.lines, "other": overlay.lines["demo"]})
     with pytest.raises(PatchwheelError, match="--behaviour names other, which the release selection leaves out"):
-        upstream.run(
-            overlay,
-            upstream.Selection.parse(["demo==1.1.0"]),
-            upstream.Selection.parse(["other==1"]),
-            check=False,
-            workers=1,
-        )
+        upstream.run(overlay, Selection.parse(["demo==1.1.0"]), Selection.parse(["other==1"]), workers=1, bisect=False)
 
 
 def test_selection_names_are_canonical():
-    sel = upstream.Selection.parse(["Demo_Pkg==1.1.0"])
+    sel = Selection.parse(["Demo_Pkg==1.1.0"])
     assert sel.wants("demo-pkg", "1.1.0") and not sel.wants("demo-pkg", "1.2.0")
 
 

@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from packaging.version import Version
 
 from patchwheel import cli
-from patchwheel.maint import proofenv, upstream, watch
+from patchwheel.maint import proofenv, watch
+from patchwheel.matrix import TEXT_CODE, VERDICTS, LineMatrix, Matrix, flags
+from patchwheel.matrix_md import render
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, stub_proof_runs
 
@@ -73,7 +75,7 @@ def test_bisection_judges_every_cell_and_runs_both_sides_of_the_fix(demo_project
     versions = [f"1.{i}.0" for i in range(1, 10)]
     releases(demo_project, *versions)
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from="1.6.0")
-    code, out, err = main(capsys, demo_project.root, "upstream")
+    code, out, err = main(capsys, demo_project.root, "upstream", "run")
     assert code == 0, err
     cells = row(demo_project)
     assert [cells[v]["behaviour"] for v in versions] == ["fails"] * 5 + ["passes"] * 4
@@ -92,7 +94,7 @@ def test_bisection_judges_every_cell_and_runs_both_sides_of_the_fix(demo_project
 def test_every_runs_each_release_and_infers_nothing(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, "1.1.0", "1.2.0", "1.3.0")
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "--every")[0] == 0
+    assert main(capsys, demo_project.root, "upstream", "run", "--every")[0] == 0
     assert sorted(runs) == ["1.1.0", "1.2.0", "1.3.0"]
     assert not any("inferred_from" in c for c in row(demo_project).values())
 
@@ -102,7 +104,7 @@ def test_merging_a_run_reinfers_the_cells_beside_it(demo_project, monkeypatch, t
     back to unjudged, rather than leaving a wrong inference in the matrix."""
     releases(demo_project, "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream")[0] == 0
+    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
     assert {v: "inferred_from" in c for v, c in row(demo_project).items()} == {
         "1.1.0": False,
         "1.2.0": True,
@@ -111,7 +113,7 @@ def test_merging_a_run_reinfers_the_cells_beside_it(demo_project, monkeypatch, t
         "1.5.0": False,
     }
     fake_proofs(monkeypatch, tmp_path, fixed_from="1.3.0")  # say 1.3.0 is found to pass after all
-    assert main(capsys, demo_project.root, "upstream", "--behaviour", "demo==1.3.0", "demo==1.3.0")[0] == 0
+    assert main(capsys, demo_project.root, "upstream", "run", "--behaviour", "demo==1.3.0", "demo==1.3.0")[0] == 0
     cells = row(demo_project)
     assert cells["1.3.0"]["behaviour"] == "passes" and "inferred_from" not in cells["1.3.0"]
     assert cells["1.2.0"]["behaviour"] is None and cells["1.4.0"]["behaviour"] is None
@@ -121,12 +123,12 @@ def test_merging_a_run_reinfers_the_cells_beside_it(demo_project, monkeypatch, t
 def test_transitions_select_where_drop_when_changes(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, *(f"1.{i}.0" for i in range(1, 6)))
     fake_proofs(monkeypatch, tmp_path, fixed_from="1.4.0")
-    assert main(capsys, demo_project.root, "upstream")[0] == 0
+    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
     matrix = status(demo_project)
     matrix["lines"][0]["patches"][0]["drop_when"] = "proof-passes-upstream"
-    assert upstream.transition_releases(matrix) == ["demo==1.4.0"]
+    assert Matrix.from_json(matrix).transition_releases() == ["demo==1.4.0"]
     matrix["lines"][0]["patches"][0]["drop_when"] = "demo>=1.2.0"
-    assert upstream.transition_releases(matrix) == ["demo==1.2.0"]
+    assert Matrix.from_json(matrix).transition_releases() == ["demo==1.2.0"]
 
 
 # --- the watch: list, fragment, merge ------------------------------------------------------------------------------
@@ -140,15 +142,15 @@ def dropped_by_its_proof(demo) -> None:
 
 
 def listed(demo, release: str, line: str = "demo/1.0.0") -> dict[str, str]:
-    """A cell as --list-new prints it: the line, the release, and the release's wheel with its sha256."""
+    """A cell as `watch list` prints it: the line, the release, and the release's wheel with its sha256."""
     wheel = demo.upstream.parent / f"demo-{release}-py3-none-any.whl"
     sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
     return {"line": line, "package": "demo", "release": release, "wheel": wheel.name, "sha256": sha256}
 
 
 def list_cells(capsys, demo, tmp_path) -> list[dict]:
-    """The list step: --list-new, its output saved to tmp_path/cells.json as the merge job saves it."""
-    code, out, err = main(capsys, demo.root, "upstream", "--list-new")
+    """The list step: `watch list`, its output saved to tmp_path/cells.json as the merge job saves it."""
+    code, out, err = main(capsys, demo.root, "watch", "list")
     assert code == 0, err
     (tmp_path / "cells.json").write_text(out)
     return json.loads(out)
@@ -157,7 +159,7 @@ def list_cells(capsys, demo, tmp_path) -> list[dict]:
 def merge(capsys, demo, tmp_path, *fragments: Path) -> tuple[int, str, str]:
     """The merge step, with the list step's cells."""
     paths = [str(f) for f in fragments]
-    return main(capsys, demo.root, "upstream", "--merge", *paths, "--cells", str(tmp_path / "cells.json"))
+    return main(capsys, demo.root, "watch", "merge", *paths, "--cells", str(tmp_path / "cells.json"))
 
 
 def watch_setup(demo, monkeypatch, tmp_path, capsys, fixed_from: str | None) -> Path:
@@ -166,13 +168,13 @@ def watch_setup(demo, monkeypatch, tmp_path, capsys, fixed_from: str | None) -> 
     dropped_by_its_proof(demo)
     releases(demo, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo.root, "upstream")[0] == 0
+    assert main(capsys, demo.root, "upstream", "run")[0] == 0
     releases(demo, "1.2.0")
     assert list_cells(capsys, demo, tmp_path) == [listed(demo, "1.2.0")]
     fake_proofs(monkeypatch, tmp_path, fixed_from=fixed_from)
     fragment = tmp_path / "fragments" / "demo-1.0.0-1.2.0.json"
     code, _, err = main(
-        capsys, demo.root, "upstream", "--line", "demo/1.0.0", "demo==1.2.0", "--fragment", str(fragment)
+        capsys, demo.root, "watch", "cell", "--line", "demo/1.0.0", "demo==1.2.0", "--fragment", str(fragment)
     )
     assert code == 0, err
     return fragment
@@ -185,7 +187,7 @@ def test_watch_merges_a_new_release_and_lists_nothing_after(demo_project, monkey
     cells = row(demo_project)
     assert cells["1.2.0"]["behaviour"] == "fails" and cells["1.1.0"]["behaviour"] == "fails"
     assert "1.2.0" in (demo_project.root / "patches" / "STATUS.md").read_text()
-    assert json.loads(main(capsys, demo_project.root, "upstream", "--list-new")[1]) == []
+    assert json.loads(main(capsys, demo_project.root, "watch", "list")[1]) == []
 
 
 def test_watch_fails_with_rebase_commands_where_a_patch_becomes_droppable(demo_project, monkeypatch, tmp_path, capsys):
@@ -203,14 +205,22 @@ def test_watch_fails_where_a_patch_stops_applying(demo_project, monkeypatch, tmp
     dropped_by_its_proof(demo_project)
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream")[0] == 0
+    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
     demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', b'f"hello {name}"'))  # the patched line changed
     list_cells(capsys, demo_project, tmp_path)
     fragment = tmp_path / "f.json"
     assert (
-        main(capsys, demo_project.root, "upstream", "--line", "demo/1.0.0", "demo==1.2.0", "--fragment", str(fragment))[
-            0
-        ]
+        main(
+            capsys,
+            demo_project.root,
+            "watch",
+            "cell",
+            "--line",
+            "demo/1.0.0",
+            "demo==1.2.0",
+            "--fragment",
+            str(fragment),
+        )[0]
         == 0
     )
     code, out, _ = merge(capsys, demo_project, tmp_path, fragment)
@@ -231,26 +241,31 @@ def test_merge_refuses_a_fragment_of_another_patch_series(demo_project, monkeypa
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--merge", "f.json"], "--merge needs --cells: the list step's cells"),
-        (["--merge", "f.json", "--cells", "missing.json"], "cannot read the list of cells missing.json"),
-        (["--cells", "c.json"], "--cells is the list of cells --merge takes"),
-        (["--list-new", "--cells", "c.json"], "--cells is the list of cells --merge takes"),
-        (["--fragment", "f.json", "demo==1.2.0"], "--fragment checks one cell"),
-        (["--line", "demo/1.0.0", "demo==0.9.0", "--fragment", "f.json"], "is not newer than the line"),
-        (["--line", "nope", "demo==1.2.0", "--fragment", "f.json"], "is not a release of the line nope"),
-        (["--list-new", "--merge", "f.json"], "cannot be combined"),
-        (["--list-new", "demo==1.2.0"], "--list-new takes no releases"),
+        (["watch", "merge", "f.json"], "`watch merge` needs --cells: the list step's cells"),
+        (["watch", "merge", "f.json", "--cells", "missing.json"], "cannot read the list of cells missing.json"),
+        (["watch", "cell", "--fragment", "f.json", "demo==1.2.0"], "`watch cell` checks one cell"),
+        (
+            ["watch", "cell", "--line", "demo/1.0.0", "demo==0.9.0", "--fragment", "f.json"],
+            "is not newer than the line",
+        ),
+        (
+            ["watch", "cell", "--line", "nope", "demo==1.2.0", "--fragment", "f.json"],
+            "is not a release of the line nope",
+        ),
+        (["watch", "cell", "--line", "demo/1.0.0", "demo==x.y", "--fragment", "f.json"], "'x.y' is not a version"),
+        (["upstream", "--merge", "f.json"], "`watch merge` needs --cells"),  # an old spelling, the same refusal
     ],
 )
 def test_watch_commands_refuse_bad_input(demo_project, capsys, args, message):
-    code, _, err = main(capsys, demo_project.root, "upstream", *args)
+    code, _, err = main(capsys, demo_project.root, *args)
+    err = err.split("\n", 1)[1] if err.startswith("patchwheel: `upstream") else err  # the old spelling's notice
     assert code == 2 and err.startswith("error: ") and message in err and "\n  fix: " in err, err
 
 
 def test_merge_refuses_a_file_that_is_not_a_fragment(demo_project, tmp_path, capsys, monkeypatch):
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream")[0] == 0
+    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
     status_json = demo_project.root / "patches" / "STATUS.json"
     (tmp_path / "cells.json").write_text("[]")
     code, _, err = merge(capsys, demo_project, tmp_path, status_json)
@@ -282,20 +297,20 @@ def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
     doc = workflow("upstream-watch.yml")
     commands = patchwheel_commands(doc)
     assert [c[:2] for c in commands] == [
-        ["upstream", "--list-new"],
+        ["watch", "list"],
         ["follow", "--pending"],
-        ["upstream", "--line"],
-        ["upstream", "--merge"],
+        ["watch", "cell"],
+        ["watch", "merge"],
         ["follow", "$PACKAGE"],
     ]
     for words in commands:
         cli.parser().parse_args(words)  # every option the workflow passes exists (argparse exits otherwise)
-    keys = set(watch.CELL_KEYS)  # what --list-new emits per cell (tested above)
+    keys = set(watch.CELL_KEYS)  # what `watch list` emits per cell (tested above)
     cell = doc["jobs"]["cell"]
     used = set(re.findall(r"\bmatrix\.(\w+)", json.dumps(cell)))
     assert used <= keys, used - keys
     assert doc["jobs"]["merge"]["needs"] == ["list", "cell"]
-    merging = next(step for step in doc["jobs"]["merge"]["steps"] if "--merge" in step.get("run", ""))
+    merging = next(step for step in doc["jobs"]["merge"]["steps"] if "watch merge" in step.get("run", ""))
     assert merging["env"]["CELLS"] == "${{ needs.list.outputs.cells }}"  # the list job's cells, as it printed them
     assert commands[3][-2:] == ["--cells", "$RUNNER_TEMP/cells.json"]
     assert 'printf \'%s\\n\' "$CELLS" > "$RUNNER_TEMP/cells.json"' in merging["run"]
@@ -317,13 +332,16 @@ def test_reinfer_does_not_infer_across_a_release_where_the_text_changes(demo_pro
     demo_project.add_release("1.4.0", b"# moved\n" + CORE)
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert (
-        main(capsys, demo_project.root, "upstream", "--behaviour", "demo==1.1.0", "--behaviour", "demo==1.4.0")[0] == 0
+        main(capsys, demo_project.root, "upstream", "run", "--behaviour", "demo==1.1.0", "--behaviour", "demo==1.4.0")[
+            0
+        ]
+        == 0
     )
     cells = row(demo_project)
     assert cells["1.2.0"]["text"] == "clean" and cells["1.3.0"]["text"] == "offset"
     assert cells["1.2.0"]["behaviour"] is None and cells["1.3.0"]["behaviour"] is None
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream")[0] == 0  # the bisection runs the probe
+    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0  # the bisection runs the probe
     assert "1.3.0" in runs and row(demo_project)["1.2.0"].get("inferred_from") == ["1.1.0", "1.3.0"]
 
 
@@ -340,12 +358,11 @@ def test_merge_keeps_a_run_verdict_over_a_new_inference():
             "patches": [{"name": "p", "drop_when": "proof-passes-upstream", "cells": cells}],
         }
 
-    old = {"lines": [line({"1.1": cell("fails"), "1.3": cell("passes"), "1.5": cell("fails")})]}
-    new = line({"1.1": cell("fails"), "1.3": cell("fails", ["1.1", "1.5"]), "1.5": cell("fails")})
-    merged = upstream.merge(old, [new], torch="2.13.0")
-    got = merged["lines"][0]["patches"][0]["cells"]["1.3"]
-    assert got["behaviour"] == "passes" and "inferred_from" not in got
-    assert old["lines"][0]["patches"][0]["cells"]["1.3"]["behaviour"] == "passes"  # the input is not changed
+    old = Matrix.from_json({"lines": [line({"1.1": cell("fails"), "1.3": cell("passes"), "1.5": cell("fails")})]})
+    new = LineMatrix.from_json(line({"1.1": cell("fails"), "1.3": cell("fails", ["1.1", "1.5"]), "1.5": cell("fails")}))
+    got = old.merged([new], torch="2.13.0").lines[0].patches[0].cells["1.3"]
+    assert got.behaviour == "passes" and got.inferred_from is None
+    assert old.lines[0].patches[0].cells["1.3"].behaviour == "passes"  # the input is not changed
 
 
 def test_merge_refuses_fragments_of_another_torch(demo_project, monkeypatch, tmp_path, capsys):
@@ -359,9 +376,9 @@ def test_merge_refuses_fragments_of_another_torch(demo_project, monkeypatch, tmp
 def test_attention_is_for_the_newest_line_and_names_a_proof_that_cannot_judge():
     def ln(key, behaviour, text="clean"):
         cells = {"1.2.0": {"text": text, "behaviour": behaviour, "drop_when_met": None}}
-        return {"line": key, "patches": [{"name": "p.patch", "cells": cells}]}
+        return LineMatrix.from_json({"line": key, "patches": [{"name": "p.patch", "cells": cells}]})
 
-    committed: dict = {"lines": []}
+    committed = Matrix()
     old_line = ln("demo/1.0.0", "passes", text="conflict")
     assert watch.attention(committed, [old_line], newest={"demo/1.1.0"}) == []
     (msg,) = watch.attention(committed, [ln("demo/1.1.0", "error")], newest={"demo/1.1.0"})
@@ -371,7 +388,7 @@ def test_attention_is_for_the_newest_line_and_names_a_proof_that_cannot_judge():
 def test_list_new_lists_a_late_patch_release_of_an_older_series(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, "1.1.0", "2.0.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream")[0] == 0
+    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
     releases(demo_project, "1.1.1")  # published after 2.0.0
     assert list_cells(capsys, demo_project, tmp_path) == [listed(demo_project, "1.1.1")]
 
@@ -379,15 +396,45 @@ def test_list_new_lists_a_late_patch_release_of_an_older_series(demo_project, mo
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--line", "demo/1.0.0"], "--line names the line of one --fragment"),
-        (["--transitions"], "--transitions selects the releases of a staleness check"),
-        (["--line", "demo/1.0.0", "demo==x.y", "--fragment", "f.json"], "'x.y' is not a version"),
+        (["upstream", "run", "--line", "demo/1.0.0"], "unrecognized arguments: --line"),
+        (["upstream", "run", "--transitions"], "unrecognized arguments: --transitions"),
+        (["watch", "list", "demo==1.2.0"], "unrecognized arguments: demo==1.2.0"),
+        (["upstream", "run", "--every", "--text-only"], "--every runs proofs on every selected release"),
     ],
 )
-def test_upstream_refuses_options_that_would_be_ignored(demo_project, capsys, args, message):
-    code, _, err = main(capsys, demo_project.root, "upstream", *args)
+def test_each_verb_takes_only_its_own_options(demo_project, capsys, args, message):
+    """The verbs replace the modes whose options were checked by hand: an option of another verb is an error."""
+    code: object
+    try:
+        code, _, err = main(capsys, demo_project.root, *args)
+    except SystemExit as exc:  # argparse's own refusal
+        code, err = exc.code, capsys.readouterr().err
     assert code == 2 and message in err, err
     assert not (demo_project.root / "patches" / "STATUS.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (["upstream", "--list-new"], ["watch", "list"]),
+        (
+            ["upstream", "--line", "a/1", "a==2", "--fragment", "f"],
+            ["watch", "cell", "--line", "a/1", "a==2", "--fragment", "f"],
+        ),
+        (["upstream", "--merge", "f1", "f2", "--cells", "c"], ["watch", "merge", "f1", "f2", "--cells", "c"]),
+        (["upstream", "--check", "--transitions"], ["upstream", "check", "--transitions"]),
+        (["upstream", "--rerender"], ["upstream", "rerender"]),
+        (["upstream", "a==2", "--every"], ["upstream", "run", "a==2", "--every"]),
+        (["upstream"], ["upstream", "run"]),
+        (["--root", "r", "upstream", "--rerender"], ["--root", "r", "upstream", "rerender"]),
+        (["upstream", "check"], ["upstream", "check"]),
+        (["build", "--clean"], ["build", "--clean"]),
+    ],
+)
+def test_the_old_spellings_still_work_for_one_release(capsys, old, new):
+    assert cli.modernize(old) == new
+    said = capsys.readouterr().err
+    assert ("the old spelling goes in the next release" in said) == (old != new), said
 
 
 def test_progress_without_rich_prints_plain_lines(tmp_path):
@@ -397,8 +444,8 @@ def test_progress_without_rich_prints_plain_lines(tmp_path):
 
     code = (
         "import sys; sys.modules['rich'] = None\n"
-        "from patchwheel.maint import upstream\n"
-        "with upstream.Progress('x', 2, out=sys.stdout) as p:\n"
+        "from patchwheel.reporter import Progress\n"
+        "with Progress('x', 2, sys.stdout) as p:\n"
         "    p.step('one')\n"
     )
     res = subprocess.run(
@@ -486,7 +533,7 @@ def test_status_md_escapes_the_text_it_shows():
     STATUS.md it reads as written, never as HTML, a link, a new table column or a new block."""
     detail = "expected <class 'torch.Tensor'> | got `None`\n# Heading [x](http://e) *b* \\ <script>"
     cell = {"text": "clean", "behaviour": "fails", "behaviour_detail": detail, "drop_when_met": True}
-    cell["flags"] = upstream._flags(True, "fails")
+    cell["flags"] = flags(True, "fails")
     matrix = {
         "torch": "2.13.0",
         "lines": [
@@ -506,7 +553,7 @@ def test_status_md_escapes_the_text_it_shows():
             }
         ],
     }
-    md = upstream.render(matrix)
+    md = render(Matrix.from_json(matrix))
     assert "Proofs ran with other==1.0 &lt;b&gt; and torch 2.13.0." in md
     assert "| 0001-a\\|b | C ✗ ⚠ |" in md
     assert (
@@ -580,11 +627,11 @@ def test_merge_refuses_a_verdict_on_a_feature(demo_project, monkeypatch, tmp_pat
     )
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream")[0] == 0
+    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
     releases(demo_project, "1.2.0")
     list_cells(capsys, demo_project, tmp_path)
     fragment = tmp_path / "f.json"
-    args = ("upstream", "--line", "demo/1.0.0", "demo==1.2.0", "--fragment", str(fragment))
+    args = ("watch", "cell", "--line", "demo/1.0.0", "demo==1.2.0", "--fragment", str(fragment))
     assert main(capsys, demo_project.root, *args)[0] == 0
     assert json.loads(fragment.read_text())["line"]["patches"][1]["cells"]["1.2.0"]["behaviour"] == "n/a"
     forge(fragment, lambda d: d["line"]["patches"][1]["cells"]["1.2.0"].update(behaviour="passes"))
@@ -607,8 +654,8 @@ UNCHECKED = {
     "text_detail": lambda v: type(v) is str,
     "behaviour_detail": lambda v: type(v) is str,
     "yanked": lambda v: type(v) is bool,
-    "text": lambda v: type(v) is str and v in upstream.TEXT_CODE,
-    "behaviour": lambda v: type(v) is str and v in watch.VERDICTS,
+    "text": lambda v: type(v) is str and v in TEXT_CODE,
+    "behaviour": lambda v: type(v) is str and v in VERDICTS,
 }
 
 
@@ -730,8 +777,8 @@ def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
     merge_job = workflow("upstream-watch.yml")["jobs"]["merge"]["steps"]
     (download,) = [step for step in merge_job if "actions/download-artifact@" in step.get("uses", "")]
     assert download["with"] == {"pattern": "fragment-*", "path": "fragments"}  # merge-multiple: false
-    merging = next(step for step in merge_job if "--merge" in step.get("run", ""))
-    assert "shopt -s globstar nullglob" in merging["run"] and "--merge fragments/**/*.json" in merging["run"]
+    merging = next(step for step in merge_job if "watch merge" in step.get("run", ""))
+    assert "shopt -s globstar nullglob" in merging["run"] and "watch merge fragments/**/*.json" in merging["run"]
 
 
 def test_follow_runs_read_only_and_its_pull_request_takes_only_patches_and_overlay(tmp_path):

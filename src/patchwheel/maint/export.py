@@ -17,7 +17,6 @@ The steps, each of which stops the export with its reason (and nothing written) 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -31,6 +30,7 @@ from packaging.version import Version
 from .. import fetch
 from ..config import Artifact, Overlay, ReleaseLine
 from ..errors import PatchwheelError
+from ..matrix import Matrix
 from ..patches import Patch, load_series
 from . import export_commit, proofenv, submission, upstream_style, upstream_test
 from .export_commit import GitConfig, user_git_config
@@ -169,7 +169,8 @@ def _judged(runs, where: str, sub: submission.Submission):
     if before.verdict != "fails":
         raise PatchwheelError(
             f"upstream's test does not fail on pristine {where} as the bug does ({before.verdict}: {before.detail})",
-            "if the bug is fixed there, drop the patch (see patches/STATUS.md); otherwise make the test show it, "
+            "if the bug is fixed there, drop the patch (see the matrix, `nox -s upstream`); otherwise make the test "
+            "show it, "
             f"with the exception {sub.folder}/expect.toml names",
         )
     if after.verdict != "passes":
@@ -211,19 +212,18 @@ def _issue(sub: submission.Submission, patch: Patch, where: str, status: str, st
 
 
 def _measured(overlay: Overlay, line: ReleaseLine, patch: Patch, version: str) -> tuple[list[str], list[str]]:
-    """Releases where this project's own tests saw the bug, and where they saw it fixed (patches/STATUS.json),
+    """Releases where this project's own tests saw the bug, and where they saw it fixed (the committed matrix),
     plus the pins of the lines that carry the fix (their proofs fail there) and the release the export just ran."""
     shows: list[str] = [version]
     fixed: list[str] = []
-    status = overlay.root / "patches" / "STATUS.json"
-    entries = json.loads(status.read_text())["lines"] if status.is_file() else []
-    for entry in entries:
-        if entry["line"].split("/")[0] != line.package:
+    matrix = Matrix.load(overlay.status_json)
+    for entry in matrix.lines if matrix else []:
+        if entry.package != line.package:
             continue
-        for p in entry["patches"]:
-            if p["name"].split("-", 1)[1] == patch.name.split("-", 1)[1]:
-                for v, cell in p["cells"].items():
-                    {"fails": shows, "passes": fixed}.get(cell.get("behaviour"), []).append(v)
+        for row in entry.patches:
+            if row.slug == patch.slug:
+                for v, cell in row.cells.items():
+                    {"fails": shows, "passes": fixed}.get(cell.behaviour or "", []).append(v)
     shows += [ln.version for ln in overlay.lines[line.package] if any(q.slug == patch.slug for q in load_series(ln))]
     return sorted(set(shows), key=Version), sorted(set(fixed), key=Version)  # 1.9 < 1.10, .post1
 

@@ -30,13 +30,16 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from .. import buildno, config, fetch, patches, vendored
+from .. import config, fetch, patches, vendored
 from ..build import build
 from ..config import Artifact, Overlay, ReleaseLine
 from ..errors import PatchwheelError
+from ..lint import line_problems
+from ..matrix import Matrix
 from ..patches import Patch
-from . import proofenv, rebase, upstream
+from . import proofenv, rebase, submission, upstream
 from .scratch import Scratch, TreeChanged, remove_release, set_member
+from .selection import Selection
 from .setruns import Run
 
 #: The consumer set follow moves to each new line: what new users install.
@@ -185,22 +188,22 @@ def _judge(
     overlay: Overlay, line: ReleaseLine, version: str, artifact: Artifact, judged: upstream.Judged
 ) -> tuple[list[Verdict], Stop | None]:
     """The verdicts of the line's patches on ``version``, with follow's decision each, or the stop."""
-    selection = upstream.Selection.parse([f"{line.package}=={version}"])
-    cells = upstream.check_line(overlay, line, selection, selection, judged=judged)
+    selection = Selection.parse([f"{line.package}=={version}"])
+    judged_line = upstream.check_line(overlay, line, selection, selection, judged=judged)
     verdicts: list[Verdict] = []
     problems: list[str] = []
     unjudged: list[str] = []
-    for row, patch in zip(cells["patches"], patches.load_series(line), strict=True):
-        cell = row["cells"][version]
-        v = Verdict(patch.name, cell["text"], cell["behaviour"], cell.get("behaviour_detail") or "")
-        if patch.is_feature and upstream.drop_when_met(patch, version):
+    for row, patch in zip(judged_line.patches, patches.load_series(line), strict=True):
+        cell = row.cells[version]
+        v = Verdict(patch.name, cell.text, cell.behaviour or "", cell.behaviour_detail or "")
+        if patch.is_feature and cell.drop_when_met:
             problems.append(f"{patch.name}: a feature whose Drop-When holds on {version}: drop it by hand")
         elif patch.is_feature:
             upstream_has = v.text == "already-upstream"
             v.decision = "dropped: upstream has the change" if upstream_has else f"carried ({v.text})"
         elif v.behaviour == "passes":
             v.decision = f"dropped: its proof passes on pristine {line.package} {version} ({v.detail})"
-        elif v.behaviour == "fails" and upstream.drop_when_met(patch, version):
+        elif v.behaviour == "fails" and cell.drop_when_met:
             problems.append(
                 f"{patch.name}: its Drop-When holds on {line.package} {version}, but its proof still fails "
                 f"({v.detail}): correct Drop-When, or record 'Upstream-Status: Partial-Fix-In {version} <test>'"
@@ -272,29 +275,27 @@ def _proven_set(overlay: Overlay, pkg: str) -> dict[str, ReleaseLine]:
 
 
 def refresh_matrix(overlay: Overlay, pkg: str, releases: list[str], judged: upstream.Judged) -> None:
-    """patches/STATUS.*: every line of ``pkg`` judged on ``releases`` (bisecting as the upstream check does), the
+    """The committed matrix: every line of ``pkg`` judged on ``releases`` (bisecting as the upstream check does), the
     rows of retired lines removed."""
-    path = overlay.root / "patches" / "STATUS.json"
-    committed = upstream.load_matrix(path)
-    selection = upstream.Selection.parse([f"{pkg}=={v}" for v in releases])
+    committed = Matrix.load(overlay.status_json) or Matrix()
+    selection = Selection.parse([f"{pkg}=={v}" for v in releases])
     lines = [
         upstream.check_line(overlay, ln, selection, selection, judged=judged, bisect=True) for ln in overlay.lines[pkg]
     ]
-    matrix = upstream.merge(committed, lines, torch=committed.get("torch") if committed else None)
-    keys = {line.key for line in overlay.all_lines()}
-    matrix["lines"] = [ln for ln in matrix["lines"] if ln["line"] in keys]
-    upstream.write_matrix(path, matrix, log=lambda m: None)
+    matrix = committed.merged(lines, torch=committed.torch or proofenv.torch_version())
+    matrix.keep_lines({line.key for line in overlay.all_lines()})
+    matrix.save(overlay.status_json)
 
 
 def lint(overlay: Overlay) -> list[str]:
     """What `nox -s lint` checks of the series, the matrix, the build records and the vendored modules."""
-    matrix = upstream.load_matrix(overlay.root / "patches" / "STATUS.json") or {}
+    matrix = Matrix.load(overlay.status_json)
+    newest = {lines[-1].key for lines in overlay.lines.values()}
     out = []
     for line in overlay.all_lines():
-        problems = patches.lint_line(line, overlay.root)
-        problems = problems or upstream.matrix_problems(line, patches.load_series(line), matrix)
-        if not problems and (why := buildno.problem(line)):
-            problems = [why]
+        problems = line_problems(overlay, line, matrix)
+        if not problems and line.key in newest:  # what export sends upstream for the newest line's fixes
+            problems = submission.line_problems(overlay.root, line)
         out += [f"{line.key}: {p}" for p in problems]
     return out + vendored.check(overlay)
 

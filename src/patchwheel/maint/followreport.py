@@ -1,13 +1,14 @@
 """What `follow` did, for people: a few lines on the terminal, and Markdown for the pull request the watch opens.
 
 The Markdown shows text a proof run printed (upstream's own messages): it goes through the matrix's escaping
-(:func:`upstream.md_text`), as patches/STATUS.md does.
+(:func:`matrix_md.md_text`), as the matrix's Markdown does.
 """
 
 from __future__ import annotations
 
+from ..matrix import WHERE
+from ..matrix_md import md_code, md_text
 from .follow import LATEST, Followed
-from .upstream import md_code, md_text
 
 
 def summary(done: Followed) -> list[str]:
@@ -82,7 +83,7 @@ def markdown(done: Followed) -> str:
             "wheels stay on the index"
         )
     out.append(
-        f"- patches/STATUS.\\*: every line of {md_text(done.package)} judged on {md_text(', '.join(done.releases))}"
+        f"- {md_text(WHERE)}: every line of {md_text(done.package)} judged on {md_text(', '.join(done.releases))}"
     )
     out.append(f"- {len(done.written)} file(s) of overlay/ and patches/ written")
     return "\n".join(out) + "\n"

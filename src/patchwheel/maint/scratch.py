@@ -29,7 +29,7 @@ from ..errors import PatchwheelError
 
 #: What follow changes, and what it copies besides because the proof runs read it from the same root.
 WRITES = ("overlay", "patches")
-READS = ("tests", "src", "pyproject.toml")
+READS = ("tests", "src", "pyproject.toml", "upstream-pr")
 _SKIP = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc", ".*.partial", ".*.old")
 
 

@@ -1,10 +1,10 @@
 """The upstream watch, spread over CI workers (.github/workflows/upstream-watch.yml).
 
-1. ``patchwheel upstream --list-new``: the (line, release) cells that upstream published since the committed matrix
+1. ``patchwheel watch list``: the (line, release) cells that upstream published since the committed matrix
    was written, as JSON for a job matrix.
-2. ``patchwheel upstream --line L <pkg>==<release> --fragment F``: one worker checks one cell (text and proofs)
+2. ``patchwheel watch cell --line L <pkg>==<release> --fragment F``: one worker checks one cell (text and proofs)
    and writes a **fragment**: the cell's results, with the sha256 of every patch of the line it was judged with.
-3. ``patchwheel upstream --merge F ... --cells LIST``: the fragments merged into patches/STATUS.{json,md}. A cell
+3. ``patchwheel watch merge F ... --cells LIST``: the fragments merged into the committed matrix. A cell
    job runs upstream's code (its proofs import the new release), so the merge trusts nothing a fragment says that
    it can check: the fragment's exact keys and types, a line of this checkout judged with its patch series (a
    rebase landed meanwhile otherwise), the one release of a cell the list step printed (``LIST``, with its wheel and
@@ -25,12 +25,15 @@ from packaging.version import InvalidVersion, Version
 
 from .. import fetch
 from ..config import Overlay
-from ..errors import PatchwheelError
+from ..errors import MatrixError
+from ..matrix import FEATURE, TEXT_CODE, VERDICTS, Cell, LineMatrix, Matrix, Row, drop_when_met, flags
 from ..patches import Patch, load_series
-from . import upstream
+from ..reporter import CONSOLE, Reporter
+from . import proofenv, upstream
+from .selection import Selection, is_version
 
 FRAGMENT_SCHEMA = 1
-#: What --list-new prints per cell, each a string; the merge takes that list back (--cells).
+#: What `watch list` prints per cell, each a string; the merge takes that list back (--cells).
 CELL_KEYS = ("line", "package", "release", "wheel", "sha256")
 #: A fragment's keys and the JSON types of their values (exact: ``true`` is no integer), level by level.
 _NULL = type(None)
@@ -55,29 +58,20 @@ _CELL: _Keys = {
     "flags": (list,),
 }
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "a bool", dict: "an object", list: "a list", _NULL: "null"}
-#: The verdicts a proof run gives (a feature's cells are marked n/a instead).
-VERDICTS = tuple(v for v in upstream.BEHAVIOUR_CODE if v not in (None, upstream.FEATURE.verdict))
 FORGED_HINT = (
     "merge only the fragments the watch's cell jobs wrote for the cells its list step printed (--cells), unchanged: "
     "read that cell job's log, then run the watch again"
 )
 
 
-def _status(overlay: Overlay) -> dict:
-    path = overlay.root / "patches" / "STATUS.json"
-    if not path.is_file():
-        raise PatchwheelError(f"{path} does not exist", "run `nox -s upstream` and commit patches/STATUS.*")
-    return json.loads(path.read_text())
-
-
 def list_new(overlay: Overlay) -> list[dict[str, str]]:
     """Every (line, release) newer than the line that its committed matrix does not have yet (a new release, or a
     patch release of an older series published after a newer one), oldest first: what the watch has to check. Each
     cell names the release's wheel and its sha256 on the index, which the merge holds the cell's fragment to."""
-    committed = {ln["line"]: ln for ln in _status(overlay).get("lines", [])}
+    committed = Matrix.require(overlay.status_json)
     out = []
     for line in overlay.all_lines():
-        known = {r["version"] for r in committed.get(line.key, {}).get("releases", [])}
+        known = set(ln.versions) if (ln := committed.line(line.key)) else set()
         for version, artifact, _ in fetch.releases(line.package):
             if Version(version) > Version(line.version) and version not in known:
                 values = (line.key, line.package, version, artifact.filename, artifact.sha256)
@@ -86,14 +80,14 @@ def list_new(overlay: Overlay) -> list[dict[str, str]]:
 
 
 def read_cells(overlay: Overlay, path: Path) -> dict[tuple[str, str], dict[str, str]]:
-    """The list step's cells (what ``--list-new`` printed, saved to ``path``), by (line, release)."""
-    hint = "pass the JSON that `patchwheel upstream --list-new` printed in the same run of the watch"
+    """The list step's cells (what ``watch list`` printed, saved to ``path``), by (line, release)."""
+    hint = "pass the JSON that `patchwheel watch list` printed in the same run of the watch"
     try:
         cells = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise PatchwheelError(f"cannot read the list of cells {path}: {exc}", hint) from exc
+        raise MatrixError(f"cannot read the list of cells {path}: {exc}", hint) from exc
     if type(cells) is not list:
-        raise PatchwheelError(f"the list of cells {path} is {_short(cells)}, not a list", hint)
+        raise MatrixError(f"the list of cells {path} is {_short(cells)}, not a list", hint)
     lines = {line.key: line for line in overlay.all_lines()}
     out: dict[tuple[str, str], dict[str, str]] = {}
     for i, cell in enumerate(cells):
@@ -103,14 +97,14 @@ def read_cells(overlay: Overlay, path: Path) -> dict[tuple[str, str], dict[str, 
             or sorted(cell) != sorted(CELL_KEYS)
             or any(type(v) is not str for v in cell.values())
         ):
-            raise PatchwheelError(f"{where} is {_short(cell)}, not a cell ({', '.join(CELL_KEYS)}: strings)", hint)
+            raise MatrixError(f"{where} is {_short(cell)}, not a cell ({', '.join(CELL_KEYS)}: strings)", hint)
         line = lines.get(cell["line"])
         if line is None or cell["package"] != line.package:
-            raise PatchwheelError(
+            raise MatrixError(
                 f"{where} names {cell['line']!r} ({cell['package']!r}), not a line of this checkout", hint
             )
-        if not upstream._is_version(cell["release"]):
-            raise PatchwheelError(f"{where}: release {cell['release']!r} is not a version", hint)
+        if not is_version(cell["release"]):
+            raise MatrixError(f"{where}: release {cell['release']!r} is not a version", hint)
         out[(cell["line"], cell["release"])] = cell
     return out
 
@@ -121,38 +115,40 @@ def series_digest(overlay: Overlay, key: str) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.path.read_bytes()).hexdigest() for p in load_series(overlay.line(pkg, version))}
 
 
-def write_fragment(overlay: Overlay, line_key: str, release: str, out: Path, workers: int) -> None:
+def write_fragment(
+    overlay: Overlay, line_key: str, release: str, out: Path, workers: int, report: Reporter = CONSOLE
+) -> None:
     """Check one cell (every patch of ``line_key`` against ``release``, proofs run) into the fragment ``out``."""
     pkg, version = _split(line_key)
     line = overlay.line(pkg, version)
     if Version(release) <= Version(version):
-        raise PatchwheelError(
+        raise MatrixError(
             f"{pkg} {release} is not newer than the line {line_key}", "name a release newer than the line"
         )
-    selection = upstream.Selection.parse([f"{pkg}=={release}"])
-    result = upstream.check_line(overlay, line, selection, selection, workers)
-    if not result["releases"]:
-        raise PatchwheelError(
+    selection = Selection.parse([f"{pkg}=={release}"])
+    result = upstream.check_line(overlay, line, selection, selection, workers, report=report)
+    if not result.releases:
+        raise MatrixError(
             f"{pkg} {release} is not a release with a py3-none-any wheel on the index",
-            "take the releases from `patchwheel upstream --list-new`",
+            "take the releases from `patchwheel watch list`",
         )
     fragment = {
         "schema": FRAGMENT_SCHEMA,
-        "torch": upstream.proofenv.torch_version(),
+        "torch": proofenv.torch_version(),
         "series": series_digest(overlay, line_key),
-        "line": result,
+        "line": result.to_json(),
     }
     tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(json.dumps(fragment, indent=1, ensure_ascii=False) + "\n")
     tmp.replace(out)
-    print(f"wrote {out}")
+    report(f"wrote {out}")
 
 
 def _split(key: str) -> tuple[str, str]:
     pkg, sep, version = key.partition("/")
     if not sep or not version:
-        raise PatchwheelError(f"{key!r} is not a release line", "write it as <pkg>/<version>, e.g. transformers/5.23.0")
+        raise MatrixError(f"{key!r} is not a release line", "write it as <pkg>/<version>, e.g. transformers/5.23.0")
     return pkg, version
 
 
@@ -161,10 +157,8 @@ def _short(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _forged(path: Path, where: str, problem: str) -> PatchwheelError:
-    return PatchwheelError(
-        f"fragment {path}: {where}: {problem}" if where else f"fragment {path}: {problem}", FORGED_HINT
-    )
+def _forged(path: Path, where: str, problem: str) -> MatrixError:
+    return MatrixError(f"fragment {path}: {where}: {problem}" if where else f"fragment {path}: {problem}", FORGED_HINT)
 
 
 def _shape(path: Path, where: str, value: object, keys: _Keys) -> dict:
@@ -189,11 +183,11 @@ def read_fragment(overlay: Overlay, path: Path, cells: dict[tuple[str, str], dic
     try:
         fragment = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise PatchwheelError(f"cannot read the fragment {path}: {exc}", "pass the files the cell jobs wrote") from exc
+        raise MatrixError(f"cannot read the fragment {path}: {exc}", "pass the files the cell jobs wrote") from exc
     if not isinstance(fragment, dict) or fragment.get("schema") != FRAGMENT_SCHEMA or "line" not in fragment:
-        raise PatchwheelError(
+        raise MatrixError(
             f"{path} is not a fragment of this tool (schema {FRAGMENT_SCHEMA})",
-            "pass the files `patchwheel upstream --fragment` wrote",
+            "pass the files `patchwheel watch cell` wrote",
         )
     _shape(path, "", fragment, _FRAGMENT)
     data = _shape(path, "line", fragment["line"], _LINE)
@@ -204,13 +198,13 @@ def read_fragment(overlay: Overlay, path: Path, cells: dict[tuple[str, str], dic
     key = data["line"]
     line = next((ln for ln in overlay.all_lines() if ln.key == key), None)
     if line is None:
-        raise PatchwheelError(
+        raise MatrixError(
             f"fragment {path}: line.line: {_short(key)} is not a release line of this checkout (gone since the cell "
             "ran?)",
             "run the watch again",
         )
     if fragment["series"] != series_digest(overlay, key):
-        raise PatchwheelError(
+        raise MatrixError(
             f"{path} was judged with another patch series of {key} than this checkout's",
             "the patches changed since the cell ran (a rebase or refresh landed): run the watch again",
         )
@@ -237,7 +231,7 @@ def read_fragment(overlay: Overlay, path: Path, cells: dict[tuple[str, str], dic
     for i, (row, patch) in enumerate(zip(data["patches"], series, strict=True)):
         where = f"line.patches[{i}]"
         _shape(path, where, row, _PATCH)
-        for field, value in upstream.patch_fields(patch).items():
+        for field, value in Row.of(patch).fields().items():
             if row[field] != value:
                 raise _forged(path, f"{where}.{field}", f"{_short(row[field])} is not the {field} of {patch.name}")
         if list(row["cells"]) != [version]:
@@ -248,26 +242,26 @@ def read_fragment(overlay: Overlay, path: Path, cells: dict[tuple[str, str], dic
 
 def _check_cell(path: Path, where: str, cell: object, patch: Patch, version: str) -> None:
     cell = _shape(path, where, cell, _CELL)
-    if cell["text"] not in upstream.TEXT_CODE:
-        known = ", ".join(upstream.TEXT_CODE)
+    if cell["text"] not in TEXT_CODE:
+        known = ", ".join(TEXT_CODE)
         raise _forged(path, f"{where}.text", f"{_short(cell['text'])} is not a text result ({known})")
-    if patch.is_feature and cell["behaviour"] != upstream.FEATURE.verdict:
+    if patch.is_feature and cell["behaviour"] != FEATURE:
         what = f"{_short(cell['behaviour'])} is not n/a: {patch.name} is a feature, which no proof judges"
         raise _forged(path, f"{where}.behaviour", what)
     if not patch.is_feature and cell["behaviour"] not in VERDICTS:
         what = f"{_short(cell['behaviour'])} is not a verdict ({', '.join(VERDICTS)})"
         raise _forged(path, f"{where}.behaviour", what)
-    met = upstream.drop_when_met(patch, version)
+    met = drop_when_met(patch.trailers.get("Drop-When"), version)
     if cell["drop_when_met"] != met:
         raise _forged(path, f"{where}.drop_when_met", f"{cell['drop_when_met']} is not what Drop-When says ({met})")
-    if cell["flags"] != upstream._flags(met, cell["behaviour"]):
+    if cell["flags"] != flags(met, cell["behaviour"]):
         raise _forged(path, f"{where}.flags", f"{_short(cell['flags'])} are not the flags of its verdict")
 
 
-def merge(overlay: Overlay, paths: list[Path], cells_path: Path) -> tuple[dict, list[str]]:
+def merge(overlay: Overlay, paths: list[Path], cells_path: Path) -> tuple[Matrix, list[str]]:
     """The committed matrix with the fragments merged in, and what needs a maintainer (see the module doc)."""
     if not paths:
-        raise PatchwheelError("--merge needs at least one fragment", "pass the files the cell jobs wrote")
+        raise MatrixError("--merge needs at least one fragment", "pass the files the cell jobs wrote")
     cells = read_cells(overlay, cells_path)
     fragments: list[dict] = []
     seen: dict[tuple[str, str], Path] = {}  # (line, release) -> the fragment of that cell
@@ -284,73 +278,69 @@ def merge(overlay: Overlay, paths: list[Path], cells_path: Path) -> tuple[dict, 
         fragments.append(fragment)
     torches = {f["torch"] for f in fragments}
     if len(torches) > 1:
-        raise PatchwheelError(
+        raise MatrixError(
             f"the fragments were judged with different torch versions ({', '.join(sorted(torches))})",
             "run every cell with one TORCH_VERSION",
         )
-    committed = _status(overlay)
-    if committed.get("torch") not in (None, *torches):
-        raise PatchwheelError(
-            f"the fragments were judged with torch {torches.pop()}, the committed matrix with torch "
-            f"{committed['torch']}",
+    committed = Matrix.require(overlay.status_json)
+    if committed.torch not in (None, *torches):
+        raise MatrixError(
+            f"the fragments were judged with torch {torches.pop()}, the committed matrix with torch {committed.torch}",
             "run the watch with the matrix's TORCH_VERSION, or re-run the whole matrix with the new torch",
         )
     matrix = committed
     for fragment in fragments:
-        matrix = upstream.merge(matrix, [fragment["line"]], torch=fragment["torch"])
-    newest = {pkg: lines[-1].key for pkg, lines in overlay.lines.items()}
-    return matrix, attention(committed, [f["line"] for f in fragments], set(newest.values()))
+        matrix = matrix.merged([LineMatrix.from_json(fragment["line"])], torch=fragment["torch"])
+    new_lines = [LineMatrix.from_json(f["line"]) for f in fragments]
+    newest = {lines[-1].key for lines in overlay.lines.values()}
+    return matrix, attention(committed, new_lines, newest)
 
 
-def attention(committed: dict, new_lines: list[dict], newest: set[str]) -> list[str]:
+def attention(committed: Matrix, new_lines: list[LineMatrix], newest: set[str]) -> list[str]:
     """The cells of ``new_lines`` where a patch of a package's newest line (``newest``: their keys; the older
     lines are kept for their consumers, not rebased) stops applying, becomes droppable, or can no longer be judged
     by its proof, compared with the release before it in the matrix (the committed one, or another new one)."""
-    old = {ln["line"]: ln for ln in committed.get("lines", [])}
-    by_line: dict[str, dict[str, dict[str, dict]]] = {}  # line -> patch -> version -> cell
-    for ln in [*old.values(), *new_lines]:
-        for p in ln["patches"]:
-            by_line.setdefault(ln["line"], {}).setdefault(p["name"], {}).update(p["cells"])
+    by_line: dict[str, dict[str, dict[str, Cell]]] = {}  # line -> patch -> version -> cell
+    for ln in [*committed.lines, *new_lines]:
+        for p in ln.patches:
+            by_line.setdefault(ln.line, {}).setdefault(p.name, {}).update(p.cells)
     out = []
-    for ln in sorted(new_lines, key=lambda ln: ln["line"]):
-        if ln["line"] not in newest:
+    for ln in sorted(new_lines, key=lambda ln: ln.line):
+        if ln.line not in newest:
             continue
-        pkg = ln["line"].split("/")[0]
-        for p in ln["patches"]:
-            row = by_line[ln["line"]][p["name"]]
+        for p in ln.patches:
+            row = by_line[ln.line][p.name]
             versions = sorted(row, key=Version)
-            for version, cell in sorted(p["cells"].items(), key=lambda kv: Version(kv[0])):
+            for version, cell in sorted(p.cells.items(), key=lambda kv: Version(kv[0])):
                 i = versions.index(version)
                 before = row[versions[i - 1]] if i else None
                 for what, now in (("stops applying", _conflicts), ("becomes droppable", _droppable)):
                     if now(cell) and not (before is not None and now(before)):
                         out.append(
-                            f"{ln['line']} {p['name']} {what} on {pkg} {version} ({_why(cell)}): "
-                            f"rebase with `nox -s rebase -- {pkg} {version}` (docs/maintainers.md, Rebasing)"
+                            f"{ln.line} {p.name} {what} on {ln.package} {version} ({_why(cell)}): "
+                            f"rebase with `nox -s rebase -- {ln.package} {version}` (docs/maintainers.md, Rebasing)"
                         )
-                if cell.get("behaviour") == "error" and not (before is not None and before.get("behaviour") == "error"):
+                if cell.behaviour == "error" and not (before is not None and before.behaviour == "error"):
                     out.append(
-                        f"{ln['line']} {p['name']}: its proof cannot judge {pkg} {version} "
-                        f"({cell.get('behaviour_detail')}): fix the proof test, then run the watch again"
+                        f"{ln.line} {p.name}: its proof cannot judge {ln.package} {version} "
+                        f"({cell.behaviour_detail}): fix the proof test, then run the watch again"
                     )
     return out
 
 
-def _conflicts(cell: dict) -> bool:
-    return cell.get("text") == "conflict"
+def _conflicts(cell: Cell) -> bool:
+    return cell.text == "conflict"
 
 
-def _droppable(cell: dict) -> bool:
-    return (
-        cell.get("behaviour") == "passes" or bool(cell.get("drop_when_met")) or cell.get("text") == "already-upstream"
-    )
+def _droppable(cell: Cell) -> bool:
+    return cell.behaviour == "passes" or bool(cell.drop_when_met) or cell.text == "already-upstream"
 
 
-def _why(cell: dict) -> str:
-    if cell.get("text") == "conflict":
-        return "text: conflict" + (f", {cell['text_detail'][:160]}" if cell.get("text_detail") else "")
-    if cell.get("behaviour") == "passes":
+def _why(cell: Cell) -> str:
+    if cell.text == "conflict":
+        return "text: conflict" + (f", {cell.text_detail[:160]}" if cell.text_detail else "")
+    if cell.behaviour == "passes":
         return "its proof passes on the pristine release"
-    if cell.get("drop_when_met"):
+    if cell.drop_when_met:
         return "its Drop-When holds"
     return "upstream already has the change"

@@ -3,12 +3,12 @@
 A release's proof run judges every patch of the line at once (one environment, one run per proof module), so the
 plan is a set of releases. It starts from the **probes**, the releases where a verdict can change: the first and
 the last release looked at, every release where a patch's Drop-When condition starts to hold, and every release
-where its text result changes (upstream touched the patched code there). Between two run releases whose verdicts
-differ for some patch, the release halfway between is run next, until the two sides of every change are adjacent:
-a transition is always confirmed by runs on both of its sides (so a probe needs no run of the release before it:
-where the verdict changes there, the bisection runs that release). A release left between two run releases that
-agree for a patch takes their verdict as **inferred** (upstream.reinfer writes them, the same rule after a merge):
-it is marked so, never shown as run.
+where its text result changes (upstream touched the patched code there): ``LineMatrix.probes``. Between two run
+releases whose verdicts differ for some patch, the release halfway between is run next, until the two sides of
+every change are adjacent: a transition is always confirmed by runs on both of its sides (so a probe needs no run
+of the release before it: where the verdict changes there, the bisection runs that release). A release left
+between two run releases that agree for a patch takes their verdict as **inferred** (the matrix's
+``LineMatrix.reinfer`` writes them, the same rule after a merge): it is marked so, never shown as run.
 
 Pure bookkeeping, no I/O: the upstream check feeds it verdicts as runs finish and asks what to run next, so both
 workers stay busy while the bisection goes on.
@@ -52,14 +52,3 @@ class Plan:
                 if mid not in out:
                     out.append(mid)
         return out
-
-
-def probes(versions: list[str], changes: Iterable[tuple[str, str]]) -> set[str]:
-    """The release after each change: ``changes`` are (release before, release after) pairs of adjacent
-    releases."""
-    return {after for _, after in changes} & set(versions)
-
-
-def changes(versions: list[str], value) -> list[tuple[str, str]]:
-    """The adjacent pairs of ``versions`` where ``value(version)`` differs."""
-    return [(a, b) for a, b in zip(versions, versions[1:], strict=False) if value(a) != value(b)]

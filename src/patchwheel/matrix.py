@@ -1,0 +1,448 @@
+"""The upstream matrix, typed: every patch of every release line against the newer upstream releases.
+
+Per (patch, release) **cell**: the text result (clean / offset / 3-way / already-upstream / conflict) and the
+behaviour result, the patch's proof on the pristine release (``passes``: the bug is gone upstream; ``fails``: the
+patch is still needed; ``error``: could not judge; ``n/a``: a feature, which no proof judges; None: not judged).
+A cell that was not run but lies between two run releases that agree takes their verdict, **inferred** (it names
+them), unless a release where a verdict can change lies between (a **probe**: a Drop-When or text change, a
+Fixed-In release). ``Drop-When`` is evaluated per cell, and contradictions are flagged.
+
+This module is the only code that reads or writes the committed matrix (patches/STATUS.json, and STATUS.md, which
+:mod:`matrix_md` renders): the upstream check, the watch, ``follow``, ``status``, ``export`` and lint all go
+through :class:`Matrix`. It needs only the standard library and ``packaging``: ``status`` and lint run in nox's own
+interpreter.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from .errors import MatrixError
+from .patches import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, load_series
+
+SCHEMA = 1
+#: Where the committed matrix lives, for messages (the path itself is ``Overlay.status_json``).
+WHERE = "patches/STATUS.*"
+TEXT_CODE = {"clean": "C", "offset": "O", "3-way": "3", "already-upstream": "U", "conflict": "X"}
+BEHAVIOUR_CODE = {"passes": "✓", "fails": "✗", "error": "!", "n/a": "–", None: "·"}
+#: The verdicts a proof run gives; a feature's cells are marked FEATURE instead.
+VERDICTS = ("passes", "fails", "error")
+FEATURE = "n/a"
+FEATURE_DETAIL = "a feature: dropped by release or PR, not judged by a proof"
+
+
+def drop_when_met(drop_when: str | None, version: str) -> bool | None:
+    """Whether a Drop-When release condition holds for ``version``; None when it is not a release condition."""
+    cond = drop_when or ""
+    if cond == DROP_BY_BEHAVIOUR or cond.startswith(DROP_BY_PR + " ") or not cond:
+        return None
+    return Version(version) in Requirement(cond).specifier
+
+
+def flags(met: bool | None, behaviour: str | None) -> list[str]:
+    """The contradiction between a cell's Drop-When and its verdict, if any (shown as ⚠)."""
+    if met is True and behaviour == "fails":
+        return ["Drop-When is met but the proof still fails: upstream's fix differs or is partial"]
+    if met is False and behaviour == "passes":
+        return ["the proof passes before Drop-When: upstream fixed it earlier, or the proof is too weak here"]
+    return []
+
+
+def changes(versions: list[str], value: Callable[[str], object]) -> list[tuple[str, str]]:
+    """The adjacent pairs of ``versions`` where ``value(version)`` differs."""
+    return [(a, b) for a, b in zip(versions, versions[1:], strict=False) if value(a) != value(b)]
+
+
+def probes(versions: list[str], pairs: Iterable[tuple[str, str]]) -> set[str]:
+    """The release after each change (``pairs`` of adjacent releases)."""
+    return {after for _, after in pairs} & set(versions)
+
+
+@dataclass
+class Cell:
+    text: str
+    text_detail: str = ""
+    behaviour: str | None = None
+    behaviour_detail: str | None = None
+    inferred_from: list[str] | None = None  # the two run releases an inferred verdict comes from
+    drop_when_met: bool | None = None
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def was_run(self) -> bool:
+        return self.behaviour not in (None, FEATURE) and self.inferred_from is None
+
+    def judged(self, verdict: str | None, detail: str | None) -> None:
+        self.behaviour, self.behaviour_detail, self.inferred_from = verdict, detail, None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"text": self.text, "text_detail": self.text_detail, "behaviour": self.behaviour}
+        out |= {"drop_when_met": self.drop_when_met, "flags": list(self.flags)}
+        if self.behaviour_detail is not None:
+            out["behaviour_detail"] = self.behaviour_detail
+        if self.inferred_from is not None:
+            out["inferred_from"] = list(self.inferred_from)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> Cell:
+        return cls(
+            text=d["text"],
+            text_detail=d.get("text_detail", ""),
+            behaviour=d.get("behaviour"),
+            behaviour_detail=d.get("behaviour_detail"),
+            inferred_from=d.get("inferred_from"),
+            drop_when_met=d.get("drop_when_met"),
+            flags=list(d.get("flags", [])),
+        )
+
+
+@dataclass
+class Row:
+    """One patch of a line: what the matrix records of it (name, subject, trailers) and its cells by release."""
+
+    name: str
+    subject: str
+    drop_when: str | None
+    upstream_status: str | None
+    proof_test: str | None
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+    FIELDS = ("name", "subject", "drop_when", "upstream_status", "proof_test")
+
+    @classmethod
+    def of(cls, patch: Patch) -> Row:
+        t = patch.trailers
+        test = t.get("Proof-Test") or t.get("Feature-Test")
+        return cls(patch.name, patch.subject, t.get("Drop-When"), t.get("Upstream-Status"), test)
+
+    def fields(self) -> dict[str, str | None]:
+        return {k: getattr(self, k) for k in self.FIELDS}
+
+    @property
+    def slug(self) -> str:
+        """``0003-dataparallel-num-items.patch`` -> ``dataparallel-num-items``: the same fix on every line."""
+        return self.name.removesuffix(".patch").split("-", 1)[-1]
+
+    @property
+    def is_feature(self) -> bool:
+        return any(c.behaviour == FEATURE for c in self.cells.values())
+
+    def met(self, version: str) -> bool | None:
+        return drop_when_met(self.drop_when, version)
+
+    def refresh_flags(self) -> None:
+        for version, cell in self.cells.items():
+            cell.drop_when_met = self.met(version)
+            cell.flags = flags(cell.drop_when_met, cell.behaviour)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.fields(), "cells": {v: c.to_json() for v, c in self.cells.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Row:
+        cells = {v: Cell.from_json(c) for v, c in d.get("cells", {}).items()}
+        fields = (d["name"], d.get("subject", ""), d.get("drop_when"), d.get("upstream_status"), d.get("proof_test"))
+        return cls(*fields, cells=cells)
+
+
+@dataclass
+class Release:
+    version: str
+    wheel: str
+    sha256: str
+    yanked: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "wheel": self.wheel, "sha256": self.sha256, "yanked": self.yanked}
+
+
+@dataclass
+class LineMatrix:
+    """One release line (``pkg/version``) against its newer releases."""
+
+    line: str
+    companions: list[str]
+    releases: list[Release]
+    patches: list[Row]
+
+    @property
+    def package(self) -> str:
+        return self.line.split("/")[0]
+
+    @property
+    def versions(self) -> list[str]:
+        return [r.version for r in self.releases]
+
+    def row(self, name: str) -> Row | None:
+        return next((p for p in self.patches if p.name == name), None)
+
+    def probes(self, versions: list[str] | None = None) -> set[str]:
+        """Where a verdict can change: each release where a patch's Drop-When starts to hold or its text result
+        changes, and the release its Upstream-Status names (Fixed-In, Partial-Fix-In), which lint judges."""
+        versions = self.versions if versions is None else versions
+        out: set[str] = set()
+        for p in self.patches:
+            if p.is_feature:
+                continue
+            present = [v for v in versions if v in p.cells]
+            texts = {v: p.cells[v].text for v in present}
+            out |= probes(present, changes(present, p.met))
+            out |= probes(present, changes(present, texts.__getitem__))
+            words = (p.upstream_status or "").split()
+            if len(words) >= 2 and words[0] in ("Fixed-In", "Partial-Fix-In") and words[1] in p.cells:
+                out.add(words[1])
+        return out
+
+    def reinfer(self) -> None:
+        """Re-derive every cell that was not run from the run cells beside it (the bisection's rule): a cell between
+        two run releases that agree takes their verdict, unless a probe lies between them; any other cell not run
+        is left unjudged until a run bisects there. Features keep their mark."""
+        versions, probed = self.versions, self.probes()
+        for p in self.patches:
+            if p.is_feature:
+                continue
+            left: str | None = None
+            gap: list[str] = []
+            for v in [v for v in versions if v in p.cells]:
+                if not p.cells[v].was_run:
+                    gap.append(v)
+                    continue
+                for g in gap:
+                    _infer(p.cells, g, left, v, probed, gap)
+                left, gap = v, []
+            for g in gap:  # after the last run release: nothing on the right
+                _infer(p.cells, g, None, None, probed, gap)
+
+    def refresh_flags(self) -> None:
+        for p in self.patches:
+            p.refresh_flags()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "line": self.line,
+            "companions": list(self.companions),
+            "releases": [r.to_json() for r in self.releases],
+            "patches": [p.to_json() for p in self.patches],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> LineMatrix:
+        releases = [
+            Release(r["version"], r.get("wheel", ""), r.get("sha256", ""), r.get("yanked", False))
+            for r in d.get("releases", [])
+        ]
+        return cls(d["line"], list(d.get("companions", [])), releases, [Row.from_json(p) for p in d["patches"]])
+
+
+def _infer(cells: dict[str, Cell], version: str, left: str | None, right: str | None, probed: set[str], gap) -> None:
+    cell = cells[version]
+    if left is not None and right is not None and cells[left].behaviour == cells[right].behaviour:
+        if not probed.intersection(gap):
+            anchor = cells[left]
+            detail = f"{anchor.behaviour_detail or ''} [inferred, not run: {left} and {right} were run and agree]"
+            cell.behaviour, cell.behaviour_detail, cell.inferred_from = anchor.behaviour, detail, [left, right]
+            return
+    cell.behaviour, cell.behaviour_detail, cell.inferred_from = None, None, None
+
+
+@dataclass
+class Matrix:
+    torch: str | None = None
+    lines: list[LineMatrix] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> Matrix | None:
+        """The committed matrix at ``path`` (patches/STATUS.json), or None where there is none yet."""
+        if not path.is_file():
+            return None
+        try:
+            return cls.from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise MatrixError(f"{path} cannot be read as the matrix ({exc})", "restore it from git") from exc
+
+    @classmethod
+    def require(cls, path: Path) -> Matrix:
+        matrix = cls.load(path)
+        if matrix is None:
+            raise MatrixError(f"{path} does not exist", "run `nox -s upstream` and commit the result")
+        return matrix
+
+    def save(self, path: Path) -> None:
+        """Write the JSON and its Markdown (``.md`` beside it), each replaced whole."""
+        from .matrix_md import render
+
+        for target, text in ((path, json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n"),
+                             (path.with_suffix(".md"), render(self))):  # fmt: skip
+            tmp = target.with_name(target.name + ".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, target)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "torch": self.torch, "lines": [ln.to_json() for ln in self.lines]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Matrix:
+        return cls(data.get("torch"), [LineMatrix.from_json(ln) for ln in data.get("lines", [])])
+
+    def line(self, key: str) -> LineMatrix | None:
+        return next((ln for ln in self.lines if ln.line == key), None)
+
+    def merged(self, new_lines: list[LineMatrix], torch: str) -> Matrix:
+        """This matrix with the cells that were run in ``new_lines`` taken over, every other cell kept (a run is
+        kept over a new inference, a judged cell over nothing), the rest inferred again."""
+        old = {ln.line: copy.deepcopy(ln) for ln in self.lines}  # this matrix stays as it was
+        out = Matrix(torch, [])
+        for new in new_lines:
+            prev = old.pop(new.line, None)
+            if prev is not None:
+                _merge_line(prev, new)
+            out.lines.append(new)
+        out.lines += old.values()
+        for line in out.lines:
+            line.reinfer()
+            line.refresh_flags()
+        out.lines.sort(key=lambda ln: (ln.package, Version(ln.line.split("/")[1])))
+        return out
+
+    def keep_lines(self, keys: set[str]) -> None:
+        """Drop the rows of lines that are no longer pinned (a retired line)."""
+        self.lines = [ln for ln in self.lines if ln.line in keys]
+
+    def compare(self, fresh_lines: list[LineMatrix]) -> list[str]:
+        """The verdicts of a fresh run (text, behaviour where run) that differ from this matrix."""
+        out = []
+        for fresh in fresh_lines:
+            old = self.line(fresh.line)
+            if old is None:
+                out.append(f"{fresh.line}: not in the committed matrix")
+                continue
+            for p in fresh.patches:
+                prev_row = old.row(p.name)
+                for version, cell in p.cells.items():
+                    prev = prev_row.cells.get(version) if prev_row else None
+                    if prev is None:
+                        out.append(f"{fresh.line} {p.name} vs {version}: missing from the committed matrix")
+                        continue
+                    if prev.text != cell.text:
+                        out.append(
+                            f"{fresh.line} {p.name} vs {version}: text is {cell.text}, the committed matrix says "
+                            f"{prev.text}"
+                        )
+                    ran = cell.behaviour is not None and cell.inferred_from is None  # only what was run
+                    if ran and prev.behaviour != cell.behaviour:
+                        says = "infers" if prev.inferred_from is not None else "says"
+                        out.append(
+                            f"{fresh.line} {p.name} vs {version}: behaviour is {cell.behaviour}, "
+                            f"the committed matrix {says} {prev.behaviour}"
+                        )
+        return out
+
+    def transition_releases(self) -> list[str]:
+        """The smallest set of releases (``pkg==version``) on which a staleness check covers every Drop-When
+        transition: where a patch's Drop-When starts (or stops) to hold, and, for a patch dropped by its proof, where
+        its verdict changes to or from passing (the release before it was run when the matrix was written)."""
+        out: set[tuple[str, str]] = set()
+        for line in self.lines:
+            for p in line.patches:
+                by_proof = p.drop_when == DROP_BY_BEHAVIOUR
+                present = [
+                    v for v in line.versions if v in p.cells and (not by_proof or p.cells[v].behaviour is not None)
+                ]
+
+                def drop(v: str, p: Row = p, by_proof: bool = by_proof) -> object:
+                    return p.cells[v].behaviour == "passes" if by_proof else p.met(v)
+
+                out |= {(line.package, b) for _, b in changes(present, drop)}
+        return [f"{pkg}=={v}" for pkg, v in sorted(out, key=lambda pv: (pv[0], Version(pv[1])))]
+
+    def problems(self, line_key: str, series: list[Patch]) -> list[str]:
+        """What this matrix says against the patches' trailers (the lint rule): a ⚠ cell no trailer explains, a
+        Fixed-In release where the proof still fails, a matrix written with other trailers than the series has."""
+        out: list[str] = []
+        line = self.line(line_key)
+        for patch in series:
+            row = line.row(patch.name) if line else None
+            if row is None:
+                continue
+            status = patch.trailers.get("Upstream-Status", "").split()
+            if (row.drop_when, row.upstream_status) != (
+                patch.trailers.get("Drop-When"),
+                patch.trailers.get("Upstream-Status"),
+            ):
+                out.append(
+                    f"{line_key} {patch.name}: patches/STATUS.* was written with other trailers "
+                    "(Drop-When, Upstream-Status): run `nox -s upstream -- rerender` and commit it"
+                )
+            for version, cell in row.cells.items():
+                found = flags(drop_when_met(patch.trailers.get("Drop-When"), version), cell.behaviour)
+                detail = cell.behaviour_detail or ""
+                if status and status[0] == "Fixed-In" and version == status[1] and cell.behaviour == "fails":
+                    out.append(
+                        f"{line_key} {patch.name}: Upstream-Status says Fixed-In {version}, but the proof still "
+                        f"fails there ({detail}): write 'Partial-Fix-In {version} <the failing test>'"
+                    )
+                explained = (
+                    len(status) == 3
+                    and status[0] == "Partial-Fix-In"
+                    and Version(status[1]) <= Version(version)
+                    and detail.startswith(status[2].split("::")[-1] + ":")
+                )
+                if found and not explained:
+                    out.append(
+                        f"{line_key} {patch.name} vs {version}: ⚠ {found[0]} ({detail}), and no trailer explains "
+                        "it: correct Drop-When, or record 'Upstream-Status: Partial-Fix-In <version> <test>'"
+                    )
+        return out
+
+    def rerendered(self, series_of: Callable[[str], list[Patch] | None]) -> None:
+        """Each row's trailers taken from its series as it is now (``series_of(line key)``; None: not pinned), and
+        the flags recomputed: no run."""
+        for line in self.lines:
+            series = {p.name: p for p in (series_of(line.line) or [])}
+            for row in line.patches:
+                if (p := series.get(row.name)) is not None:
+                    fresh = Row.of(p)
+                    row.drop_when, row.upstream_status, row.proof_test = (
+                        fresh.drop_when,
+                        fresh.upstream_status,
+                        fresh.proof_test,
+                    )
+            line.refresh_flags()
+
+
+def _merge_line(prev: LineMatrix, new: LineMatrix) -> None:
+    releases = {r.version: r for r in prev.releases} | {r.version: r for r in new.releases}
+    new.releases = [releases[v] for v in sorted(releases, key=Version)]
+    for p in new.patches:
+        prev_row = prev.row(p.name)
+        cells = dict(prev_row.cells) if prev_row else {}
+        for version, cell in p.cells.items():
+            old = cells.get(version)
+            if (
+                old is not None
+                and old.behaviour
+                and (cell.behaviour is None or (cell.inferred_from is not None and old.was_run))
+            ):  # keep what was judged before over nothing, and a run over an inference
+                cell.behaviour, cell.behaviour_detail, cell.inferred_from = (
+                    old.behaviour,
+                    old.behaviour_detail,
+                    old.inferred_from,
+                )
+            cells[version] = cell
+        p.cells = {v: cells[v] for v in sorted(cells, key=Version)}
+
+
+def series_lookup(overlay) -> Callable[[str], list[Patch] | None]:
+    """``line key -> its series`` for :meth:`Matrix.rerendered` (None for a line no longer pinned)."""
+    known = {line.key: line for line in overlay.all_lines()}
+    return lambda key: load_series(known[key]) if key in known else None
