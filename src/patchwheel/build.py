@@ -22,20 +22,19 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import buildno, publish, rewrite, vendored
 from . import fetch as fetch_mod
 from .apply import apply_line
 from .config import Overlay, ReleaseLine
-from .errors import PatchwheelError
+from .errors import ConfigError, PatchwheelError
 from .index import write_simple
+from .names import DIST_RECORD, FIXES_MANIFEST, SHA256, wheel_name_version
 from .patches import Patch, load_series
 from .verify import verify
 
-BUILD_MANIFEST = publish.BUILD_MANIFEST
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CLEAN_HINT = "rebuild with --clean (patchwheel build --clean): it makes every selected line again and replaces dist/"
 #: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
 _PINS_FILE = re.compile(r"^(constraints|pins)-[^/]+\.txt$")
@@ -211,10 +210,11 @@ def _published_entry(mf: Path, i: int, raw: object) -> Published:
     if not isinstance(filename, str) or Path(filename).name != filename:
         raise damaged(f"filename {filename!r} is not a file name")
     try:
-        package, version, _, _ = parse_wheel_filename(filename)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
-        raise damaged(str(exc)) from exc
-    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        package, fixed = wheel_name_version(filename)
+        version = Version(fixed)
+    except (ConfigError, InvalidVersion) as exc:
+        raise damaged(str(exc).splitlines()[0]) from exc
+    if not isinstance(sha256, str) or not SHA256.match(sha256):
         raise damaged(f"sha256 {sha256!r} is not 64 hex digits")
     if not isinstance(patches, list) or not all(isinstance(p, str) for p in patches):
         raise damaged("patches is not a list of names")
@@ -242,7 +242,7 @@ def _published_entry(mf: Path, i: int, raw: object) -> Published:
 def published(dist: Path) -> list[Published]:
     """The wheels dist/build.json lists (none when there is no build.json). A damaged file is an error that says
     what to do, never a traceback."""
-    mf = dist / BUILD_MANIFEST
+    mf = dist / DIST_RECORD
     if not mf.is_file():
         return []
     try:
@@ -264,7 +264,7 @@ def _not_written(dist: Path, wheels: list[Published]) -> list[str]:
     """What dist/ holds that no build wrote (a folder with a trailing /): the publish step replaces the whole
     folder, so any of it would be lost. A build writes build.json, the wheels it lists, the pins files and the
     simple/ index (an index.html per folder), and never a link."""
-    own = {BUILD_MANIFEST, *(w.filename for w in wheels)}
+    own = {DIST_RECORD, *(w.filename for w in wheels)}
     found = []
     for entry in sorted(dist.iterdir()):
         if entry.name == "simple" and entry.is_dir() and not entry.is_symlink():
@@ -295,10 +295,10 @@ def _read_previous(dist: Path, root: Path) -> list[Published] | None:
     if not dist.exists():
         return None
     held = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in dist.iterdir())
-    if not (dist / BUILD_MANIFEST).is_file():
+    if not (dist / DIST_RECORD).is_file():
         if held:
             raise PatchwheelError(
-                f"{dist} exists and was not made by patchwheel (no {BUILD_MANIFEST}); it holds {_listing(held)}",
+                f"{dist} exists and was not made by patchwheel (no {DIST_RECORD}); it holds {_listing(held)}",
                 f"{_REPLACES}: pass --dist a new or empty folder, e.g. --dist {root / 'dist'}, or move what this "
                 "one holds elsewhere",
             )
@@ -447,7 +447,7 @@ def _build_locked(
             if len(chosen) == len(members):
                 (staging / f"constraints-{set_name}.txt").write_text(pins_text(set_name, chosen, hashed=False))
                 (staging / f"pins-{set_name}.txt").write_text(pins_text(set_name, chosen, hashed=True))
-        (staging / BUILD_MANIFEST).write_text(json.dumps({"wheels": [w.record() for w in wheels]}, indent=2) + "\n")
+        (staging / DIST_RECORD).write_text(json.dumps({"wheels": [w.record() for w in wheels]}, indent=2) + "\n")
         publish.publish(staging, dist, publish.leftover(dist, "old", build_id))  # publish
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # after an exchange: the previous dist/
@@ -470,5 +470,5 @@ def current_wheel(line: ReleaseLine, dist: Path, hint: str) -> Path:
 
 def wheel_manifest(path: Path) -> dict:
     with zipfile.ZipFile(path) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/" + rewrite.MANIFEST_NAME))
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/" + FIXES_MANIFEST))
         return json.loads(zf.read(name))

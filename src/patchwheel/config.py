@@ -16,13 +16,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .errors import PatchwheelError
+from .names import SHA256, wheel_name_version
 
-#: A sha256 as the tool uses it: it becomes a cache folder's name, so nothing else is accepted.
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*$")
 #: The keys each file may have: anything else is a typo that would otherwise be ignored, leaving a default in place.
 PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release")
@@ -227,13 +226,8 @@ def _artifact(path: Path, version: str, kind: str, raw: object) -> Artifact:
     if kind == "wheel" and not filename.endswith(".whl"):
         raise PatchwheelError(f"{where}: {filename!r} is not a wheel", "pin the py3-none-any .whl file")
     if kind == "wheel":
-        try:
-            parse_wheel_filename(filename)
-        except InvalidWheelFilename as exc:
-            raise PatchwheelError(
-                f"{where}: {filename!r} is not a valid wheel file name ({exc})",
-                "pin the py3-none-any .whl file exactly as the package index lists it",
-            ) from exc
+        hint = "pin the py3-none-any .whl file exactly as the package index lists it"
+        wheel_name_version(filename, where=f"{where}: ", hint=hint)
     return Artifact(filename, sha)
 
 

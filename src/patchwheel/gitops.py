@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import PatchwheelError
-from .patches import FORMAT_PATCH_FLAGS
 
 IDENTITY = ("patchwheel maintainers", "maintainers@patchwheel.invalid")
+#: Flags that make ``git format-patch`` output byte-stable (Electron's choice): what every patch file is made with.
+FORMAT_PATCH_FLAGS = ("--keep-subject", "--no-stat", "--zero-commit", "--full-index", "--no-signature")
 #: GIT_CONFIG_GLOBAL (2.32) and GIT_CONFIG_COUNT (2.31): an older git ignores them and reads the user's config.
 MIN_GIT = (2, 32)
 #: Settings given to every git call as command-line configuration, above any file.

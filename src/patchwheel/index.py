@@ -5,9 +5,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
-from .errors import PatchwheelError
+from .names import wheel_name_version
 
 
 def write_simple(root: Path, wheels: dict[str, str]) -> None:
@@ -28,14 +26,11 @@ def write_simple(root: Path, wheels: dict[str, str]) -> None:
 def _project(filename: str) -> str:
     """The canonical project a wheel belongs to, read as the wheel spec says (pip looks it up under that name). A
     name pip cannot read is refused here, rather than published on a page pip never asks for."""
-    try:
-        return str(parse_wheel_filename(filename)[0])
-    except InvalidWheelFilename as exc:
-        raise PatchwheelError(
-            f"{filename!r} is not a valid wheel file name ({exc})",
-            "a wheel is named <name>-<version>(-<build>)-<tags>.whl, with '_' for '-' in the "
-            "name: check local-label and the package name in overlay/<pkg>/pins.toml",
-        ) from exc
+    hint = (
+        "a wheel is named <name>-<version>(-<build>)-<tags>.whl, with '_' for '-' in the name: check local-label "
+        "and the package name in overlay/<pkg>/pins.toml"
+    )
+    return wheel_name_version(filename, hint=hint)[0]
 
 
 def _page(title: str, body: list[str]) -> str:

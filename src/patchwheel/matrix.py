@@ -27,6 +27,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from .errors import MatrixError
+from .names import slug_of
 from .patches import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, load_series
 
 SCHEMA = 1
@@ -131,7 +132,7 @@ class Row:
     @property
     def slug(self) -> str:
         """``0003-dataparallel-num-items.patch`` -> ``dataparallel-num-items``: the same fix on every line."""
-        return self.name.removesuffix(".patch").split("-", 1)[-1]
+        return slug_of(self.name)
 
     @property
     def is_feature(self) -> bool:

@@ -35,11 +35,11 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from . import gitops
 from .config import ReleaseLine, path_problem
 from .errors import PatchwheelError
-
-#: Flags that make ``git format-patch`` output byte-stable (Electron's choice).
-FORMAT_PATCH_FLAGS = ("--keep-subject", "--no-stat", "--zero-commit", "--full-index", "--no-signature")
+from .gitops import FORMAT_PATCH_FLAGS
+from .names import HUNK, PATCH_NAME, slug_of
 
 #: Drop-When value for a bug no upstream release is known to fix: dropped when its proof passes on a release.
 DROP_BY_BEHAVIOUR = "proof-passes-upstream"
@@ -48,12 +48,10 @@ DROP_BY_PR = "pr-released"
 GUARD_TRAILER = "Guard-Test"
 REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Drop-When", GUARD_TRAILER)
 TEST_TRAILERS = ("Proof-Test", "Feature-Test")
-_NAME = re.compile(r"^(\d{4})-([a-z0-9][a-z0-9.-]*)\.patch$")
 _TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.+)$")
 _STATUS = re.compile(r"^(Pending|Submitted \S+|Backport \S+|Fixed-In \S+|Partial-Fix-In \S+ \S+)$")
 _PR = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/pull/\d+|pending)$")
 _ISSUE = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|[\w.-]+/[\w.-]+#\d+)$")
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 #: The old and new lines each line of a hunk counts for, by its first character, as git counts them ("": an empty
 #: context line; a backslash: "\ No newline at end of file").
 _HUNK_LINE = {" ": (1, 1), "": (1, 1), "-": (1, 0), "+": (0, 1), "\\": (0, 0)}
@@ -97,8 +95,7 @@ class Patch:
 
     @property
     def slug(self) -> str:
-        m = _NAME.match(self.name)
-        return m.group(2) if m else self.path.stem
+        return slug_of(self.name)
 
     @property
     def sha256(self) -> str:
@@ -169,7 +166,7 @@ def _file_diff(path: Path, block: str, first_line: int, last: bool) -> FileDiff:
     named: list[tuple[str, str]] = []  # (header, path) of the extended headers: rename/copy from/to
     modes: list[tuple[str, str]] = []  # (header, mode) of the extended headers that give one
     i = 1
-    while i < len(lines) and not _HUNK.match(lines[i]):
+    while i < len(lines) and not HUNK.match(lines[i]):
         line = lines[i]
         if line.startswith("--- ") and old is None:
             old = _strip_prefix(line[4:].rstrip("\t"), "a/")
@@ -186,7 +183,7 @@ def _file_diff(path: Path, block: str, first_line: int, last: bool) -> FileDiff:
     name = in_git_line[1] if in_git_line else lines[0]
     hunks: list[Hunk] = []
     added = deleted = 0
-    while i < len(lines) and (h := _HUNK.match(lines[i])) is not None:
+    while i < len(lines) and (h := HUNK.match(lines[i])) is not None:
         header = lines[i].split(" @@")[0] + " @@"
         want_old, want_new = int(h.group(2) or 1), int(h.group(4) or 1)
         left_old, left_new = want_old, want_new
@@ -479,9 +476,8 @@ def mailinfo_cut(patch: Patch) -> str | None:
 def git_disagrees(patch: Patch) -> str | None:
     """Lint reads exactly what git applies: ``git apply --numstat`` must name the parser's files, in its order, with
     the lines each adds and removes. A diff where the parser does not look (the mail headers, say) differs."""
-    from .gitops import numstat  # (gitops imports this module)
 
-    git = numstat(patch.raw)
+    git = gitops.numstat(patch.raw)
     if isinstance(git, str):
         return f"{patch.name}: git apply cannot read it ({git.splitlines()[0]}): regenerate it with `git format-patch`"
     ours = tuple((f.added, f.deleted, f.path) for f in patch.files)
@@ -511,7 +507,7 @@ def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = T
         if name in seen:
             problems.append(f"series lists {name} twice")
         seen.add(name)
-        m = _NAME.match(name)
+        m = PATCH_NAME.match(name)
         if not m:
             problems.append(f"series entry {name!r} is not named NNNN-slug.patch (lower-case slug)")
         elif int(m.group(1)) != i:

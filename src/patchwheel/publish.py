@@ -26,8 +26,6 @@ from pathlib import Path
 
 from .errors import PatchwheelError
 
-BUILD_MANIFEST = "build.json"
-
 
 @contextlib.contextmanager
 def exclusive(dist: Path, log: Callable[[str], object]) -> Iterator[None]:

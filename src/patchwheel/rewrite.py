@@ -23,13 +23,11 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
 from . import buildno
 from .config import ReleaseLine, path_problem
 from .errors import PatchwheelError
+from .names import FIXES_MANIFEST, wheel_name_version
 
-MANIFEST_NAME = "overlay-fixes.json"
 COMPRESSLEVEL = 6
 
 
@@ -51,13 +49,7 @@ def wheel_names(line: ReleaseLine) -> WheelNames:
     packaging validates the name; its parts are then taken as upstream wrote them (packaging normalizes the
     project name and returns the tags as a set), so the +fixed wheel differs only in its version."""
     filename = line.wheel.filename
-    try:
-        parse_wheel_filename(filename)
-    except InvalidWheelFilename as exc:
-        raise PatchwheelError(
-            f"{filename} is not a valid wheel file name ({exc})",
-            "pin the upstream .whl file exactly as the package index lists it",
-        ) from exc
+    wheel_name_version(filename, hint="pin the upstream .whl file exactly as the package index lists it")
     name, version, rest = filename.split("-", 2)  # a valid name has no '-' in its project or version part
     if version != line.version:
         raise PatchwheelError(f"wheel {filename} is not version {line.version}", "fix the pin")
@@ -160,7 +152,7 @@ def plan(
             "the pinned file is not a valid wheel",
         )
     manifest_bytes = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-    out.insert(record_at, Entry(_info(metadata_info, f"{names.new_distinfo}/{MANIFEST_NAME}"), manifest_bytes))
+    out.insert(record_at, Entry(_info(metadata_info, f"{names.new_distinfo}/{FIXES_MANIFEST}"), manifest_bytes))
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
     for e in out:

@@ -18,7 +18,9 @@ import sys
 from importlib import metadata
 
 PACKAGES = ("transformers", "accelerate")
-MANIFEST_NAME = "overlay-fixes.json"
+#: The +fixed wheel's record of its fixes, in its .dist-info (rewrite writes it; patchwheel.names re-exports it:
+#: this module runs alone, inside the inspected environment, so the name lives here).
+FIXES_MANIFEST = "overlay-fixes.json"
 
 
 def site_dirs() -> list:
@@ -160,10 +162,10 @@ def inspect(name: str, path=None) -> dict:
         "patches": [],
         "problems": problems,
     }
-    raw = dist.read_text(MANIFEST_NAME)
+    raw = dist.read_text(FIXES_MANIFEST)
     if raw is None:
         if "+" in dist.version:
-            problems.append(f"version {dist.version} has a local label but no {MANIFEST_NAME}: not a patchwheel build")
+            problems.append(f"version {dist.version} has a local label but no {FIXES_MANIFEST}: not a patchwheel build")
         return info
     why: str | None = "not JSON"
     try:
@@ -174,7 +176,7 @@ def inspect(name: str, path=None) -> dict:
         why = manifest_problem(manifest)
     if why is not None:
         info.update(fixed=True, upstream=None)
-        problems.append(f"{MANIFEST_NAME} is damaged: {why}")
+        problems.append(f"{FIXES_MANIFEST} is damaged: {why}")
         return info
     info.update(fixed=True, upstream=manifest["upstream"], patches=manifest["patches"], build=_build_tag(dist))
     if manifest.get("version") != dist.version:
@@ -286,7 +288,7 @@ def render(rep: dict) -> str:
             up = p["upstream"]
             state = "INTACT" if not p["problems"] else "DAMAGED"
             if up is None:
-                built = f"+fixed build (its {MANIFEST_NAME} cannot be read)"
+                built = f"+fixed build (its {FIXES_MANIFEST} cannot be read)"
                 out.append(f"  {p['package']:<13} {p['version']:<16} {built}, {state}")
             else:
                 build = f"build {p['build']}; " if p.get("build") else ""

@@ -33,12 +33,12 @@ from . import fetch, rewrite
 from .apply import apply_line
 from .config import Overlay, ReleaseLine, path_problem
 from .errors import PatchwheelError
+from .names import VENDOR_RECORD
 from .patches import Patch, load_series
 
-RECORD = "VENDORED.json"
 LICENSE = "LICENSE"
 NOTICE = "NOTICE"
-_OWN = {RECORD, LICENSE}  # the folder's own files, next to the package's
+_OWN = {VENDOR_RECORD, LICENSE}  # the folder's own files, next to the package's
 _GENERATED_BY = "patchwheel vendor (nox -s vendor) from the pinned wheel and patches/{key}/series; do not edit"
 
 
@@ -57,7 +57,7 @@ class Vendored:
 
     @property
     def files(self) -> dict[str, bytes]:
-        own = {RECORD: self.record} | ({LICENSE: self.license} if self.license is not None else {})
+        own = {VENDOR_RECORD: self.record} | ({LICENSE: self.license} if self.license is not None else {})
         return own | self.modules
 
 
@@ -112,7 +112,7 @@ def _on_disk(folder: Path) -> dict[str, Path]:
 def _recorded(folder: Path) -> dict[str, str]:
     """The sha256 of each module as ``vendor`` last wrote it (empty when VENDORED.json is missing or unreadable)."""
     try:
-        files = json.loads((folder / RECORD).read_bytes()).get("files", {})
+        files = json.loads((folder / VENDOR_RECORD).read_bytes()).get("files", {})
     except (OSError, ValueError, AttributeError):
         return {}
     return files if isinstance(files, dict) else {}
@@ -272,7 +272,7 @@ def _records(overlay: Overlay, made: list[Vendored]) -> list[dict]:
     for line in overlay.all_lines():
         if line.key not in fresh:
             try:
-                fresh[line.key] = json.loads((line.vendor_dir / RECORD).read_bytes())
+                fresh[line.key] = json.loads((line.vendor_dir / VENDOR_RECORD).read_bytes())
             except (OSError, ValueError):
                 fresh[line.key] = json.loads(generate(line).record)
         out.append(fresh[line.key])

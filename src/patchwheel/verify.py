@@ -21,7 +21,7 @@ from .apply import reverse_series
 from .config import ReleaseLine
 from .errors import PatchwheelError
 from .patches import Patch
-from .rewrite import MANIFEST_NAME, Entry, read, record_hash, wheel_names, with_build_line
+from .rewrite import FIXES_MANIFEST, Entry, read, record_hash, wheel_names, with_build_line
 
 
 def check_record(entries: list[Entry], record_name: str) -> list[str]:
@@ -67,7 +67,7 @@ def verify(
         return names.new_distinfo + n[len(names.old_distinfo) :] if n.startswith(names.old_distinfo + "/") else n
 
     old_data = {renamed(e.name): e.data for e in old}
-    manifest_path = f"{names.new_distinfo}/{MANIFEST_NAME}"
+    manifest_path = f"{names.new_distinfo}/{FIXES_MANIFEST}"
     manifest = json.loads(new_data.get(manifest_path, b"{}") or b"{}")
     # (lint guarantees every touched path maps into the wheel)
     patched_paths = {w for patch in patches for p in patch.touched if (w := line.wheel_path(p)) is not None}

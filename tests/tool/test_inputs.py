@@ -438,7 +438,7 @@ def test_scratch_repo_that_fails_leaves_nothing(scratch_temp):
 @pytest.mark.parametrize("filename", ["demo1.0.0.whl", "demo-1.0.0-py3-none.whl", "demo-1.0.0-py3-none-any.zip"])
 def test_wheel_names_refuse_what_is_not_a_wheel_file_name(demo_project, filename):
     line = dataclasses.replace(demo_project.load().line("demo"), wheel=Artifact(filename, demo_project.sha256))
-    with pytest.raises(PatchwheelError, match=f"{filename} is not a valid wheel file name"):
+    with pytest.raises(PatchwheelError, match=f"'{filename}' is not a valid wheel file name"):
         rewrite.wheel_names(line)
 
 

@@ -217,9 +217,9 @@ def test_refresh_without_an_edit_and_with_bad_names(demo_project, capsys):
     before = _patch_files(demo_project.root)
     assert refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma") == 0
     assert "nothing to refresh" in capsys.readouterr().out
-    with pytest.raises(PatchwheelError, match="the series has no patch 'nope'") as err:
+    with pytest.raises(PatchwheelError, match="no patch 'nope' in the series of demo/1.0.0") as err:
         refresh.refresh(demo_project.load(), "demo", "1.0.0", "nope")
-    assert "0001-greet-comma.patch" in err.value.hint
+    assert "greet-comma" in err.value.hint
     _edit(_module(demo_project), b'"hello, " + name', b'"hello " + name')  # the whole change undone
     with pytest.raises(PatchwheelError, match="changes nothing"):
         refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma")

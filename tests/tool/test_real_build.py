@@ -14,7 +14,8 @@ import pytest
 
 from patchwheel import build as build_mod
 from patchwheel import config, fetch, gitops, patches
-from patchwheel.rewrite import MANIFEST_NAME, wheel_names
+from patchwheel.names import DIST_RECORD, FIXES_MANIFEST
+from patchwheel.rewrite import wheel_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"
@@ -24,9 +25,9 @@ LINES = OVERLAY.all_lines()
 
 @pytest.fixture(scope="module")
 def built_dist():
-    if not (DIST / build_mod.BUILD_MANIFEST).is_file():
+    if not (DIST / DIST_RECORD).is_file():
         pytest.fail("dist/ is missing: run `nox -s build` first (the nox tests session does)")
-    return json.loads((DIST / build_mod.BUILD_MANIFEST).read_text())
+    return json.loads((DIST / DIST_RECORD).read_text())
 
 
 @pytest.mark.parametrize("line", LINES, ids=[ln.key for ln in LINES])
@@ -60,7 +61,7 @@ def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
         ours = {n: new.read(n) for n in new.namelist()}
         created = sorted(touched - set(up.namelist()))
         assert [n.replace(names.old_distinfo, names.new_distinfo) for n in up.namelist()] == [
-            n for n in new.namelist() if not n.endswith(MANIFEST_NAME) and n not in created
+            n for n in new.namelist() if not n.endswith(FIXES_MANIFEST) and n not in created
         ], "same entries, same order, plus what the patches create"
         assert all(n in ours for n in created)
         for n in up.namelist():
@@ -73,7 +74,7 @@ def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
     if line.build is not None and line.build.number > 1:  # WHEEL's Build line names the build (none for build 1)
         expected.add(f"{names.new_distinfo}/WHEEL")
     assert changed == expected
-    manifest = json.loads(ours[f"{names.new_distinfo}/{MANIFEST_NAME}"])
+    manifest = json.loads(ours[f"{names.new_distinfo}/{FIXES_MANIFEST}"])
     assert [p["name"] for p in manifest["patches"]] == [p.name for p in series]
     assert manifest["upstream"]["sha256"] == line.wheel.sha256
 

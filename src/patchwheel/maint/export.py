@@ -18,7 +18,6 @@ The steps, each of which stops the export with its reason (and nothing written) 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from .. import fetch
 from ..config import Artifact, Overlay, ReleaseLine
 from ..errors import PatchwheelError
 from ..matrix import Matrix
+from ..names import matches
 from ..patches import Patch, load_series
 from . import export_commit, proofenv, submission, upstream_style, upstream_test
 from .export_commit import GitConfig, user_git_config
@@ -52,11 +52,10 @@ class Carried:
 
 def find(overlay: Overlay, slug: str) -> tuple[ReleaseLine, list[Patch]]:
     """The newest line carrying a patch with this slug (or file name), and its series up to that patch."""
-    want = re.sub(r"^\d{4}-|\.patch$", "", slug.split("/")[-1])
     for line in reversed([ln for pkg in overlay.packages() for ln in overlay.lines[pkg]]):
         series = load_series(line)
         for i, p in enumerate(series):
-            if p.slug == want:
+            if matches(p, slug):
                 return line, series[: i + 1]
     known = sorted({p.slug for ln in overlay.all_lines() for p in load_series(ln)})
     raise PatchwheelError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")

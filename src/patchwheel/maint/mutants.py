@@ -30,12 +30,13 @@ from ..build import current_wheel
 from ..config import Overlay, ReleaseLine
 from ..errors import PatchwheelError
 from ..gitops import git_env
+from ..names import HUNK_HEADER
 from ..patches import Patch, load_series
 from . import proofenv
 
 PROOF_TIMEOUT = 600.0
 JUDGED_OK = ("killed", "justified")
-_HUNK_HEAD = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_HUNK_HEAD = re.compile(HUNK_HEADER.encode())
 _NOTE = re.compile(r"^Mutant-Survives:\s*#(\d+)\s+(\S.*)$")
 
 
@@ -53,7 +54,7 @@ class HunkRef:
 def _hunk_length(lines: list[bytes], start: int) -> int:
     """Number of lines of the hunk whose @@ line is ``lines[start]``, the @@ line included."""
     m = _HUNK_HEAD.match(lines[start])
-    old, new = int(m.group(1) or 1), int(m.group(2) or 1)  # type: ignore[union-attr]
+    old, new = int(m.group(2) or 1), int(m.group(4) or 1)  # type: ignore[union-attr]
     i = start + 1
     while i < len(lines) and (old or new or lines[i].startswith(b"\\")):
         tag = lines[i][:1]

@@ -38,11 +38,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
 from .. import fetch
 from ..config import Artifact
 from ..errors import PatchwheelError
+from ..names import wheel_name_version
 
 MARKER = "patchwheel-env.json"
 _path_locks: dict[str, threading.Lock] = {}
@@ -56,17 +55,6 @@ sysconfig.get_config_vars()
 
 def torch_version() -> str:
     return os.environ.get("TORCH_VERSION", "2.13.0")
-
-
-def wheel_name_version(filename: str) -> tuple[str, str]:
-    """(canonical project name, normalized version) of a wheel file name, read as the wheel spec says: a name
-    split by hand takes a build tag, a stray hyphen or an unnormalized version for something else."""
-    try:
-        name, version, _, _ = parse_wheel_filename(filename)
-    except InvalidWheelFilename as exc:
-        hint = "pin or build a wheel named <name>-<version>(-<build>)-<tags>.whl, as pip writes it"
-        raise PatchwheelError(f"{filename!r} is not a valid wheel file name ({exc})", hint) from exc
-    return str(name), str(version)
 
 
 def wheel_version(filename: str) -> str:

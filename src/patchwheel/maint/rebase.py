@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -30,13 +29,12 @@ from packaging.version import InvalidVersion, Version
 from .. import buildno, config, fetch, gitops, vendored
 from ..config import Artifact, Overlay
 from ..errors import PatchwheelError
+from ..names import patch_name, slug_of
 from ..patches import Patch, load_series, parse_patch
 from . import proofenv
 from .textcheck import carry
 from .upstream import companions
 from .workrepo import WorkRepo, release_files, touched
-
-_SLUG = re.compile(r"^\d{4}-(.+)\.patch$")
 
 
 def _work(overlay: Overlay, package: str, version: str) -> Path:
@@ -214,9 +212,7 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
     for name, why in state["dropped"].items():
         lines.append(f"# dropped {name}: {why}")
     for i, (rev, name) in enumerate(zip(revs, names, strict=True), 1):  # lengths checked above
-        slug = _SLUG.match(name)
-        assert slug is not None, name  # the series was linted
-        new_name = f"{i:04d}-{slug.group(1)}.patch"
+        new_name = patch_name(i, slug_of(name))
         (tmp / new_name).write_bytes(gitops.format_patch(repo, rev))
         lines.append(new_name)
     (tmp / "series").write_text("\n".join(lines) + "\n")

@@ -28,12 +28,12 @@ from .. import buildno, fetch, gitops, vendored
 from ..apply import ScratchTree, apply_line, explain_failure
 from ..config import Overlay, ReleaseLine, path_problem
 from ..errors import PatchwheelError
+from ..names import HUNK_HEADER, SLUG, find
 from ..patches import Patch, load_series, mailinfo_cut, parse_patch, test_refs
 from .workrepo import WorkRepo, release_files
 
 _PORCELAIN = re.compile(r"^([0-9a-f]{40}) \d+ (\d+)", re.M)
-_U0_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", re.M)
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+_U0_HUNK = re.compile(HUNK_HEADER, re.M)
 
 
 @dataclass
@@ -94,15 +94,6 @@ def _edits(overlay: Overlay, line: ReleaseLine) -> Edits:
         if s in ("edited", "extra"):
             edited[up] = data
     return Edits(line, series, edited, state)
-
-
-def _find(series: list[Patch], ref: str) -> int:
-    want = ref.split("/")[-1]
-    for i, p in enumerate(series):
-        if want in (p.name, p.slug, p.name.removesuffix(".patch"), p.name[:4]):
-            return i
-    names = ", ".join(p.name for p in series) or "none (the series is empty)"
-    raise PatchwheelError(f"the series has no patch {ref!r}", f"name one of: {names}")
 
 
 def _blame(work: WorkRepo, path: str, first: int, last: int) -> dict[int, str]:
@@ -213,7 +204,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
     line = overlay.line(package, version)
     edits = _edits(overlay, line)
     series = edits.series
-    k = _find(series, ref)
+    k = series.index(find(series, ref, f"the series of {line.key}"))
     target, later = series[k], series[k + 1 :]
     if not edits.edited:
         log(f"overlay/{line.key}/ equals pristine + series: nothing to refresh into {target.name}")
@@ -328,7 +319,7 @@ def new(
     log: Callable[[str], None] = print,
 ) -> int:
     line = overlay.line(package, version)
-    if not _SLUG.fullmatch(slug):
+    if not SLUG.fullmatch(slug):
         raise PatchwheelError(
             f"{slug!r} is not a patch slug", "use lower-case letters, digits, '.' and '-', e.g. fix-warmup-tp-plan"
         )

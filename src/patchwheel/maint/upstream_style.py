@@ -24,8 +24,9 @@ from pathlib import Path
 from .. import fetch, gitops
 from ..config import Artifact
 from ..errors import PatchwheelError
+from ..names import HUNK_HEADER
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.M)
+_HUNK = re.compile(HUNK_HEADER, re.M)
 
 
 def ruff_bin() -> str:
