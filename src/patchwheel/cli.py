@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import buildno, config, patches, status
+from . import buildno, config, patches, status, trailers
 from .errors import ConfigError, PatchwheelError
 from .matrix import WHERE
 
 if TYPE_CHECKING:
-    from .build import Published
+    from .distdir import DistWheel
 
 
 def _root(args) -> Path:
@@ -27,12 +27,13 @@ def _root(args) -> Path:
 
 
 def cmd_build(args) -> int:
-    from .build import build, published
+    from .build import build
+    from .distdir import dist_wheels
 
     overlay = config.load(_root(args))
     dist = (Path(args.dist) if args.dist else _root(args) / "dist").resolve()
     built = build(overlay, dist, select=args.lines, clean=args.clean)
-    wheels = published(dist)
+    wheels = dist_wheels(dist)
     kept = f" (and kept {len(wheels) - len(built)} of the previous build)" if len(wheels) > len(built) else ""
     print(f"wrote {len(built)} wheel(s){kept}, simple index and pins to {dist}/")
     for name in sorted(overlay.sets):
@@ -40,7 +41,7 @@ def cmd_build(args) -> int:
     return 0
 
 
-def _consumer_line(name: str, members: dict[str, str], wheels: list[Published], dist: Path) -> str:
+def _consumer_line(name: str, members: dict[str, str], wheels: list[DistWheel], dist: Path) -> str:
     """The install line of one consumer set, naming only files that exist: a set whose lines are not all in dist/
     has no constraints file, so say which lines it lacks instead."""
     constraints = dist / f"constraints-{name}.txt"
@@ -176,7 +177,7 @@ def cmd_guards(args) -> int:
     modules = set()
     for pkg, version in overlay.sets[args.set].items():
         for patch in patches.load_series(overlay.line(pkg, version)):
-            modules.update(patches.guard_modules(patch))
+            modules.update(trailers.guard_modules(patch))
     print("\n".join(sorted(modules)))
     return 0
 
@@ -206,6 +207,7 @@ def cmd_upstream_run(args) -> int:
 
 
 def cmd_upstream_check(args) -> int:
+    from . import matrix_checks
     from .maint import upstream
     from .matrix import Matrix
 
@@ -213,7 +215,7 @@ def cmd_upstream_check(args) -> int:
     if args.transitions:
         if args.releases:
             raise ConfigError("--transitions selects the releases itself", "leave out the releases, or it")
-        args.releases = Matrix.require(overlay.status_json).transition_releases()
+        args.releases = matrix_checks.transition_releases(Matrix.require(overlay.status_json))
         if not args.releases:
             print("the committed matrix has no Drop-When transition: nothing to check")
             return 0

@@ -6,7 +6,7 @@ Nothing is used before its sha256 matches the pin. The cache is content-addresse
 A download follows http(s) links only (and ``file:`` links of an index on disk), reads no more than the size the
 server states nor :data:`MAX_DOWNLOAD`, and writes into a ``.part-*`` file beside its target whose ``flock`` it holds
 until the file is renamed or removed: the next download sweeps the ``.part-*`` files of downloads that were killed
-(their lock is free), as a build sweeps the staging folders of killed builds (publish.py).
+(their lock is free), as a build sweeps the staging folders of killed builds (staging.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .config import SHA256, Artifact, file_name_problem
 from .errors import PatchwheelError
-from .publish import locked_tempfile, still_linked
+from .staging import locked_tempfile, still_linked
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
@@ -215,7 +215,7 @@ def _check_link(page: str, filename: str, url: str) -> None:
 
 
 def _claim_part(folder: Path) -> tuple[int, str]:
-    """A new ``.part-*`` file in ``folder``, its lock held first (as publish.claim does for a staging folder)."""
+    """A new ``.part-*`` file in ``folder``, its lock held first (as staging.claim does for a staging folder)."""
     return locked_tempfile(folder, PART_PREFIX)
 
 

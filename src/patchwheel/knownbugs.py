@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from .config import Overlay
 from .matrix import Matrix
-from .patches import load_series, test_refs
+from .patches import load_series
+from .trailers import test_refs
 
 
 def _tests(trailer: str) -> str:

@@ -6,7 +6,7 @@ asks the same of the tree it is about to write."""
 
 from __future__ import annotations
 
-from . import buildno, patches
+from . import buildno, matrix_checks, patches
 from .config import Overlay, ReleaseLine
 from .matrix import Matrix
 
@@ -15,7 +15,7 @@ def line_problems(overlay: Overlay, line: ReleaseLine, matrix: Matrix | None) ->
     """The first kind of problem the line has (its series, else the matrix, else its build record); none: []."""
     problems = patches.lint_line(line, overlay.root)
     if not problems and matrix is not None:
-        problems = matrix.problems(line.key, patches.load_series(line))
+        problems = matrix_checks.problems(matrix, line.key, patches.load_series(line))
     if not problems and (why := buildno.problem(line)):
         problems = [why]
     return problems

@@ -28,7 +28,8 @@ from packaging.version import Version
 
 from .errors import MatrixError
 from .names import slug_of
-from .patches import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, load_series
+from .patches import Patch, load_series
+from .trailers import DROP_BY_BEHAVIOUR, DROP_BY_PR
 
 SCHEMA = 1
 #: Where the committed matrix lives, for messages (the path itself is ``Overlay.status_json``).
@@ -318,92 +319,6 @@ class Matrix:
     def keep_lines(self, keys: set[str]) -> None:
         """Drop the rows of lines that are no longer pinned (a retired line)."""
         self.lines = [ln for ln in self.lines if ln.line in keys]
-
-    def compare(self, fresh_lines: list[LineMatrix]) -> list[str]:
-        """The verdicts of a fresh run (text, behaviour where run) that differ from this matrix."""
-        out = []
-        for fresh in fresh_lines:
-            old = self.line(fresh.line)
-            if old is None:
-                out.append(f"{fresh.line}: not in the committed matrix")
-                continue
-            for p in fresh.patches:
-                prev_row = old.row(p.name)
-                for version, cell in p.cells.items():
-                    prev = prev_row.cells.get(version) if prev_row else None
-                    if prev is None:
-                        out.append(f"{fresh.line} {p.name} vs {version}: missing from the committed matrix")
-                        continue
-                    if prev.text != cell.text:
-                        out.append(
-                            f"{fresh.line} {p.name} vs {version}: text is {cell.text}, the committed matrix says "
-                            f"{prev.text}"
-                        )
-                    ran = cell.behaviour is not None and cell.inferred_from is None  # only what was run
-                    if ran and prev.behaviour != cell.behaviour:
-                        says = "infers" if prev.inferred_from is not None else "says"
-                        out.append(
-                            f"{fresh.line} {p.name} vs {version}: behaviour is {cell.behaviour}, "
-                            f"the committed matrix {says} {prev.behaviour}"
-                        )
-        return out
-
-    def transition_releases(self) -> list[str]:
-        """The smallest set of releases (``pkg==version``) on which a staleness check covers every Drop-When
-        transition: where a patch's Drop-When starts (or stops) to hold, and, for a patch dropped by its proof, where
-        its verdict changes to or from passing (the release before it was run when the matrix was written)."""
-        out: set[tuple[str, str]] = set()
-        for line in self.lines:
-            for p in line.patches:
-                by_proof = p.drop_when == DROP_BY_BEHAVIOUR
-                present = [
-                    v for v in line.versions if v in p.cells and (not by_proof or p.cells[v].behaviour is not None)
-                ]
-
-                def drop(v: str, p: Row = p, by_proof: bool = by_proof) -> object:
-                    return p.cells[v].behaviour == "passes" if by_proof else p.met(v)
-
-                out |= {(line.package, b) for _, b in changes(present, drop)}
-        return [f"{pkg}=={v}" for pkg, v in sorted(out, key=lambda pv: (pv[0], Version(pv[1])))]
-
-    def problems(self, line_key: str, series: list[Patch]) -> list[str]:
-        """What this matrix says against the patches' trailers (the lint rule): a ⚠ cell no trailer explains, a
-        Fixed-In release where the proof still fails, a matrix written with other trailers than the series has."""
-        out: list[str] = []
-        line = self.line(line_key)
-        for patch in series:
-            row = line.row(patch.name) if line else None
-            if row is None:
-                continue
-            status = patch.trailers.get("Upstream-Status", "").split()
-            if (row.drop_when, row.upstream_status) != (
-                patch.trailers.get("Drop-When"),
-                patch.trailers.get("Upstream-Status"),
-            ):
-                out.append(
-                    f"{line_key} {patch.name}: patches/STATUS.* was written with other trailers "
-                    "(Drop-When, Upstream-Status): run `nox -s upstream -- rerender` and commit it"
-                )
-            for version, cell in row.cells.items():
-                found = flags(drop_when_met(patch.trailers.get("Drop-When"), version), cell.behaviour)
-                detail = cell.behaviour_detail or ""
-                if status and status[0] == "Fixed-In" and version == status[1] and cell.behaviour == "fails":
-                    out.append(
-                        f"{line_key} {patch.name}: Upstream-Status says Fixed-In {version}, but the proof still "
-                        f"fails there ({detail}): write 'Partial-Fix-In {version} <the failing test>'"
-                    )
-                explained = (
-                    len(status) == 3
-                    and status[0] == "Partial-Fix-In"
-                    and Version(status[1]) <= Version(version)
-                    and detail.startswith(status[2].split("::")[-1] + ":")
-                )
-                if found and not explained:
-                    out.append(
-                        f"{line_key} {patch.name} vs {version}: ⚠ {found[0]} ({detail}), and no trailer explains "
-                        "it: correct Drop-When, or record 'Upstream-Status: Partial-Fix-In <version> <test>'"
-                    )
-        return out
 
     def rerendered(self, series_of: Callable[[str], list[Patch] | None]) -> None:
         """Each row's trailers taken from its series as it is now (``series_of(line key)``; None: not pinned), and

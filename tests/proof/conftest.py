@@ -112,13 +112,13 @@ def _module(item) -> str:
 
 
 def _names_module(value: str | None, module: str) -> bool:
-    from patchwheel.patches import test_refs
+    from patchwheel.trailers import test_refs
 
     return any(file == module for file, _ in test_refs(value))
 
 
 def _names_test(value: str | None, module: str, test: str) -> bool:
-    from patchwheel.patches import test_refs
+    from patchwheel.trailers import test_refs
 
     return any(file == module and func in ("", test) for file, func in test_refs(value))
 

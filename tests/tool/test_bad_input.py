@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from patchwheel import cli, publish
+from patchwheel import cli, staging
 
 from conftest import CORE, INIT, make_wheel
 
@@ -323,7 +323,7 @@ def test_dist_that_must_not_be_replaced(good, monkeypatch, case, clean, entries,
     def never(*args, **kwargs):
         raise AssertionError(f"the build went on with --dist {case}")
 
-    monkeypatch.setattr(publish, "exclusive", never)
+    monkeypatch.setattr(staging, "exclusive", never)
     with tempfile.TemporaryDirectory(prefix="bad-dist-") as tmp:
         base = Path(tmp)
         root = base / "project"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from patchwheel import build as build_mod
-from patchwheel import cli, publish
+from patchwheel import cli, staging
 from patchwheel.errors import PatchwheelError
 from patchwheel.patches import load_series
 from patchwheel.rewrite import read, record_hash
@@ -245,7 +245,7 @@ def test_cli_build_names_only_constraints_files_that_exist(demo_project, capsys)
 # 2. the swap into dist/ is one step ------------------------------------------------------------------------------
 
 
-def test_publish_never_leaves_a_moment_without_dist(demo_project, monkeypatch):
+def test_the_swap_never_leaves_a_moment_without_dist(demo_project, monkeypatch):
     dist = demo_project.root / "dist"
     _build(demo_project)
     before = _snapshot(dist)
@@ -261,18 +261,18 @@ def test_publish_never_leaves_a_moment_without_dist(demo_project, monkeypatch):
 
         monkeypatch.setattr(os, name, checked)
     swaps = []
-    real_exchange = getattr(publish, "_exchange", None)
+    real_exchange = getattr(staging, "_exchange", None)
 
     def exchange(a, b):
         assert real_exchange is not None
         swaps.append(real_exchange(a, b))
         return swaps[-1]
 
-    monkeypatch.setattr(publish, "_exchange", exchange, raising=False)
+    monkeypatch.setattr(staging, "_exchange", exchange, raising=False)
     _build(demo_project, clean=True)
     assert gaps == []
-    assert swaps == [True], "published by one exchange"
-    assert _snapshot(dist) != before and (dist / OTHER_WHEEL).is_file(), "the new build was published"
+    assert swaps == [True], "swapped in by one exchange"
+    assert _snapshot(dist) != before and (dist / OTHER_WHEEL).is_file(), "the new build was swapped in"
     assert _siblings(dist) == []
 
 
@@ -282,7 +282,7 @@ def test_exchange_swaps_two_folders(tmp_path):
     b.mkdir()
     (a / "x").write_text("in a")
     (b / "y").write_text("in b")
-    assert publish._exchange(a, b), "renameat2(RENAME_EXCHANGE) is expected on Linux ext4/tmpfs"
+    assert staging._exchange(a, b), "renameat2(RENAME_EXCHANGE) is expected on Linux ext4/tmpfs"
     assert os.listdir(a) == ["y"] and os.listdir(b) == ["x"]
 
 
@@ -291,7 +291,7 @@ def test_fallback_swap_failure_leaves_dist_exactly_as_before(demo_project, monke
     _build(demo_project)
     before = _snapshot(dist)
     other_patch_set(demo_project)
-    monkeypatch.setattr(publish, "_exchange", lambda a, b: False, raising=False)  # no renameat2 here
+    monkeypatch.setattr(staging, "_exchange", lambda a, b: False, raising=False)  # no renameat2 here
     real = os.replace
 
     def second_rename_fails(src, dst):
@@ -487,7 +487,7 @@ def test_dist_at_the_file_system_root_is_an_error(demo_project, monkeypatch, cap
     def never(*args, **kwargs):
         raise AssertionError("the build went on with --dist /")
 
-    monkeypatch.setattr(publish, "exclusive", never)  # whatever happens, nothing under / is touched
+    monkeypatch.setattr(staging, "exclusive", never)  # whatever happens, nothing under / is touched
     monkeypatch.setattr(build_mod.shutil, "rmtree", never)
     argv = ["--root", str(demo_project.root), "build", "--dist", "/"]
     assert cli.main(argv + (["--clean"] if clean else [])) == 2

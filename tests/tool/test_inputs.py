@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import apply, fetch, gitops, patches, rewrite
+from patchwheel import apply, distdir, fetch, gitops, patches, rewrite
 from patchwheel import build as build_mod
 from patchwheel.config import Artifact, BuildRecord
 from patchwheel.errors import PatchwheelError
@@ -412,7 +412,7 @@ def test_non_ascii_subject_is_decoded(demo_project):
     (carried,) = textcheck.classify([parsed], FILES, FILES)  # git am + format-patch (LC_ALL=C) keep the bytes
     assert (carried.status, carried.rebased) == ("clean", patch)
     (built,) = _build(demo_project)
-    manifest = build_mod.wheel_manifest(demo_project.root / "dist" / built.filename)
+    manifest = distdir.wheel_manifest(demo_project.root / "dist" / built.filename)
     assert manifest["patches"][0]["subject"] == SUBJECT
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import config, patches
+from patchwheel import config, patches, trailers
 from patchwheel.errors import PatchwheelError
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
@@ -30,7 +30,7 @@ def test_demo_is_clean(demo_project):
     assert _problems(demo_project) == []
 
 
-@pytest.mark.parametrize("missing", patches.REQUIRED_TRAILERS)
+@pytest.mark.parametrize("missing", trailers.REQUIRED_TRAILERS)
 def test_missing_trailer(demo_project, missing):
     trailers = {k: v for k, v in TRAILERS.items() if k != missing}
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", trailers)))
@@ -68,7 +68,7 @@ def test_a_proof_may_list_tests_of_its_module(demo_project):
 
 def test_drop_when_by_behaviour_is_accepted(demo_project):
     demo_project.set_series(
-        ("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, "Drop-When": patches.DROP_BY_BEHAVIOUR}))
+        ("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, "Drop-When": trailers.DROP_BY_BEHAVIOUR}))
     )
     assert _problems(demo_project) == []
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from patchwheel import config, patches
+from patchwheel import config, matrix_checks, patches
 from patchwheel.maint import proofenv
 from patchwheel.matrix import Matrix
 
@@ -325,7 +325,7 @@ def test_trailers_must_agree_with_the_matrix(demo_project):
             }
         ]
     }
-    problems = Matrix.from_json(raw).problems(line.key, [patch])
+    problems = matrix_checks.problems(Matrix.from_json(raw), line.key, [patch])
     assert problems and "⚠ Drop-When is met but the proof still fails" in problems[0], problems
     assert "no trailer explains it" in problems[0]
 
@@ -336,13 +336,13 @@ def test_trailers_must_agree_with_the_matrix(demo_project):
         return patches.load_series(line)[0]
 
     fixed = with_status("Fixed-In 1.1.0")
-    problems = Matrix.from_json(raw).problems(line.key, [fixed])
+    problems = matrix_checks.problems(Matrix.from_json(raw), line.key, [fixed])
     assert any("says Fixed-In 1.1.0, but the proof still fails there" in p for p in problems), problems
     patch.path.write_text(patch.path.read_text().replace("Fixed-In 1.1.0", "Pending"))
     partial = with_status("Partial-Fix-In 1.1.0 tests/proof/test_demo.py::test_greet")
-    assert Matrix.from_json(raw).problems(line.key, [partial]) == []
+    assert matrix_checks.problems(Matrix.from_json(raw), line.key, [partial]) == []
     raw["lines"][0]["patches"][0]["drop_when"] = "demo>=9"
-    assert "written with other trailers" in Matrix.from_json(raw).problems(line.key, [partial])[0]
+    assert "written with other trailers" in matrix_checks.problems(Matrix.from_json(raw), line.key, [partial])[0]
 
 
 def test_a_fix_upstream_turns_its_proof_into_a_regression_guard(project):

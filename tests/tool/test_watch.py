@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from patchwheel import cli
+from patchwheel import cli, matrix_checks
 from patchwheel.maint import proofenv, watch
 from patchwheel.matrix import TEXT_CODE, VERDICTS, LineMatrix, Matrix, flags
 from patchwheel.matrix_md import render
@@ -126,9 +126,9 @@ def test_transitions_select_where_drop_when_changes(demo_project, monkeypatch, t
     assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
     matrix = status(demo_project)
     matrix["lines"][0]["patches"][0]["drop_when"] = "proof-passes-upstream"
-    assert Matrix.from_json(matrix).transition_releases() == ["demo==1.4.0"]
+    assert matrix_checks.transition_releases(Matrix.from_json(matrix)) == ["demo==1.4.0"]
     matrix["lines"][0]["patches"][0]["drop_when"] = "demo>=1.2.0"
-    assert Matrix.from_json(matrix).transition_releases() == ["demo==1.2.0"]
+    assert matrix_checks.transition_releases(Matrix.from_json(matrix)) == ["demo==1.2.0"]
 
 
 # --- the watch: list, fragment, merge ------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .. import gitops
 from ..errors import PatchwheelError
-from ..patches import GUARD_TRAILER, Patch
+from ..patches import Patch
+from ..trailers import GUARD_TRAILER
 from .workrepo import WorkRepo
 
 #: This project's trailers: none of them reaches upstream.

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from .. import fetch, rewrite
 from ..apply import ScratchTree, apply_line
-from ..build import current_wheel
 from ..config import Overlay, ReleaseLine
+from ..distdir import current_wheel
 from ..errors import PatchwheelError
 from ..gitops import git_env
 from ..names import HUNK_HEADER

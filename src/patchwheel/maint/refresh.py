@@ -29,7 +29,8 @@ from ..apply import ScratchTree, apply_line, explain_failure
 from ..config import Overlay, ReleaseLine, path_problem
 from ..errors import PatchwheelError
 from ..names import HUNK_HEADER, SLUG, find
-from ..patches import Patch, load_series, mailinfo_cut, parse_patch, test_refs
+from ..patches import Patch, load_series, mailinfo_cut, parse_patch
+from ..trailers import test_refs
 from .workrepo import WorkRepo, release_files
 
 _PORCELAIN = re.compile(r"^([0-9a-f]{40}) \d+ (\d+)", re.M)

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import fetch, patches
-from ..build import current_wheel
 from ..config import Overlay, ReleaseLine
+from ..distdir import current_wheel
+from ..trailers import guard_modules
 from . import proofenv
 
 TIMEOUT = 1800.0
@@ -49,7 +50,7 @@ def prove_set(
     wheels = [current_wheel(line, dist, hint) for line in lines]
     pristine = proofenv.release_env(cache, [(line.package, line.wheel) for line in lines])
     fixed = proofenv.fixed_env(cache, wheels, purpose="follow")
-    guards = sorted({m for line in lines for p in patches.load_series(line) for m in patches.guard_modules(p)})
+    guards = sorted({m for line in lines for p in patches.load_series(line) for m in guard_modules(p)})
     with tempfile.TemporaryDirectory(prefix="patchwheel-setruns-") as tmp:
         folder = Path(tmp)
 

@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from packaging.version import Version
 
-from .. import fetch
+from .. import fetch, matrix_checks
 from ..config import Artifact, Overlay, ReleaseLine
 from ..errors import PatchwheelError
 from ..matrix import (
@@ -238,7 +238,7 @@ def check(
     committed = Matrix.require(overlay.status_json)
     check_selections(overlay, selection, behaviour)
     lines = check_lines(overlay, selection, behaviour, workers=workers, bisect=False, report=report)
-    return committed.compare(lines), sum(len(ln.releases) for ln in lines)
+    return matrix_checks.compare(committed, lines), sum(len(ln.releases) for ln in lines)
 
 
 def rerender(overlay: Overlay) -> Matrix:

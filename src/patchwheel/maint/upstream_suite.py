@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import fetch
-from ..build import current_wheel
 from ..config import Overlay, ReleaseLine, path_problem
+from ..distdir import current_wheel
 from ..errors import PatchwheelError
 from . import proofenv
 

@@ -167,7 +167,7 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-def publish(staging: Path, dist: Path, old: Path) -> None:
+def swap_in(staging: Path, dist: Path, old: Path) -> None:
     """Put the finished staging folder in place of dist/.
 
     Readers of dist/ must never find it missing (an index server would answer 404), so an existing dist/ is
