@@ -332,7 +332,9 @@ def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
     core = proofenv._site(tmp_path / "env") / "demo" / "core.py"
     log: list[str] = []
     out = tmp_path / "mutants.md"
-    assert mutants.run(overlay, ["demo"], out, log=log.append) == 1  # hunk #3 (the new file) survives
+    assert (
+        mutants.exit_code(mutants.run(overlay, ["demo"], out, log=log.append)) == 1
+    )  # hunk #3 (the new file) survives
     text = capsys.readouterr().out
     assert out.read_text() == text
     rows = [r.split(" | ") for r in text.splitlines() if r.startswith("| demo/1.0.0")]
@@ -357,7 +359,7 @@ def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
 
     core.write_bytes(b"left mutated by a killed run\n")  # the next run repairs it before judging
     (proof / "test_demo.py").write_text("def test_greet():\n    assert False, 'broken proof'\n")
-    assert mutants.run(overlay, ["demo==1.0.0"], None, log=log.append) == 1
+    assert mutants.exit_code(mutants.run(overlay, ["demo==1.0.0"], None, log=log.append)) == 1
     assert any("restored demo/core.py" in m for m in log)
     assert "4 hunks: 0 killed, 0 justified, 0 survived, 4 entangled/could-not-judge" in capsys.readouterr().out
     assert any("could-not-judge (baseline fails: killed: test_greet (AssertionError: broken proof" in m for m in log)

@@ -162,7 +162,7 @@ def test_refresh_changes_exactly_that_patch(demo_project):
     old = patches.load_series(demo_project.load().line("demo"))
     number = demo_project.load().line("demo").build.number
     _edit(_module(demo_project), b'"hello, " + name', b'"hello, " + name.strip()')
-    assert refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None) == 0
+    refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
     after = _patch_files(demo_project.root)
     assert [k for k in after if after[k] != before[k]] == ["patches/demo/1.0.0/0001-greet-comma.patch"]
     assert demo_project.load().line("demo").build.number == number + 1, "a changed series is the next build"
@@ -215,7 +215,7 @@ def test_refresh_refuses_an_edit_of_the_context_a_later_patch_needs(demo_project
 
 def test_refresh_without_an_edit_and_with_bad_names(demo_project, capsys):
     before = _patch_files(demo_project.root)
-    assert refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma") == 0
+    refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma")
     assert "nothing to refresh" in capsys.readouterr().out
     with pytest.raises(PatchwheelError, match="no patch 'nope' in the series of demo/1.0.0") as err:
         refresh.refresh(demo_project.load(), "demo", "1.0.0", "nope")

@@ -45,7 +45,7 @@ def test_text_classes(demo_project, new_core, status):
 def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
     overlay = demo_project.load()
-    assert rebase.start(overlay, "demo", "1.1.0", behaviour=False) == 3
+    assert rebase.start(overlay, "demo", "1.1.0", behaviour=False) is False
     out = capsys.readouterr().out
     work = demo_project.root / ".rebase" / "demo-1.1.0" / "repo"
     assert "CONFLICT in src/demo/core.py" in out and "--continue" in out and str(work) in out
@@ -54,7 +54,7 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     core = work / "src" / "demo" / "core.py"
     core.write_bytes(CORE.replace(b'"hello " + name', b'"hi, " + name'))  # the patch's intent, on 1.1.0
     gitops.git(work, "add", "src/demo/core.py")
-    assert rebase.resume(demo_project.load(), "demo", "1.1.0") == 0
+    assert rebase.resume(demo_project.load(), "demo", "1.1.0") is True
     new_dir = demo_project.root / "patches" / "demo" / "1.1.0"
     assert (new_dir / "series").read_text().splitlines()[-1] == "0001-greet-comma.patch"
     assert not (demo_project.root / ".rebase").exists()
@@ -95,7 +95,7 @@ def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, caps
         fixed = patch.name.startswith("0001")
         return ProofOutcome("passes" if fixed else "fails", "fake verdict for the test")
 
-    assert rebase.start(demo_project.load(), "demo", "1.1.0", judge=judge) == 0
+    assert rebase.start(demo_project.load(), "demo", "1.1.0", judge=judge) is True
     new_dir = demo_project.root / "patches" / "demo" / "1.1.0"
     series = (new_dir / "series").read_text()
     assert "# dropped 0001-greet-comma.patch: its proof passes on pristine demo 1.1.0" in series, series

@@ -165,7 +165,7 @@ def _carry_all(
         if stop is not None:
             return stop
         said: list[str] = []
-        if rebase.start(overlay, pkg, version, judge=_as_judged(verdicts), log=said.append) != 0:
+        if not rebase.start(overlay, pkg, version, judge=_as_judged(verdicts), log=said.append):
             conflict = next((s for s in said if "CONFLICT" in s), "a conflict")
             return Stop(f"{pkg} {version}: {conflict}: the patch must be carried by hand", _by_hand(pkg, version))
         done.carried += [s for s in said if not s.startswith("  ")]

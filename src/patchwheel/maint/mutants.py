@@ -32,6 +32,7 @@ from ..errors import PatchwheelError
 from ..gitops import git_env
 from ..names import HUNK_HEADER
 from ..patches import Patch, load_series
+from ..reporter import CONSOLE
 from . import proofenv
 
 PROOF_TIMEOUT = 600.0
@@ -372,8 +373,9 @@ def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record,
     return warnings
 
 
-def run(overlay: Overlay, lines_selected: list[str], out: Path | None, log=_stderr) -> int:
-    """Judge every hunk of every patch of the selected release lines (default: all); print the table."""
+def run(overlay: Overlay, lines_selected: list[str], out: Path | None, log=_stderr, report=CONSOLE) -> list[Result]:
+    """Judge every hunk of every patch of the selected release lines (default: all); report the table (and write it
+    to ``out``). The results: :func:`exit_code` says whether the check passed."""
     t0 = time.perf_counter()
     plan = [(line, load_series(line)) for line in overlay.select(lines_selected)]
     total = sum(len(hunks(p)) for _, series in plan for p in series)
@@ -387,7 +389,7 @@ def run(overlay: Overlay, lines_selected: list[str], out: Path | None, log=_stde
     warnings = [w for line, series in plan for w in check_line(overlay, line, series, record, log)]
     text = markdown(results) + "\n" + summary(results, time.perf_counter() - t0) + "\n"
     text += "".join(f"warning: {w}\n" for w in warnings)
-    print(text, end="")
+    report(text.rstrip("\n"))
     if out is not None:
         out.write_text(text)
-    return exit_code(results)
+    return results

@@ -88,8 +88,10 @@ def start(
     behaviour: bool = True,
     log=print,
     judge: Callable[[Patch], proofenv.ProofOutcome] | None = None,
-) -> int:
-    """``judge``: a patch's proof verdict on the pristine new release (default: run it in a cached environment)."""
+) -> bool:
+    """Start a rebase: True when the new line was written, False when a patch stopped at a conflict (it is left in
+    the work repository, with the commands to go on). ``judge``: a patch's proof verdict on the pristine new release
+    (default: run it in a cached environment)."""
     version = _version(version)
     old = overlay.line(package)
     if Version(version) <= Version(old.version):
@@ -140,7 +142,7 @@ def start(
     return _proceed(overlay, work, state, log)
 
 
-def resume(overlay: Overlay, package: str, version: str, *, log=print) -> int:
+def resume(overlay: Overlay, package: str, version: str, *, log=print) -> bool:
     version = _version(version)
     work = _work(overlay, package, version)
     state_file = work / "state.json"
@@ -165,7 +167,7 @@ def resume(overlay: Overlay, package: str, version: str, *, log=print) -> int:
     return _proceed(overlay, work, state, log)
 
 
-def _proceed(overlay: Overlay, work: Path, state: dict, log) -> int:
+def _proceed(overlay: Overlay, work: Path, state: dict, log) -> bool:
     repo = work / "repo"
     while state["todo"]:
         name, commit, path = state["todo"][0]
@@ -180,7 +182,7 @@ def _proceed(overlay: Overlay, work: Path, state: dict, log) -> int:
             log(f"        (to describe the fix anew for {state['to']}: git -C {repo} commit, and edit the message)")
             log(f"        nox -s rebase -- {state['package']} {state['to']} --continue")
             log(f"  the original patch: {path}")
-            return 3
+            return False
         if result.status == "already-upstream":
             state["dropped"][name] = f"its text is already in {state['package']} {state['to']} ({result.detail})"
         else:
@@ -191,7 +193,7 @@ def _proceed(overlay: Overlay, work: Path, state: dict, log) -> int:
     shutil.rmtree(work, ignore_errors=True)
     if not any((overlay.root / ".rebase").iterdir()):
         (overlay.root / ".rebase").rmdir()
-    return 0
+    return True
 
 
 def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
@@ -231,7 +233,7 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
     log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
 
 
-def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:
+def refresh(overlay: Overlay, package: str, version: str, log=print) -> None:
     """Re-export a line's patches through `git am` onto the pristine release and `git format-patch`, so that a
     patch edited by hand gets correct `index` lines (and the ones after it too). Nothing else changes."""
     _version(version)  # a clear error for a typo; the line itself is named as its pin names it
@@ -246,4 +248,3 @@ def refresh(overlay: Overlay, package: str, version: str, log=print) -> int:
     if vendored.write(overlay, [line], log=lambda m: None):
         log(f"wrote the fixed modules of {line.key} into overlay/{line.key}/")
     buildno.bump(overlay, line, log=log)
-    return 0

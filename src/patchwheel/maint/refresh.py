@@ -201,7 +201,7 @@ def _check_messages(series: list[Patch]) -> None:
             raise PatchwheelError(problem, "reword that line in the .patch file (e.g. indent it), then refresh")
 
 
-def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callable[[str], None] = print) -> int:
+def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callable[[str], None] = print) -> None:
     line = overlay.line(package, version)
     edits = _edits(overlay, line)
     series = edits.series
@@ -209,7 +209,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
     target, later = series[k], series[k + 1 :]
     if not edits.edited:
         log(f"overlay/{line.key}/ equals pristine + series: nothing to refresh into {target.name}")
-        return 0
+        return
     new_paths = [p for p in edits.edited if p not in {t for q in series for t in q.touched}]
     _check_messages(series[k:])
     with WorkRepo.of_line(line, series, extra=new_paths) as work:
@@ -255,7 +255,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
     _check_result(edits, [(p.name, out.get(p.path, p.raw)) for p in series])
     if out[target.path] == target.raw:
         log(f"{target.name}: unchanged")
-        return 0
+        return
     _write_patches(out)
     vendored.write(overlay, [line], log=lambda m: None)
     buildno.bump(overlay, line, log=log)
@@ -267,7 +267,6 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
     refs = test_refs(target.trailers.get("Proof-Test") or target.trailers.get("Feature-Test"))
     tests = refs[0][0] + (f", {len(refs)} of its tests" if len(refs) > 1 else "") if refs else "its test"
     log(f"next: run its proof both ways ({tests}): nox -s proof")
-    return 0
 
 
 def _rel(overlay: Overlay, path: Path) -> str:
@@ -318,7 +317,7 @@ def new(
     *,
     feature: bool = False,
     log: Callable[[str], None] = print,
-) -> int:
+) -> None:
     line = overlay.line(package, version)
     if not SLUG.fullmatch(slug):
         raise PatchwheelError(
@@ -388,4 +387,3 @@ def new(
     log("      so that it fails on the pristine release with the bug's own exception, and the guards of the bug's")
     log(f"      neighbourhood in tests/guards/test_{func}.py (its Guard-Test), then `nox -s lint`, `nox -s proof`")
     log("      and `nox -s guards`; change the code again by editing the overlay and `nox -s refresh`")
-    return 0

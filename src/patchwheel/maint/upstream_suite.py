@@ -32,6 +32,7 @@ from .. import fetch
 from ..config import Overlay, ReleaseLine, path_problem
 from ..distdir import current_wheel
 from ..errors import PatchwheelError
+from ..reporter import CONSOLE
 from . import proofenv
 
 #: What upstream's tests need beyond the package, its companions and the base (torch, pytest): the minimum of
@@ -346,13 +347,13 @@ def check_line(overlay: Overlay, line: ReleaseLine, dist: Path, work: Path) -> C
     return result
 
 
-def run(overlay: Overlay, select: list[str], dist: Path, out: Path | None = None) -> int:
-    """The command: every selected accelerate line (default: all), transformers reported as skipped. Returns 1
-    when a test passes on pristine and fails on +fixed. ``out`` keeps the junit reports and logs."""
+def run(overlay: Overlay, select: list[str], dist: Path, out: Path | None = None, report=CONSOLE) -> bool:
+    """The command: every selected accelerate line (default: all), transformers reported as skipped. False when a
+    test passes on pristine and fails on +fixed. ``out`` keeps the junit reports and logs."""
     lines = overlay.select(select)
     for line in [ln for ln in lines if ln.package not in SUITE_PACKAGES]:
         reason = skip_reason(fetch.fetch(line.package, line.sdist, log=_log)) if line.sdist else "it pins no sdist"
-        print(f"{line.key}: skipped: {reason or 'its suite is not wired into this check'}", flush=True)
+        report(f"{line.key}: skipped: {reason or 'its suite is not wired into this check'}")
     failed, summary = 0, {}
     for line in [ln for ln in lines if ln.package in SUITE_PACKAGES]:
         tmp = Path(tempfile.mkdtemp(prefix="patchwheel-suite-"))
@@ -361,10 +362,10 @@ def run(overlay: Overlay, select: list[str], dist: Path, out: Path | None = None
             result = check_line(overlay, line, dist, work)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        print(render(line.key.replace("/", " "), result), end="", flush=True)
+        report(render(line.key.replace("/", " "), result).rstrip("\n"))
         failed += not result.ok
         summary[line.key] = {"pristine": result.pristine, "fixed": result.fixed, "ok": result.ok}
     if out:
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return 1 if failed else 0
+    return not failed

@@ -1,0 +1,216 @@
+"""The pipeline's commands (build, lint, bump, status, requirements, guards, vendor, diagnose): each parses nothing
+and decides only its exit status; the work is one call into the library. cli.py holds the parser."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import buildno, config, patches, status, trailers
+from .errors import PatchwheelError
+
+if TYPE_CHECKING:
+    from .distdir import DistWheel
+
+
+def root(args) -> Path:
+    return Path(args.root).resolve()
+
+
+def cmd_build(args) -> int:
+    from .build import build
+    from .distdir import dist_wheels
+
+    overlay = config.load(root(args))
+    dist = (Path(args.dist) if args.dist else root(args) / "dist").resolve()
+    built = build(overlay, dist, select=args.lines, clean=args.clean)
+    wheels = dist_wheels(dist)
+    kept = f" (and kept {len(wheels) - len(built)} of the previous build)" if len(wheels) > len(built) else ""
+    print(f"wrote {len(built)} wheel(s){kept}, simple index and pins to {dist}/")
+    for name in sorted(overlay.sets):
+        print(_consumer_line(name, overlay.sets[name], wheels, dist))
+    return 0
+
+
+def _consumer_line(name: str, members: dict[str, str], wheels: list[DistWheel], dist: Path) -> str:
+    """The install line of one consumer set, naming only files that exist: a set whose lines are not all in dist/
+    has no constraints file, so say which lines it lacks instead."""
+    constraints = dist / f"constraints-{name}.txt"
+    if constraints.is_file():
+        return (
+            f"  consumers ({name}): pip install --extra-index-url file://{dist}/simple -c {constraints} "
+            "transformers accelerate"
+        )
+    have = {(w.package, w.upstream_version) for w in wheels}
+    missing = " ".join(f"{pkg}=={ver}" for pkg, ver in members.items() if (pkg, ver) not in have)
+    return f"  consumers ({name}): not in {dist}/ yet, it lacks {missing} (patchwheel build {missing})"
+
+
+def cmd_lint(args) -> int:
+    from .lint import line_problems
+    from .maint import submission
+    from .matrix import Matrix
+
+    overlay = config.load(root(args))
+    matrix = Matrix.load(overlay.status_json)
+    newest = {overlay.lines[pkg][-1].key for pkg in overlay.packages()}
+    bad = 0
+    for line in overlay.select(args.lines):
+        problems = line_problems(overlay, line, matrix)
+        if not problems and line.key in newest:  # what export sends upstream: upstream-pr/<pkg>/<slug>/
+            problems = submission.line_problems(overlay.root, line)
+        n = len(patches.series_names(line)) if not problems else "?"
+        print(f"{line.key}: {'ok' if not problems else 'FAILED'} ({n} patch(es))")
+        for p in problems:
+            print(f"  - {p}")
+        bad += len(problems)
+    return 1 if bad else 0
+
+
+def cmd_bump(args) -> int:
+    overlay = config.load(root(args))
+    for line in overlay.select(args.lines):
+        buildno.bump(overlay, line)
+    return 0
+
+
+def _interpreter(python: str) -> str:
+    """--python checked before it is run: a missing or non-executable path ended in a subprocess traceback."""
+    hint = "pass the python of the environment, e.g. .venv/bin/python"
+    path = python if os.sep in python else shutil.which(python)
+    if path is None:
+        raise PatchwheelError(f"no interpreter named {python} on PATH", hint)
+    if not os.path.exists(path):
+        raise PatchwheelError(f"no interpreter at {python}", hint)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise PatchwheelError(f"{python} is not executable", hint)
+    return path
+
+
+def _run(cmd: list[str]) -> int:
+    return _spawn(cmd).returncode
+
+
+def _spawn(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, **kw)
+    except OSError as exc:  # e.g. an executable text file with no #! line
+        raise PatchwheelError(
+            f"cannot run {cmd[0]}: {exc.strerror or exc}", "pass the python of the environment, e.g. .venv/bin/python"
+        ) from exc
+
+
+def cmd_status(args) -> int:
+    import json
+
+    from . import knownbugs
+    from .matrix import Matrix
+
+    overlay = config.load(root(args))
+    names = list(status.PACKAGES) + [p for p in overlay.packages() if p not in status.PACKAGES]
+    if args.python:  # run the stdlib-only probe inside that environment (a venv python is a symlink: no shortcut)
+        python = _interpreter(args.python)
+        # -I: no PYTHON* variables, user site or script folder; -S: no site start-up, so no .pth file runs
+        probe = [python, "-I", "-S", status.__file__, "--json", *names]
+        ran = _spawn(probe, capture_output=True, text=True, errors="replace")  # (anything may come back)
+        hint = "pass the python of an environment (Python 3.8 or newer), e.g. .venv/bin/python"
+        try:
+            rep = json.loads(ran.stdout)
+        except ValueError:
+            said = (ran.stderr.strip() or ran.stdout.strip()).splitlines()
+            raise PatchwheelError(
+                f"{args.python} could not run the status probe: {said[-1] if said else '(it printed nothing)'}", hint
+            ) from None
+        if (why := status.report_problem(rep, names)) is not None:
+            raise PatchwheelError(f"{args.python} printed a status report of an unexpected shape: {why}", hint)
+    else:
+        rep = status.report(names)
+    knownbugs.annotate(overlay, Matrix.load(overlay.status_json), rep)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        print(status.render(rep))
+        if extra := knownbugs.render(rep):
+            print(extra)
+    damaged = any(p.get("problems") for p in rep["packages"])
+    return 1 if damaged or knownbugs.affected(rep) else 0
+
+
+def cmd_requirements(args) -> int:
+    """Requirement lines for one consumer set: the verified pristine wheels, or the +fixed pins."""
+    from . import fetch
+
+    overlay = config.load(root(args))
+    if args.set not in overlay.sets:
+        raise PatchwheelError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
+    out = []
+    for pkg, version in overlay.sets[args.set].items():
+        line = overlay.line(pkg, version)
+        if args.flavor == "pristine":  # the exact pinned upstream file, sha256-verified, from the cache
+            out.append(str(fetch.fetch(line.package, line.wheel, log=lambda m: print(m, file=sys.stderr))))
+        else:
+            out.append(f"{line.package}=={line.fixed_version}")
+    text = "\n".join(out) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_guards(args) -> int:
+    """The guard modules of a consumer set: every Guard-Test of the patches its release lines carry."""
+    from . import patches
+
+    overlay = config.load(root(args))
+    if args.set not in overlay.sets:
+        raise PatchwheelError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
+    modules = set()
+    for pkg, version in overlay.sets[args.set].items():
+        for patch in patches.load_series(overlay.line(pkg, version)):
+            modules.update(trailers.guard_modules(patch))
+    print("\n".join(sorted(modules)))
+    return 0
+
+
+def cmd_vendor(args) -> int:
+    from . import vendored
+
+    overlay = config.load(root(args))
+    lines = overlay.select(args.lines) if args.lines else None
+    if args.check:
+        problems = vendored.check(overlay, lines)
+        for problem in problems:
+            print(f"  - {problem}")
+        n = len(lines) if lines is not None else len(overlay.all_lines())
+        print(f"overlay/: {'FAILED' if problems else 'ok'} ({n} release line(s) compared with pristine + series)")
+        return 1 if problems else 0
+    changed = vendored.write(overlay, lines, force=args.force)
+    print(f"overlay/: {len(changed)} path(s) written or removed" if changed else "overlay/: up to date")
+    return 0
+
+
+def cmd_diagnose(args) -> int:
+    import json
+
+    from . import diagnose_probe
+
+    memory = {}
+    for item in args.max_memory or []:
+        device, sep, size = item.partition("=")
+        if not sep or not size:
+            raise PatchwheelError(f"--max-memory {item!r} is not DEVICE=SIZE", "e.g. --max-memory 0=20GiB cpu=64GiB")
+        memory[device] = size
+    cmd = [
+        _interpreter(args.python) if args.python else sys.executable,
+        "-I",
+        diagnose_probe.__file__,
+        args.checkpoint,
+        json.dumps(memory),
+        args.offload_folder or "",
+    ]
+    return _run(cmd)

@@ -1,0 +1,193 @@
+"""The maintenance commands (upstream, watch, follow, rebase, refresh, new, export, mutants, upstream-suite): each
+decides only its exit status and what to print; the work is one call into patchwheel.maint. cli.py holds the
+parser."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from . import config
+from .commands import root
+from .errors import ConfigError
+from .matrix import WHERE
+
+
+def _releases_and_proofs(args):
+    """The release selection and the releases to run proofs on, from `upstream run`'s options."""
+    from .maint.selection import Selection
+
+    if args.text_only and args.behaviour:
+        raise ConfigError(
+            "--behaviour selects releases for proof runs, and --text-only runs none", "leave out one of them"
+        )
+    if getattr(args, "every", False) and (args.behaviour or args.text_only):
+        raise ConfigError("--every runs proofs on every selected release", "leave out --behaviour/--text-only")
+    behaviour = None if args.text_only else Selection.parse(args.behaviour or args.releases)
+    return Selection.parse(args.releases), behaviour
+
+
+def cmd_upstream_run(args) -> int:
+    from .maint import upstream
+
+    overlay = config.load(root(args))
+    selection, behaviour = _releases_and_proofs(args)
+    bisect = not (args.behaviour or args.every)
+    upstream.run(overlay, selection, behaviour, workers=args.workers, bisect=bisect)
+    return 0
+
+
+def cmd_upstream_check(args) -> int:
+    from . import matrix_checks
+    from .maint import upstream
+    from .matrix import Matrix
+
+    overlay = config.load(root(args))
+    if args.transitions:
+        if args.releases:
+            raise ConfigError("--transitions selects the releases itself", "leave out the releases, or it")
+        args.releases = matrix_checks.transition_releases(Matrix.require(overlay.status_json))
+        if not args.releases:
+            print("the committed matrix has no Drop-When transition: nothing to check")
+            return 0
+        print(f"the releases of every Drop-When transition: {' '.join(args.releases)}")
+    args.every = False
+    selection, behaviour = _releases_and_proofs(args)
+    diffs, releases = upstream.check(overlay, selection, behaviour, workers=args.workers)
+    for d in diffs:
+        print(f"stale: {d}")
+    if diffs:
+        print(f"the committed matrix is stale: run `nox -s upstream` and commit {WHERE}")
+        return 1
+    print(f"the committed matrix agrees with a fresh run on {releases} release(s)")
+    return 0
+
+
+def cmd_upstream_rerender(args) -> int:
+    from .maint import upstream
+
+    overlay = config.load(root(args))
+    upstream.rerender(overlay)
+    print(f"wrote {overlay.status_json} and {overlay.status_json.with_suffix('.md')}")
+    return 0
+
+
+def cmd_watch_list(args) -> int:
+    from .maint import watch
+
+    print(json.dumps(watch.list_new(config.load(root(args)))))
+    return 0
+
+
+def cmd_watch_cell(args) -> int:
+    from .maint import watch
+
+    if not args.line or not args.fragment or len(args.release) != 1 or not args.release[0].count("=="):
+        raise ConfigError(
+            "`watch cell` checks one cell", "name it: --line transformers/5.24.0 transformers==5.25.0 --fragment F"
+        )
+    pkg, _, release = args.release[0].partition("==")
+    if canonicalize_name(pkg) != canonicalize_name(args.line.split("/")[0]):
+        raise ConfigError(f"{args.release[0]} is not a release of the line {args.line}", "name one of its")
+    try:
+        release = str(Version(release))
+    except InvalidVersion as exc:
+        raise ConfigError(f"{release!r} is not a version", "write e.g. transformers==5.24.0") from exc
+    watch.write_fragment(config.load(root(args)), args.line, release, Path(args.fragment), args.workers)
+    return 0
+
+
+def cmd_watch_merge(args) -> int:
+    from .maint import watch
+
+    if not args.cells:
+        raise ConfigError(
+            "`watch merge` needs --cells: the list step's cells, which are all it merges",
+            "save what `patchwheel watch list` printed in the same run, and pass it: --cells cells.json",
+        )
+    overlay = config.load(root(args))
+    matrix, attention = watch.merge(overlay, [Path(f) for f in args.fragments], Path(args.cells))
+    matrix.save(overlay.status_json)
+    print(f"wrote {overlay.status_json} and {overlay.status_json.with_suffix('.md')}")
+    for line in attention:
+        print(f"needs a maintainer: {line}")
+    if attention:
+        print("no pull request: rebase first, then run the watch again")
+        return 1
+    return 0
+
+
+def cmd_follow(args) -> int:
+    from .maint import follow, followreport, setruns
+
+    overlay = config.load(root(args))
+    if args.pending:
+        if args.report:
+            raise ConfigError("--pending changes nothing and writes no report", "leave out --report")
+        print(json.dumps([pkg for pkg, releases in follow.pending(overlay, args.packages).items() if releases]))
+        return 0
+    results = follow.follow(overlay, args.packages, setruns.prove_set)
+    for done in results:
+        for line in followreport.summary(done):
+            print(line)
+    if args.report:
+        body = "\n".join(followreport.markdown(done) for done in results if done.releases)
+        Path(args.report).write_text(body or "Nothing new upstream.\n")
+    return 1 if any(done.stop for done in results) else 0
+
+
+def cmd_rebase(args) -> int:
+    from .maint import rebase
+
+    overlay = config.load(root(args))
+    if args.refresh:
+        rebase.refresh(overlay, args.package, args.version)
+        return 0
+    if args.cont:
+        done = rebase.resume(overlay, args.package, args.version)
+    else:
+        done = rebase.start(overlay, args.package, args.version, behaviour=not args.text_only)
+    if not done:
+        return 3  # stopped at a conflict, which it described
+    print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
+    return 0
+
+
+def cmd_refresh(args) -> int:
+    from .maint import refresh
+
+    refresh.refresh(config.load(root(args)), args.package, args.version, args.patch)
+    return 0
+
+
+def cmd_new(args) -> int:
+    from .maint import refresh
+
+    refresh.new(config.load(root(args)), args.package, args.version, args.slug, feature=args.feature)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .maint import export
+
+    export.export(config.load(root(args)), args.patch, Path(args.out) if args.out else None, author=args.author)
+    return 0
+
+
+def cmd_mutants(args) -> int:
+    from .maint import mutants
+
+    results = mutants.run(config.load(root(args)), args.lines, Path(args.out) if args.out else None)
+    return mutants.exit_code(results)
+
+
+def cmd_upstream_suite(args) -> int:
+    from .maint import upstream_suite
+
+    overlay = config.load(root(args))
+    dist = (Path(args.dist) if args.dist else root(args) / "dist").resolve()
+    ok = upstream_suite.run(overlay, args.lines, dist, Path(args.out).resolve() if args.out else None)
+    return 0 if ok else 1
