@@ -12,9 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from .errors import PatchwheelError
 from .gitops import git_env as git_env  # re-exported: mutants.py runs its own git apply with it
 from .gitops import try_git
 from .patches import Patch
+from .tempfolder import TempFolder
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _NO_FILE = re.compile(r"^error: (.+): (No such file or directory|does not exist in index)$", re.M)
@@ -84,11 +83,11 @@ def read_regular(root: Path, rel: str) -> bytes | None:
             os.close(fd)
 
 
-class ScratchTree:
+class ScratchTree(TempFolder):
     """A temporary tree laid out like upstream's git tree, holding only the files the series touches."""
 
     def __init__(self, files: dict[str, bytes]) -> None:
-        self._tmp = Path(tempfile.mkdtemp(prefix="patchwheel-apply-"))
+        super().__init__("patchwheel-apply-")
         try:
             self.root = self._tmp / "tree"
             self.root.mkdir()
@@ -108,15 +107,6 @@ class ScratchTree:
     def read(self, paths: Iterable[str]) -> dict[str, bytes | None]:
         """Each file's bytes (None: no file there), read without following a symbolic link (:func:`read_regular`)."""
         return {p: read_regular(self.root, p) for p in paths}
-
-    def close(self) -> None:
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __enter__(self) -> ScratchTree:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def apply_series(

@@ -32,6 +32,7 @@ from .errors import PatchwheelError
 from .index import write_simple
 from .names import DIST_RECORD
 from .patches import Patch, load_series
+from .reporter import CONSOLE
 from .verify import verify
 
 _CLEAN_HINT = "rebuild with --clean (patchwheel build --clean): it makes every selected line again and replaces dist/"
@@ -79,7 +80,7 @@ def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[st
     }
 
 
-def build_line(line: ReleaseLine, out_dir: Path, *, log=print) -> Built:
+def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     t0 = time.perf_counter()
     patches = load_series(line)  # lint
     buildno.check(line)  # the wheel's name must be the series' own
@@ -218,7 +219,7 @@ def _outdated(w: DistWheel, line: ReleaseLine, path: Path) -> bool:
 
 
 def build(
-    overlay: Overlay, dist: Path, *, select: list[str] | None = None, clean: bool = False, log=print
+    overlay: Overlay, dist: Path, *, select: list[str] | None = None, clean: bool = False, log=CONSOLE
 ) -> list[Built]:
     """Build the selected release lines (default: all) into ``dist`` atomically; the other lines' wheels in dist/
     are kept unless ``clean``."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from . import config
 from .config import BuildRecord, Overlay, ReleaseLine
 from .errors import PatchwheelError
+from .reporter import CONSOLE
 
 #: The rewrite's output format: raise it when the same inputs would give a wheel other bytes (every line's record
 #: then asks for a bump, so no published name gets the new bytes).
@@ -101,7 +102,7 @@ _TABLE = re.compile(r"""^\s*\[\s*release\s*\.\s*(["'])(?P<version>[^"']+)\1\s*\]
 _BUILD_KEY = re.compile(r"^\s*build\s*=")
 
 
-def bump(overlay: Overlay, line: ReleaseLine, log=print) -> BuildRecord:
+def bump(overlay: Overlay, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
     """Record the line's inputs under the next build number (1 for a line without one) in its pins.toml; nothing
     changes when the recorded number already names these inputs. Returns the record in force."""
     digest = inputs_digest(line)

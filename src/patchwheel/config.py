@@ -82,6 +82,8 @@ def check_keys(path: Path, table: dict, known: tuple[str, ...], where: str = "")
 
 @dataclass(frozen=True)
 class Artifact:
+    """An upstream file as pinned: its name on the index and the sha256 it must have."""
+
     filename: str
     sha256: str
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .config import SHA256, Artifact, file_name_problem
 from .errors import PatchwheelError
+from .reporter import CONSOLE
 from .staging import locked_tempfile, still_linked
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -290,9 +291,9 @@ def _download(url: str, filename: str, out, log) -> str:
             out.write(chunk)
             h.update(chunk)
             if progress:
-                print(f"\r  {done / 1e6:6.1f} / {limit / 1e6:.1f} MB", end="", file=sys.stderr, flush=True)
+                CONSOLE.meter(f"  {done / 1e6:6.1f} / {limit / 1e6:.1f} MB")
         if progress:
-            print(file=sys.stderr)
+            CONSOLE.meter(f"  {done / 1e6:6.1f} / {limit / 1e6:.1f} MB", done=True)
     if total is not None and done < total:  # http.client ends a body cut short without an error
         raise _Unreachable(
             f"the download of {filename} from {url} was cut short: {done} of {total} bytes",

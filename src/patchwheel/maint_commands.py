@@ -36,7 +36,7 @@ def cmd_upstream_run(args) -> int:
     overlay = config.load(root(args))
     selection, behaviour = _releases_and_proofs(args)
     bisect = not (args.behaviour or args.every)
-    upstream.run(overlay, selection, behaviour, workers=args.workers, bisect=bisect)
+    upstream.record(overlay, upstream.check_lines(overlay, selection, behaviour, workers=args.workers, bisect=bisect))
     return 0
 
 
@@ -123,11 +123,12 @@ def cmd_watch_merge(args) -> int:
 def cmd_follow(args) -> int:
     from .maint import follow, followreport, setruns
 
+    if args.pending and args.report:
+        raise ConfigError("--pending changes nothing and writes no report", "leave out --report")
     overlay = config.load(root(args))
-    if args.pending:
-        if args.report:
-            raise ConfigError("--pending changes nothing and writes no report", "leave out --report")
-        print(json.dumps([pkg for pkg, releases in follow.pending(overlay, args.packages).items() if releases]))
+    if args.pending:  # what the watch's list job asks: which packages follow has work for
+        waiting = follow.pending(overlay, args.packages)
+        print(json.dumps([pkg for pkg, releases in waiting.items() if releases]))
         return 0
     results = follow.follow(overlay, args.packages, setruns.prove_set)
     for done in results:

@@ -27,6 +27,9 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from .errors import MatrixError
+from .matrix_md import BEHAVIOUR_CODE as BEHAVIOUR_CODE  # the codes of the vocabulary, as shown
+from .matrix_md import TEXT_CODE as TEXT_CODE
+from .matrix_md import render
 from .names import slug_of
 from .patches import Patch, load_series
 from .trailers import DROP_BY_BEHAVIOUR, DROP_BY_PR
@@ -34,8 +37,6 @@ from .trailers import DROP_BY_BEHAVIOUR, DROP_BY_PR
 SCHEMA = 1
 #: Where the committed matrix lives, for messages (the path itself is ``Overlay.status_json``).
 WHERE = "patches/STATUS.*"
-TEXT_CODE = {"clean": "C", "offset": "O", "3-way": "3", "already-upstream": "U", "conflict": "X"}
-BEHAVIOUR_CODE = {"passes": "✓", "fails": "✗", "error": "!", "n/a": "–", None: "·"}
 #: The verdicts a proof run gives; a feature's cells are marked FEATURE instead.
 VERDICTS = ("passes", "fails", "error")
 FEATURE = "n/a"
@@ -281,8 +282,6 @@ class Matrix:
 
     def save(self, path: Path) -> None:
         """Write the JSON and its Markdown (``.md`` beside it), each replaced whole."""
-        from .matrix_md import render
-
         for target, text in ((path, json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n"),
                              (path.with_suffix(".md"), render(self))):  # fmt: skip
             tmp = target.with_name(target.name + ".tmp")

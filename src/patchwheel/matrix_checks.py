@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from .matrix import LineMatrix, Matrix, Row, changes, drop_when_met, flags
+from .matrix import WHERE, LineMatrix, Matrix, Row, changes, drop_when_met, flags
 from .patches import Patch
 from .trailers import DROP_BY_BEHAVIOUR
 
@@ -73,7 +73,7 @@ def problems(matrix: Matrix, line_key: str, series: list[Patch]) -> list[str]:
             patch.trailers.get("Upstream-Status"),
         ):
             out.append(
-                f"{line_key} {patch.name}: patches/STATUS.* was written with other trailers "
+                f"{line_key} {patch.name}: {WHERE} was written with other trailers "
                 "(Drop-When, Upstream-Status): run `nox -s upstream -- rerender` and commit it"
             )
         for version, cell in row.cells.items():

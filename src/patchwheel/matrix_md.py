@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .matrix import BEHAVIOUR_CODE, TEXT_CODE
-
 if TYPE_CHECKING:
     from .matrix import Matrix
+
+#: The text results and the behaviour verdicts, as one character each in the tables (the keys are the matrix's
+#: vocabulary: patchwheel.matrix re-exports them).
+TEXT_CODE = {"clean": "C", "offset": "O", "3-way": "3", "already-upstream": "U", "conflict": "X"}
+BEHAVIOUR_CODE = {"passes": "✓", "fails": "✗", "error": "!", "n/a": "–", None: "·"}
 
 #: Markdown punctuation that could start emphasis, a link, a code span or a table column in running text (a
 #: backslash escapes each in CommonMark and GitHub's tables); ``&``, ``<``, ``>`` become HTML entities.

@@ -35,12 +35,14 @@ _MODE_KINDS = {"120000": "is a symbolic link", "160000": "is a submodule", "1007
 
 @dataclass(frozen=True)
 class Hunk:
-    old_start: int
-    header: str
+    old_start: int  # where it applies in the old file
+    header: str  # its @@ line
 
 
 @dataclass(frozen=True)
 class FileDiff:
+    """One file's part of a patch: its paths before and after, its hunks, and the lines they add and remove."""
+
     old_path: str | None  # None for a created file
     new_path: str | None  # None for a deleted file
     hunks: tuple[Hunk, ...]

@@ -41,6 +41,11 @@ class Reporter:
         if not self.quiet:
             print(text, file=self.err, flush=True)
 
+    def meter(self, text: str, *, done: bool = False) -> None:
+        """A figure that changes in place (bytes downloaded), on standard error; ``done`` ends its line."""
+        if not self.quiet:
+            print(f"\r{text}", end="\n" if done else "", file=self.err, flush=True)
+
     def progress(self, label: str, total: int) -> Progress:
         return Progress(label, total, None if self.quiet else self.err)
 

@@ -35,6 +35,7 @@ from .config import Overlay, ReleaseLine, path_problem
 from .errors import PatchwheelError
 from .names import VENDOR_RECORD
 from .patches import Patch, load_series
+from .reporter import CONSOLE
 
 LICENSE = "LICENSE"
 NOTICE = "NOTICE"
@@ -284,7 +285,7 @@ def write(
     lines: list[ReleaseLine] | None = None,
     *,
     force: bool = False,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = CONSOLE,
 ) -> list[str]:
     """Write the vendored files of ``lines`` (default: every line; then the folders of lines no longer pinned are
     removed) and overlay/NOTICE. Returns the paths written or removed.

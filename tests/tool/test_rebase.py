@@ -119,7 +119,9 @@ def test_upstream_matrix_and_staleness_check(demo_project, capsys):
     demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', FIX))
     overlay = demo_project.load()
     sel = Selection.parse([])
-    upstream.run(overlay, sel, None, workers=2, bisect=False, report=silent())
+    upstream.record(
+        overlay, upstream.check_lines(overlay, sel, None, workers=2, bisect=False, report=silent()), silent()
+    )
     md = (demo_project.root / "patches" / "STATUS.md").read_text()
     assert "| 0001-greet-comma | O · | U · |" in md, md
     assert upstream.check(overlay, sel, None, workers=1, report=silent()) == ([], 2)

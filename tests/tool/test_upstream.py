@@ -211,7 +211,9 @@ def test_each_run_judges_afresh(demo_project, monkeypatch, tmp_path):
     demo_project.add_release("1.1.0", b"# moved\n" + CORE)
     runs = _fake_proofs(monkeypatch, tmp_path)
     overlay, sel = demo_project.load(), Selection.parse([])
-    upstream.run(overlay, sel, sel, workers=2, bisect=False, report=silent())
+    upstream.record(
+        overlay, upstream.check_lines(overlay, sel, sel, workers=2, bisect=False, report=silent()), silent()
+    )
     assert upstream.check(overlay, sel, sel, workers=2, report=silent()) == ([], 1)
     assert runs == {("demo-1.1.0", "tests/proof/test_demo.py"): 2}
 
@@ -320,7 +322,9 @@ def test_upstream_behaviour_outside_the_release_selection(demo_project):
     overlay = demo_project.load()
     overlay = dataclasses.replace(overlay, lines={**overlay.lines, "other": overlay.lines["demo"]})
     with pytest.raises(PatchwheelError, match="--behaviour names other, which the release selection leaves out"):
-        upstream.run(overlay, Selection.parse(["demo==1.1.0"]), Selection.parse(["other==1"]), workers=1, bisect=False)
+        upstream.check_lines(
+            overlay, Selection.parse(["demo==1.1.0"]), Selection.parse(["other==1"]), workers=1, bisect=False
+        )
 
 
 def test_selection_names_are_canonical():

@@ -32,6 +32,7 @@ from ..errors import PatchwheelError
 from ..matrix import Matrix
 from ..names import matches
 from ..patches import Patch, load_series
+from ..reporter import CONSOLE
 from . import export_commit, proofenv, submission, upstream_style, upstream_test
 from .export_commit import GitConfig, user_git_config
 from .textcheck import carry
@@ -92,7 +93,7 @@ def export(
     overlay: Overlay,
     slug: str,
     out_root: Path | None = None,
-    log=print,
+    log=CONSOLE,
     verify: Verify = upstream_test.both_ways,
     author: str | None = None,
     git_config: GitConfig = user_git_config,

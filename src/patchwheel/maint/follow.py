@@ -37,6 +37,7 @@ from ..errors import PatchwheelError
 from ..lint import line_problems
 from ..matrix import Matrix
 from ..patches import Patch
+from ..reporter import CONSOLE
 from . import proofenv, rebase, submission, upstream
 from .scratch import Scratch, TreeChanged, remove_release, set_member
 from .selection import Selection
@@ -100,7 +101,7 @@ def pending(overlay: Overlay, packages: list[str] | None = None) -> dict[str, li
 
 
 def follow(
-    overlay: Overlay, packages: list[str] | None, prove: Prove, *, log: Callable[[str], None] = print
+    overlay: Overlay, packages: list[str] | None, prove: Prove, *, log: Callable[[str], None] = CONSOLE
 ) -> list[Followed]:
     """Follow every package (or those named), one after the other: a later one sees what an earlier one wrote
     (a new companion). A package that stops does not stop the others."""

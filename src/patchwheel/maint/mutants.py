@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import re
 import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -314,10 +313,6 @@ def reset(site: Path, wheel: Path, paths: list[str]) -> list[str]:
 # --- the command ------------------------------------------------------------------------------------------------
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record, log) -> list[str]:
     """Judge every hunk of one release line, handing each :class:`Result` to ``record``; returns warnings."""
     own = dist_wheel(overlay, line)
@@ -373,7 +368,9 @@ def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record,
     return warnings
 
 
-def run(overlay: Overlay, lines_selected: list[str], out: Path | None, log=_stderr, report=CONSOLE) -> list[Result]:
+def run(
+    overlay: Overlay, lines_selected: list[str], out: Path | None, log=CONSOLE.warn, report=CONSOLE
+) -> list[Result]:
     """Judge every hunk of every patch of the selected release lines (default: all); report the table (and write it
     to ``out``). The results: :func:`exit_code` says whether the check passed."""
     t0 = time.perf_counter()

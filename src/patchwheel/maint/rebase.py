@@ -31,6 +31,7 @@ from ..config import Artifact, Overlay
 from ..errors import PatchwheelError
 from ..names import patch_name, slug_of
 from ..patches import Patch, load_series, parse_patch
+from ..reporter import CONSOLE
 from . import proofenv
 from .textcheck import carry
 from .upstream import companions
@@ -86,7 +87,7 @@ def start(
     version: str,
     *,
     behaviour: bool = True,
-    log=print,
+    log=CONSOLE,
     judge: Callable[[Patch], proofenv.ProofOutcome] | None = None,
 ) -> bool:
     """Start a rebase: True when the new line was written, False when a patch stopped at a conflict (it is left in
@@ -142,7 +143,7 @@ def start(
     return _proceed(overlay, work, state, log)
 
 
-def resume(overlay: Overlay, package: str, version: str, *, log=print) -> bool:
+def resume(overlay: Overlay, package: str, version: str, *, log=CONSOLE) -> bool:
     version = _version(version)
     work = _work(overlay, package, version)
     state_file = work / "state.json"
@@ -233,7 +234,7 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
     log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
 
 
-def refresh(overlay: Overlay, package: str, version: str, log=print) -> None:
+def refresh(overlay: Overlay, package: str, version: str, log=CONSOLE) -> None:
     """Re-export a line's patches through `git am` onto the pristine release and `git format-patch`, so that a
     patch edited by hand gets correct `index` lines (and the ones after it too). Nothing else changes."""
     _version(version)  # a clear error for a typo; the line itself is named as its pin names it

@@ -30,6 +30,7 @@ from ..config import Overlay, ReleaseLine, path_problem
 from ..errors import PatchwheelError
 from ..names import HUNK_HEADER, SLUG, find
 from ..patches import Patch, load_series, mailinfo_cut, parse_patch
+from ..reporter import CONSOLE
 from ..trailers import test_refs
 from .workrepo import WorkRepo, release_files
 
@@ -201,7 +202,7 @@ def _check_messages(series: list[Patch]) -> None:
             raise PatchwheelError(problem, "reword that line in the .patch file (e.g. indent it), then refresh")
 
 
-def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callable[[str], None] = print) -> None:
+def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callable[[str], None] = CONSOLE) -> None:
     line = overlay.line(package, version)
     edits = _edits(overlay, line)
     series = edits.series
@@ -316,7 +317,7 @@ def new(
     slug: str,
     *,
     feature: bool = False,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = CONSOLE,
 ) -> None:
     line = overlay.line(package, version)
     if not SLUG.fullmatch(slug):

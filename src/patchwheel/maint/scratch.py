@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import PatchwheelError
+from ..tempfolder import TempFolder
 
 #: What follow changes, and what it copies besides because the proof runs read it from the same root.
 WRITES = ("overlay", "patches")
@@ -58,12 +59,12 @@ def digests(root: Path) -> dict[str, str]:
     return {rel: sha for top in WRITES for rel, sha in _files(root, top).items()}
 
 
-class Scratch:
+class Scratch(TempFolder):
     """``with Scratch(root) as s``: ``s.root`` is a copy of the project's inputs, removed on exit."""
 
     def __init__(self, root: Path) -> None:
         self.project = root
-        self._tmp = Path(tempfile.mkdtemp(prefix="patchwheel-follow-"))
+        super().__init__("patchwheel-follow-")
         self.root = self._tmp / "project"
         try:
             self.root.mkdir()
@@ -77,15 +78,6 @@ class Scratch:
         except BaseException:
             self.close()
             raise
-
-    def close(self) -> None:
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-    def __enter__(self) -> Scratch:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def changes(self) -> tuple[dict[str, str], list[str]]:
         """(files written or changed: path -> sha256, files removed), relative to the project."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from .. import fetch, patches
 from ..config import Overlay, ReleaseLine
 from ..distdir import current_wheel
+from ..reporter import CONSOLE
 from ..trailers import guard_modules
 from . import proofenv
 
@@ -41,7 +42,7 @@ class Run:
 
 
 def prove_set(
-    overlay: Overlay, members: dict[str, ReleaseLine], dist: Path, log: Callable[[str], None] = print
+    overlay: Overlay, members: dict[str, ReleaseLine], dist: Path, log: Callable[[str], None] = CONSOLE
 ) -> list[Run]:
     """The set ``members`` (package -> line) proven both ways, its +fixed wheels taken from ``dist``."""
     cache = fetch.cache_dir()

@@ -204,6 +204,7 @@ def check_lines(
     report: Reporter = CONSOLE,
 ) -> list[LineMatrix]:
     """Every line of the selected packages over the selected releases, in one run (one verdict cache)."""
+    check_selections(overlay, selection, behaviour)
     judged = Judged()
     return [
         check_line(overlay, line, selection, behaviour, workers, judged, bisect=bisect, report=report)
@@ -212,18 +213,9 @@ def check_lines(
     ]
 
 
-def run(
-    overlay: Overlay,
-    selection: Selection,
-    behaviour: Selection | None,
-    *,
-    workers: int,
-    bisect: bool,
-    report: Reporter = CONSOLE,
-) -> Matrix:
-    """`upstream run`: judge the selected cells and merge them into the committed matrix, which is written."""
-    check_selections(overlay, selection, behaviour)
-    lines = check_lines(overlay, selection, behaviour, workers=workers, bisect=bisect, report=report)
+def record(overlay: Overlay, lines: list[LineMatrix], report: Reporter = CONSOLE) -> Matrix:
+    """`upstream run`'s second half: the cells :func:`check_lines` judged, merged into the committed matrix, which
+    is written."""
     matrix = (Matrix.load(overlay.status_json) or Matrix()).merged(lines, torch=proofenv.torch_version())
     matrix.save(overlay.status_json)
     report(f"wrote {overlay.status_json} and {overlay.status_json.with_suffix('.md')}")
@@ -236,7 +228,6 @@ def check(
     """`upstream check`: a fresh run of the selected cells (proofs on ``behaviour``'s releases, no bisection)
     against the committed matrix, which is not written. The differences, and how many releases were run."""
     committed = Matrix.require(overlay.status_json)
-    check_selections(overlay, selection, behaviour)
     lines = check_lines(overlay, selection, behaviour, workers=workers, bisect=False, report=report)
     return matrix_checks.compare(committed, lines), sum(len(ln.releases) for ln in lines)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tarfile
 import tempfile
 import time
@@ -233,10 +232,6 @@ def skip_reason(sdist: Path) -> str | None:
 # --- running -----------------------------------------------------------------------------------------------------
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def fixed_wheel(line: ReleaseLine, dist: Path) -> Path:
     """The line's +fixed wheel in ``dist``, checked to carry the line's current patches."""
     hint = f"build it first: `nox -s upstream_suite` does, or `python -m patchwheel build {line.package}`"
@@ -259,7 +254,7 @@ def environments(overlay: Overlay, line: ReleaseLine, wheel: Path) -> tuple[Path
         cache,
         f"suite-{line.package}-{line.version}{tail}",
         {"wheel": line.wheel.sha256, **extra},
-        install(fetch.fetch(line.package, line.wheel, log=_log)),
+        install(fetch.fetch(line.package, line.wheel, log=CONSOLE.warn)),
     )
     fixed = proofenv.env_on_base(
         cache,
@@ -312,13 +307,13 @@ def run_pytest(env: Path, suite: Path, targets: list[str], work: Path, label: st
 def check_line(overlay: Overlay, line: ReleaseLine, dist: Path, work: Path) -> Comparison:
     """Run upstream's suite of one release line on both sides, re-run the differences alone, and compare."""
     wheel = fixed_wheel(line, dist)
-    sdist = fetch.fetch(line.package, line.sdist, log=_log) if line.sdist else None
+    sdist = fetch.fetch(line.package, line.sdist, log=CONSOLE.warn) if line.sdist else None
     if sdist is None:
         raise PatchwheelError(f"{line.key} pins no sdist", f"add sdist = {{ ... }} to overlay/{line.package}/pins.toml")
     t0 = time.perf_counter()
-    _log(f"{line.key}: environments (pristine, +fixed) ...")
+    CONSOLE.warn(f"{line.key}: environments (pristine, +fixed) ...")
     envs = dict(zip(("pristine", "fixed"), environments(overlay, line, wheel), strict=True))
-    _log(f"{line.key}: environments ready ({time.perf_counter() - t0:.0f} s)")
+    CONSOLE.warn(f"{line.key}: environments ready ({time.perf_counter() - t0:.0f} s)")
     runs: dict[str, Run] = {}
     suites: dict[str, Path] = {}
     for side, env in envs.items():
@@ -326,24 +321,24 @@ def check_line(overlay: Overlay, line: ReleaseLine, dist: Path, work: Path) -> C
         shutil.rmtree(suites[side], ignore_errors=True)  # what an earlier run into the same --out left
         files = extract_suite(sdist, suites[side])
         modules = sum(1 for f in files if f.rsplit("/", 1)[-1].startswith("test_") and f.endswith(".py"))
-        _log(f"{line.key}: {side}: running upstream's tests ({modules} modules from {sdist.name}) ...")
+        CONSOLE.warn(f"{line.key}: {side}: running upstream's tests ({modules} modules from {sdist.name}) ...")
         runs[side] = run_pytest(env, suites[side], ["tests"], work, f"{side}-full", [])
         c = counts(runs[side].results)
-        _log(f"{line.key}: {side}: {_counts_text(c)} in {runs[side].seconds:.0f} s")
+        CONSOLE.warn(f"{line.key}: {side}: {_counts_text(c)} in {runs[side].seconds:.0f} s")
     diffs = differing(runs["pristine"].results, runs["fixed"].results)
     reruns: dict[str, tuple[str, str]] = {}
     if len(diffs) > MAX_RERUNS:
-        _log(f"{line.key}: {len(diffs)} tests differ, more than {MAX_RERUNS}: not re-run, the first run counts")
+        CONSOLE.warn(f"{line.key}: {len(diffs)} tests differ, more than {MAX_RERUNS}: not re-run, the first run counts")
     else:
         for i, test in enumerate(diffs, 1):
-            _log(f"{line.key}: re-running alone ({i}/{len(diffs)}): {test}")
+            CONSOLE.warn(f"{line.key}: re-running alone ({i}/{len(diffs)}): {test}")
             again = [
                 run_pytest(envs[side], suites[side], [test], work, f"{side}-rerun-{i}", []).results.get(test, "missing")
                 for side in ("pristine", "fixed")
             ]
             reruns[test] = (again[0], again[1])
     result = judge(runs["pristine"].results, runs["fixed"].results, reruns)
-    _log(f"{line.key}: done in {time.perf_counter() - t0:.0f} s")
+    CONSOLE.warn(f"{line.key}: done in {time.perf_counter() - t0:.0f} s")
     return result
 
 
@@ -352,7 +347,9 @@ def run(overlay: Overlay, select: list[str], dist: Path, out: Path | None = None
     test passes on pristine and fails on +fixed. ``out`` keeps the junit reports and logs."""
     lines = overlay.select(select)
     for line in [ln for ln in lines if ln.package not in SUITE_PACKAGES]:
-        reason = skip_reason(fetch.fetch(line.package, line.sdist, log=_log)) if line.sdist else "it pins no sdist"
+        reason = (
+            skip_reason(fetch.fetch(line.package, line.sdist, log=CONSOLE.warn)) if line.sdist else "it pins no sdist"
+        )
         report(f"{line.key}: skipped: {reason or 'its suite is not wired into this check'}")
     failed, summary = 0, {}
     for line in [ln for ln in lines if ln.package in SUITE_PACKAGES]:

@@ -1,0 +1,112 @@
+"""The tree's shape, checked: three layers (the build pipeline, the maintenance tools, the command line), imports
+that never run back up and never go round in a circle, modules of a readable size, each project rule in one place
+(the committed matrix's files, the patch-name rule), and errors of several kinds under one base."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+from patchwheel import errors
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "patchwheel"
+CLI = {"cli", "commands", "maint_commands", "__main__"}
+LAYERS = ("pipeline", "maint", "cli")
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    return ".".join(part for part in rel.parts if part != "__init__") or "patchwheel"
+
+
+def layer(module: str) -> str:
+    if module == "maint" or module.startswith("maint."):
+        return "maint"
+    return "cli" if module in CLI else "pipeline"
+
+
+def imports(path: Path, *, type_only: bool) -> set[str]:
+    """The project modules ``path`` imports (relative imports, resolved), with or without those made only for type
+    checking (``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path).split(".")[:-1] if path.name != "__init__.py" else module_name(path).split(".")
+    skipped: set[int] = set()
+    if not type_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or not node.level or id(node) in skipped:
+            continue
+        base = package[: len(package) - node.level + 1] if node.level > 1 else package
+        stem = ".".join([*base, *(node.module.split(".") if node.module else [])])
+        for alias in node.names:
+            candidate = f"{stem}.{alias.name}" if stem else alias.name
+            out.add(candidate if _exists(candidate) else stem)
+    return {m for m in out if m and _exists(m)}
+
+
+def _exists(module: str) -> bool:
+    path = SRC.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def test_no_import_runs_back_up_a_layer():
+    upward = [
+        f"{name} ({layer(name)}) imports {dep} ({layer(dep)})"
+        for name, path in modules().items()
+        for dep in imports(path, type_only=True)
+        if LAYERS.index(layer(dep)) > LAYERS.index(layer(name))
+    ]
+    assert upward == []
+
+
+def test_no_import_goes_round_in_a_circle():
+    graph = {name: imports(path, type_only=False) - {name} for name, path in modules().items()}
+    seen: dict[str, str] = {}  # module -> "open" while its imports are walked, "done" after
+    circles: list[str] = []
+
+    def walk(node: str, trail: list[str]) -> None:
+        seen[node] = "open"
+        for dep in sorted(graph.get(node, ())):
+            if seen.get(dep) == "open":
+                circles.append(" -> ".join(trail[trail.index(dep) :] + [node, dep]) if dep in trail else dep)
+            elif dep not in seen:
+                walk(dep, [*trail, node])
+        seen[node] = "done"
+
+    for name in sorted(graph):
+        if name not in seen:
+            walk(name, [])
+    assert circles == []
+
+
+def test_no_module_is_over_400_lines():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 400}
+    assert long == {}
+
+
+def test_the_committed_matrix_is_named_in_two_modules_at_most():
+    naming = [name for name, path in modules().items() if re.search(r"STATUS\.(json|md|\*)", path.read_text())]
+    assert len(naming) <= 2 and "matrix" in naming, naming
+
+
+def test_the_patch_name_rule_is_written_once():
+    writing = [name for name, path in modules().items() if r"\d{4}" in path.read_text()]
+    assert writing == ["names"]
+
+
+def test_errors_come_in_kinds_under_one_base():
+    kinds = [
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, errors.PatchwheelError) and cls is not errors.PatchwheelError
+    ]
+    assert len(kinds) >= 3, kinds
