@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from .config import ReleaseLine
-from .errors import PatchwheelError
+from .errors import ApplyError
 from .gitops import git_env as git_env  # re-exported: mutants.py runs its own git apply with it
 from .gitops import try_git
 from .patches import Patch
@@ -63,7 +63,7 @@ def read_regular(root: Path, rel: str) -> bytes | None:
                 if exc.errno != errno.ELOOP:
                     raise
                 what = "" if here == rel else f"{rel} "
-                raise PatchwheelError(
+                raise ApplyError(
                     f"{here} in the scratch tree is a symbolic link: refusing to read {what}through it",
                     "a patch may only create regular files (`patchwheel lint` refuses links): report this",
                 ) from None
@@ -71,7 +71,7 @@ def read_regular(root: Path, rel: str) -> bytes | None:
         if stat.S_ISDIR(mode):
             return None
         if not stat.S_ISREG(mode):
-            raise PatchwheelError(
+            raise ApplyError(
                 f"{rel} in the scratch tree is not a regular file: refusing to read it",
                 "a patch may only create regular files: report this",
             )
@@ -96,7 +96,7 @@ class ScratchTree(TempFolder):
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_bytes(data)
             if try_git(self.root, "rev-parse", "--is-inside-work-tree")[0] == 0:  # git apply would skip every file
-                raise PatchwheelError(
+                raise ApplyError(
                     f"scratch tree {self.root} is inside a git work tree",
                     "set TMPDIR to a folder outside any git repository",
                 )
@@ -126,18 +126,18 @@ def apply_series(
             if rc != 0:
                 already = _git_apply(tree.root, patch, "--reverse", "--check")[0] == 0
                 if already:
-                    raise PatchwheelError(
+                    raise ApplyError(
                         f"{patch.name} is already present in {where} (it applies in reverse)",
                         "upstream carries this change: drop the patch from the series (record Fixed-In) "
                         "or rebase the line",
                     )
-                raise PatchwheelError(
+                raise ApplyError(
                     f"patch does not apply to {where}: {explain_failure(patch, out)}",
                     "refresh the patch against this release (rebase the line) — release builds never fuzz",
                 )
             # Prove the patch is present: reversing it must apply cleanly on the state it produced.
             if _git_apply(tree.root, patch, "--reverse", "--check")[0] != 0:
-                raise PatchwheelError(
+                raise ApplyError(
                     f"{patch.name}: git apply reported success but the change is not present",
                     "report this: the scratch tree must be outside any git work tree",
                 )
@@ -150,7 +150,7 @@ def reverse_series(patches: list[Patch], patched: dict[str, bytes | None]) -> di
         for patch in reversed(patches):
             rc, out = _git_apply(tree.root, patch, "--reverse")
             if rc != 0:
-                raise PatchwheelError(
+                raise ApplyError(
                     f"{patch.name} is not present in the built files ({explain_failure(patch, out)})",
                     "rebuild; the wheel does not carry what its manifest says",
                 )

@@ -28,7 +28,7 @@ from . import fetch as fetch_mod
 from .apply import apply_line
 from .config import Overlay, ReleaseLine
 from .distdir import DistWheel, check_dist_path, read_previous, wheel_manifest
-from .errors import PatchwheelError
+from .errors import DistError, PatchwheelError
 from .index import write_simple
 from .names import DIST_RECORD
 from .patches import Patch, load_series
@@ -127,7 +127,7 @@ def _check_stale(previous: list[DistWheel] | None, built: list[Built], dist: Pat
     for b in built:
         prev = old.get(b.filename)
         if prev and prev.sha256 != b.sha256:
-            raise PatchwheelError(
+            raise DistError(
                 f"{dist}/{b.filename} was built from another patch set "
                 f"({', '.join(prev.patches) or 'no patches'}; now "
                 f"{', '.join(p.name for p in b.patches) or 'no patches'}). dist/ was left as it was",
@@ -158,18 +158,16 @@ def _keep(
             continue
         source = dist / w.filename
         if not source.is_file():
-            raise PatchwheelError(f"dist/ is damaged: {source} is missing (build.json lists it)", _CLEAN_HINT)
+            raise DistError(f"dist/ is damaged: {source} is missing (build.json lists it)", _CLEAN_HINT)
         got = fetch_mod.sha256_file(source)
         if got != w.sha256:
-            raise PatchwheelError(
-                f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT
-            )
+            raise DistError(f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT)
         (outdated if _outdated(w, line, source) else checked).append((w, line))
     if outdated:
         paths = [f"{dist}/{w.filename}" for w, _ in outdated]
         one = len(paths) == 1
         again = " ".join(f"{line.package}=={line.version}" for line in [*lines, *(line for _, line in outdated)])
-        raise PatchwheelError(
+        raise DistError(
             f"{', '.join(paths)} {'was' if one else 'were'} built from other pins or patches than overlay/ and "
             f"patches/ hold now, so {'it' if one else 'they'} cannot be checked by a rebuild; dist/ was left as it was",
             f"build {'that line' if one else 'those lines'} too (patchwheel build {again}), or pass --clean: dist/ "
@@ -181,10 +179,10 @@ def _keep(
         try:
             b = build_line(line, stage, log=lambda m: log(f"      {m}"))
         except PatchwheelError as exc:
-            raise PatchwheelError(f"cannot check the kept {source} by a rebuild: {exc.message}", exc.hint) from exc
+            raise DistError(f"cannot check the kept {source} by a rebuild: {exc.message}", exc.hint) from exc
         if (b.filename, b.sha256) != (w.filename, w.sha256):
             gives = b.sha256[:16] + "…" if b.filename == w.filename else b.filename
-            raise PatchwheelError(
+            raise DistError(
                 f"{source} differs from a rebuild from its pinned upstream wheel and patches/{line.key}/ (sha256 "
                 f"{w.sha256[:16]}…, the rebuild gives {gives}): it was changed after it was built, or built by "
                 "another version of patchwheel; dist/ was left as it was",

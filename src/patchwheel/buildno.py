@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import config
 from .config import BuildRecord, Overlay, ReleaseLine
-from .errors import PatchwheelError
+from .errors import ConfigError, PatchwheelError
 from .reporter import CONSOLE
 
 #: The rewrite's output format: raise it when the same inputs would give a wheel other bytes (every line's record
@@ -56,7 +56,7 @@ def inputs_digest(line: ReleaseLine) -> str:
     for name in series_names(line):
         path = line.patch_dir / name
         if not path.is_file():
-            raise PatchwheelError(f"series entry {name} has no file {path}", "add the file or remove the entry")
+            raise ConfigError(f"series entry {name} has no file {path}", "add the file or remove the entry")
         h.update(f"patch {name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return h.hexdigest()
 
@@ -95,7 +95,7 @@ def problem(line: ReleaseLine) -> str | None:
 def check(line: ReleaseLine) -> None:
     """:func:`problem` as an error (what the build calls before it names a wheel)."""
     if why := problem(line):
-        raise PatchwheelError(f"{line.key}: {why}", "then rebuild; docs/maintainers.md, 'Build numbers', says why")
+        raise ConfigError(f"{line.key}: {why}", "then rebuild; docs/maintainers.md, 'Build numbers', says why")
 
 
 _TABLE = re.compile(r"""^\s*\[\s*release\s*\.\s*(["'])(?P<version>[^"']+)\1\s*\]\s*(#.*)?$""")
@@ -113,7 +113,7 @@ def bump(overlay: Overlay, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
     pins = overlay.root / "overlay" / line.package / "pins.toml"
     write_record(pins, line.version, record)
     if config.load(overlay.root).line(line.package, line.version).build != record:  # what the next load reads
-        raise PatchwheelError(
+        raise ConfigError(
             f"{pins}: the build record written for {line.version} does not read back",
             f'write build = {{ number = {record.number}, inputs = "{digest}" }} in [release."{line.version}"]',
         )
@@ -128,7 +128,7 @@ def write_record(pins: Path, version: str, record: BuildRecord) -> None:
     start = next((i for i, ln in enumerate(lines) if (m := _TABLE.match(ln)) and m["version"] == version), None)
     entry = f'build = {{ number = {record.number}, inputs = "{record.inputs}" }}\n'
     if start is None:
-        raise PatchwheelError(
+        raise ConfigError(
             f'{pins} has no [release."{version}"] table header the tool can find',
             f"add {entry.strip()} to that release's table by hand",
         )
@@ -147,7 +147,7 @@ def write_record(pins: Path, version: str, record: BuildRecord) -> None:
     except (tomllib.TOMLDecodeError, KeyError, TypeError):
         written = None
     if written != {"number": record.number, "inputs": record.inputs}:
-        raise PatchwheelError(
+        raise ConfigError(
             f'{pins}: the build record of [release."{version}"] is not one `build = {{ ... }}` line the tool can '
             "replace; nothing was written",
             f"write it as the single line {entry.strip()}",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import buildno, config, patches, status, trailers
-from .errors import PatchwheelError
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .distdir import DistWheel
@@ -83,11 +83,11 @@ def _interpreter(python: str) -> str:
     hint = "pass the python of the environment, e.g. .venv/bin/python"
     path = python if os.sep in python else shutil.which(python)
     if path is None:
-        raise PatchwheelError(f"no interpreter named {python} on PATH", hint)
+        raise ConfigError(f"no interpreter named {python} on PATH", hint)
     if not os.path.exists(path):
-        raise PatchwheelError(f"no interpreter at {python}", hint)
+        raise ConfigError(f"no interpreter at {python}", hint)
     if os.path.isdir(path) or not os.access(path, os.X_OK):
-        raise PatchwheelError(f"{python} is not executable", hint)
+        raise ConfigError(f"{python} is not executable", hint)
     return path
 
 
@@ -99,7 +99,7 @@ def _spawn(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, **kw)
     except OSError as exc:  # e.g. an executable text file with no #! line
-        raise PatchwheelError(
+        raise ConfigError(
             f"cannot run {cmd[0]}: {exc.strerror or exc}", "pass the python of the environment, e.g. .venv/bin/python"
         ) from exc
 
@@ -122,11 +122,11 @@ def cmd_status(args) -> int:
             rep = json.loads(ran.stdout)
         except ValueError:
             said = (ran.stderr.strip() or ran.stdout.strip()).splitlines()
-            raise PatchwheelError(
+            raise ConfigError(
                 f"{args.python} could not run the status probe: {said[-1] if said else '(it printed nothing)'}", hint
             ) from None
         if (why := status.report_problem(rep, names)) is not None:
-            raise PatchwheelError(f"{args.python} printed a status report of an unexpected shape: {why}", hint)
+            raise ConfigError(f"{args.python} printed a status report of an unexpected shape: {why}", hint)
     else:
         rep = status.report(names)
     knownbugs.annotate(overlay, Matrix.load(overlay.status_json), rep)
@@ -146,7 +146,7 @@ def cmd_requirements(args) -> int:
 
     overlay = config.load(root(args))
     if args.set not in overlay.sets:
-        raise PatchwheelError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
+        raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
     out = []
     for pkg, version in overlay.sets[args.set].items():
         line = overlay.line(pkg, version)
@@ -168,7 +168,7 @@ def cmd_guards(args) -> int:
 
     overlay = config.load(root(args))
     if args.set not in overlay.sets:
-        raise PatchwheelError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
+        raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
     modules = set()
     for pkg, version in overlay.sets[args.set].items():
         for patch in patches.load_series(overlay.line(pkg, version)):
@@ -203,7 +203,7 @@ def cmd_diagnose(args) -> int:
     for item in args.max_memory or []:
         device, sep, size = item.partition("=")
         if not sep or not size:
-            raise PatchwheelError(f"--max-memory {item!r} is not DEVICE=SIZE", "e.g. --max-memory 0=20GiB cpu=64GiB")
+            raise ConfigError(f"--max-memory {item!r} is not DEVICE=SIZE", "e.g. --max-memory 0=20GiB cpu=64GiB")
         memory[device] = size
     cmd = [
         _interpreter(args.python) if args.python else sys.executable,

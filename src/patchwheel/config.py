@@ -19,7 +19,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .errors import PatchwheelError
+from .errors import ConfigError
 from .names import SHA256, wheel_name_version
 
 _LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*$")
@@ -72,7 +72,7 @@ def check_keys(path: Path, table: dict, known: tuple[str, ...], where: str = "")
         close = difflib.get_close_matches(key, known, n=1)
         return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
 
-    raise PatchwheelError(
+    raise ConfigError(
         f"{path}: {where}unknown key{'s' if len(unknown) > 1 else ''} "
         f"{', '.join(named(k) for k in unknown)}; known keys: {', '.join(known)}",
         "correct or remove it: an unknown key is not ignored, since a misspelt one would leave "
@@ -163,7 +163,7 @@ class Overlay:
         """One release line; the newest when ``version`` is None. Clear errors for unknown input."""
         pkg = canonicalize_name(package)
         if pkg not in self.lines:
-            raise PatchwheelError(
+            raise ConfigError(
                 f"unknown package {package!r}",
                 f"known packages: {', '.join(self.packages())} (each has overlay/<pkg>/pins.toml)",
             )
@@ -173,7 +173,7 @@ class Overlay:
         for line in lines:
             if line.version == version:
                 return line
-        raise PatchwheelError(
+        raise ConfigError(
             f"no release line {pkg} {version}",
             f'known lines: {", ".join(ln.version for ln in lines)}; add [release."{version}"] to '
             f"overlay/{pkg}/pins.toml and patches/{pkg}/{version}/series (or rebase onto it)",
@@ -199,34 +199,34 @@ def _read_toml(path: Path) -> dict:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
-        raise PatchwheelError(f"{path}: not valid TOML ({exc})", "correct the syntax at the position given") from exc
+        raise ConfigError(f"{path}: not valid TOML ({exc})", "correct the syntax at the position given") from exc
 
 
 def _artifact(path: Path, version: str, kind: str, raw: object) -> Artifact:
     where = f"{path}: release {version!r} {kind}"
     if not isinstance(raw, dict) or set(raw) != {"filename", "sha256"}:
-        raise PatchwheelError(
+        raise ConfigError(
             f"{where} must be a table with exactly 'filename' and 'sha256'",
             f'write {kind} = {{ filename = "...", sha256 = "<64 hex digits from the index>" }}',
         )
     sha = str(raw["sha256"]).lower()
     if not SHA256.match(sha):
-        raise PatchwheelError(
+        raise ConfigError(
             f"{where}: sha256 {raw['sha256']!r} is not 64 hex digits",
             "copy the sha256 shown next to the file on the package index",
         )
     filename = str(raw["filename"])
     if problem := file_name_problem(filename):
-        raise PatchwheelError(
+        raise ConfigError(
             f"{where}: filename {filename!r} {problem}", "pin the file name exactly as the package index lists it"
         )
     if version not in filename:
-        raise PatchwheelError(
+        raise ConfigError(
             f"{where}: filename {filename!r} does not carry version {version}",
             "pin the artifact of the same release as the table's name",
         )
     if kind == "wheel" and not filename.endswith(".whl"):
-        raise PatchwheelError(f"{where}: {filename!r} is not a wheel", "pin the py3-none-any .whl file")
+        raise ConfigError(f"{where}: {filename!r} is not a wheel", "pin the py3-none-any .whl file")
     if kind == "wheel":
         hint = "pin the py3-none-any .whl file exactly as the package index lists it"
         wheel_name_version(filename, where=f"{where}: ", hint=hint)
@@ -239,12 +239,12 @@ def _build_record(path: Path, version: str, raw: object) -> BuildRecord | None:
     hint = 'write build = { number = 1, inputs = "<sha256>" }, or let `python -m patchwheel bump PKG==VERSION` write it'
     where = f"{path}: release {version!r} build"
     if not isinstance(raw, dict) or set(raw) != {"number", "inputs"}:
-        raise PatchwheelError(f"{where} must be a table with exactly 'number' and 'inputs'", hint)
+        raise ConfigError(f"{where} must be a table with exactly 'number' and 'inputs'", hint)
     number, inputs = raw["number"], raw["inputs"]
     if type(number) is not int or number < 1:
-        raise PatchwheelError(f"{where}: number {number!r} is not a whole number of 1 or more", hint)
+        raise ConfigError(f"{where}: number {number!r} is not a whole number of 1 or more", hint)
     if not isinstance(inputs, str) or not SHA256.match(inputs):
-        raise PatchwheelError(f"{where}: inputs {inputs!r} is not 64 lower-case hex digits", hint)
+        raise ConfigError(f"{where}: inputs {inputs!r} is not 64 lower-case hex digits", hint)
     return BuildRecord(number, inputs)
 
 
@@ -253,19 +253,19 @@ def load(root: Path | str) -> Overlay:
     root = Path(root).resolve()
     overlay_dir = root / "overlay"
     if not overlay_dir.is_dir():
-        raise PatchwheelError(f"{root} has no overlay/ folder", "run the tool from the project root or pass --root")
+        raise ConfigError(f"{root} has no overlay/ folder", "run the tool from the project root or pass --root")
     lines: dict[str, list[ReleaseLine]] = {}
     for pins in sorted(overlay_dir.glob("*/pins.toml")):
         data = _read_toml(pins)
         check_keys(pins, data, PINS_KEYS)
         package = canonicalize_name(str(data.get("package", "")))
         if package != pins.parent.name:
-            raise PatchwheelError(
+            raise ConfigError(
                 f"{pins}: package = {data.get('package')!r} but the folder is {pins.parent.name!r}", "make them agree"
             )
         local = str(data.get("local-label", "fixed"))
         if not _LOCAL.match(local):
-            raise PatchwheelError(
+            raise ConfigError(
                 f"{pins}: local-label {local!r} is not a PEP 440 local label",
                 "use lower-case letters, digits and dots, e.g. 'fixed'",
             )
@@ -273,22 +273,22 @@ def load(root: Path | str) -> Overlay:
         source_root = str(data.get("source-root", "src")).strip("/")
         releases = data.get("release")
         if not isinstance(releases, dict) or not releases:
-            raise PatchwheelError(f'{pins}: no [release."X"] table', "pin at least one upstream release")
+            raise ConfigError(f'{pins}: no [release."X"] table', "pin at least one upstream release")
         pkg_lines = []
         for version, raw in releases.items():
             try:
                 Version(version)
             except InvalidVersion as exc:
-                raise PatchwheelError(
+                raise ConfigError(
                     f"{pins}: {version!r} is not a version",
                     'name the table after the upstream release, e.g. [release."4.50.3"]',
                 ) from exc
             if not isinstance(raw, dict):
-                raise PatchwheelError(f"{pins}: release {version!r} must be a table", "see overlay/*/pins.toml")
+                raise ConfigError(f"{pins}: release {version!r} must be a table", "see overlay/*/pins.toml")
             check_keys(pins, raw, RELEASE_KEYS, f"release {version!r}: ")
             patch_dir = root / "patches" / package / version
             if not (patch_dir / "series").is_file():
-                raise PatchwheelError(
+                raise ConfigError(
                     f"release line {package} {version} has no {patch_dir / 'series'}",
                     "create it (an empty series is allowed) or remove the pin",
                 )
@@ -307,10 +307,10 @@ def load(root: Path | str) -> Overlay:
             )
         lines[package] = sorted(pkg_lines, key=lambda ln: Version(ln.version))
     if not lines:
-        raise PatchwheelError(f"{overlay_dir} holds no <pkg>/pins.toml", "add overlay/<pkg>/pins.toml")
+        raise ConfigError(f"{overlay_dir} holds no <pkg>/pins.toml", "add overlay/<pkg>/pins.toml")
     for pkg_dir in sorted((root / "patches").glob("*/*")):
         if pkg_dir.is_dir() and not any(ln.patch_dir == pkg_dir for ls in lines.values() for ln in ls):
-            raise PatchwheelError(
+            raise ConfigError(
                 f"{pkg_dir} has no pin in overlay/{pkg_dir.parent.name}/pins.toml",
                 f'add [release."{pkg_dir.name}"] there or remove the folder',
             )
@@ -320,17 +320,17 @@ def load(root: Path | str) -> Overlay:
         data = _read_toml(sets_file)
         check_keys(sets_file, data, SETS_KEYS)
         if not isinstance(data.get("set", {}), dict):
-            raise PatchwheelError(
+            raise ConfigError(
                 f"{sets_file}: 'set' must be a table of sets", 'e.g. [set.default] transformers = "4.50.3"'
             )
         for name, members in data.get("set", {}).items():
             if not SET_NAME.fullmatch(name):
-                raise PatchwheelError(
+                raise ConfigError(
                     f"{sets_file}: set name {name!r} is not a plain name (it names dist/pins-<name>.txt)",
                     "use letters, digits, '.', '_' and '-', starting with a letter or digit, e.g. [set.\"v4.53\"]",
                 )
             if not isinstance(members, dict) or not members:
-                raise PatchwheelError(
+                raise ConfigError(
                     f"{sets_file}: set {name!r} must map packages to versions",
                     'e.g. [set.default] transformers = "4.50.3"',
                 )

@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import rewrite
 from .config import ReleaseLine
-from .errors import ConfigError, PatchwheelError
+from .errors import ConfigError, DistError
 from .names import DIST_RECORD, FIXES_MANIFEST, SHA256, wheel_name_version
 from .patches import load_series
 
@@ -68,24 +68,24 @@ def check_dist_path(dist: Path, root: Path) -> None:
     file there ended in NotADirectoryError, and with --clean the build even replaced the file."""
     hint = f"pass --dist a folder of its own (it is made when missing), e.g. --dist {root / 'dist'}"
     if dist == Path(dist.anchor):
-        raise PatchwheelError(f"--dist {dist} is the file system root: {REPLACES}", hint)
+        raise DistError(f"--dist {dist} is the file system root: {REPLACES}", hint)
     for what, folder in (("the project root", root), ("your home folder", _home())):
         if folder is not None and dist == folder:
-            raise PatchwheelError(f"--dist {dist} is {what}: {REPLACES}", hint)
+            raise DistError(f"--dist {dist} is {what}: {REPLACES}", hint)
         if folder is not None and dist in folder.parents:
-            raise PatchwheelError(f"--dist {dist} holds {what} ({folder}): {REPLACES}", hint)
+            raise DistError(f"--dist {dist} holds {what} ({folder}): {REPLACES}", hint)
     for path in (dist, *dist.parents):
         if path.is_dir():
             return
         if path.exists() or path.is_symlink():
             so = "" if path == dist else f", so {dist} cannot be made"
-            raise PatchwheelError(
+            raise DistError(
                 f"{path} is a file, not a folder{so}",
                 "pass --dist a folder (it is made when missing), e.g. --dist dist",
             )
 
 
-def _damaged_manifest_hint(mf: Path) -> str:
+def _damaged_record_hint(mf: Path) -> str:
     """What to do about a damaged build.json: not --clean, which would replace a folder nothing shows is the
     tool's."""
     return (
@@ -98,8 +98,8 @@ def _published_entry(mf: Path, i: int, raw: object) -> DistWheel:
     """One build.json entry, checked; entries written before package and versions were recorded get them from
     the wheel's file name."""
 
-    def damaged(why: str) -> PatchwheelError:
-        return PatchwheelError(f"{mf} is damaged: wheel entry {i}: {why}", _damaged_manifest_hint(mf))
+    def damaged(why: str) -> DistError:
+        return DistError(f"{mf} is damaged: wheel entry {i}: {why}", _damaged_record_hint(mf))
 
     if not isinstance(raw, dict):
         raise damaged("not an object")
@@ -145,10 +145,10 @@ def dist_wheels(dist: Path) -> list[DistWheel]:
     try:
         data = json.loads(mf.read_bytes())
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
-        raise PatchwheelError(f"{mf} is damaged: not JSON ({exc})", _damaged_manifest_hint(mf)) from exc
+        raise DistError(f"{mf} is damaged: not JSON ({exc})", _damaged_record_hint(mf)) from exc
     wheels = data.get("wheels") if isinstance(data, dict) else None
     if not isinstance(wheels, list):
-        raise PatchwheelError(f'{mf} is damaged: no "wheels" list', _damaged_manifest_hint(mf))
+        raise DistError(f'{mf} is damaged: no "wheels" list', _damaged_record_hint(mf))
     return [_published_entry(mf, i, raw) for i, raw in enumerate(wheels, 1)]
 
 
@@ -194,7 +194,7 @@ def read_previous(dist: Path, root: Path) -> list[DistWheel] | None:
     held = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in dist.iterdir())
     if not (dist / DIST_RECORD).is_file():
         if held:
-            raise PatchwheelError(
+            raise DistError(
                 f"{dist} exists and was not made by patchwheel (no {DIST_RECORD}); it holds {listing(held)}",
                 f"{REPLACES}: pass --dist a new or empty folder, e.g. --dist {root / 'dist'}, or move what this "
                 "one holds elsewhere",
@@ -202,7 +202,7 @@ def read_previous(dist: Path, root: Path) -> list[DistWheel] | None:
         return None
     wheels = dist_wheels(dist)
     if foreign := _not_written(dist, wheels):
-        raise PatchwheelError(
+        raise DistError(
             f"{dist} holds what no build wrote: {listing(foreign)}",
             f"{REPLACES}: move them elsewhere, or pass --dist another folder",
         )
@@ -214,10 +214,10 @@ def current_wheel(line: ReleaseLine, dist: Path, hint: str) -> Path:
     patch changed is refused (``hint``: how the caller's user builds it)."""
     path = dist / rewrite.wheel_names(line).filename
     if not path.is_file():
-        raise PatchwheelError(f"{path} does not exist", hint)
+        raise DistError(f"{path} does not exist", hint)
     built = [(p["name"], p["sha256"]) for p in wheel_manifest(path)["patches"]]
     if built != [(p.name, p.sha256) for p in load_series(line)]:
-        raise PatchwheelError(f"{path} was built from other patches than patches/{line.key}/ holds now", hint)
+        raise DistError(f"{path} was built from other patches than patches/{line.key}/ holds now", hint)
     return path
 
 

@@ -42,6 +42,14 @@ class DistError(PatchwheelError):
     """dist/ (or the folder given for it) is not one the build may write, keep or replace."""
 
 
+class OverlayError(PatchwheelError):
+    """overlay/<pkg>/<version>/ (a line's fixed modules) is not what its series makes, and cannot be rewritten."""
+
+
+class GitError(PatchwheelError):
+    """git is missing or too old, or refused what the tool asked of it."""
+
+
 class MatrixError(PatchwheelError):
     """The committed upstream matrix or a fragment of the watch cannot be used."""
 

@@ -24,7 +24,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from .config import SHA256, Artifact, file_name_problem
-from .errors import PatchwheelError
+from .errors import FetchError, PatchwheelError
 from .reporter import CONSOLE
 from .staging import locked_tempfile, still_linked
 
@@ -65,7 +65,7 @@ class _Links(HTMLParser):
             self._attrs = None
 
 
-class _Unreachable(PatchwheelError):
+class _Unreachable(FetchError):
     """The index (or a file it links) could not be fetched: the network, or the index's address."""
 
 
@@ -74,7 +74,7 @@ class _HttpRedirectsOnly(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
-            raise PatchwheelError(
+            raise FetchError(
                 f"{req.full_url} redirects to {newurl}: only http and https redirects are followed", _UNTRUSTED_INDEX
             )
         return super().redirect_request(req, fp, code, msg, headers, newurl)
@@ -99,7 +99,7 @@ def _page_url(package: str, index: str | None = None) -> str:
     """The project page of ``package``; the index must be an http(s) URL, or a file:// tree on disk."""
     index = index or index_url()
     if urllib.parse.urlsplit(index).scheme not in ("http", "https", "file"):
-        raise PatchwheelError(
+        raise FetchError(
             f"the package index {index!r} is not an http://, https:// or file:// URL",
             "set PATCHWHEEL_INDEX_URL to a PEP 503 index, e.g. https://pypi.org/simple, or file:///path/to/simple "
             "for a tree on disk",
@@ -136,7 +136,7 @@ def project_links(package: str, index: str | None = None) -> dict[str, tuple[str
         url, _, frag = urllib.parse.urljoin(page, href).partition("#")
         sha = _listed_sha256(frag)
         if sha == "":
-            raise PatchwheelError(
+            raise FetchError(
                 f"the index page {page} lists {text} with the digest {frag!r}: not 64 lower-case hex digits",
                 _UNTRUSTED_INDEX,
             )
@@ -174,8 +174,8 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _mismatch(artifact: Artifact, got: str, source: str) -> PatchwheelError:
-    return PatchwheelError(
+def _mismatch(artifact: Artifact, got: str, source: str) -> FetchError:
+    return FetchError(
         f"sha256 mismatch for {artifact.filename} from {source}: got {got}, the pin says {artifact.sha256}; "
         "the file was not used",
         "upstream never replaces a released file: your index or mirror serves a different file. Point "
@@ -187,12 +187,12 @@ def _check_artifact(artifact: Artifact) -> None:
     """Both parts of an artifact become a cache path: they must be a digest and a plain file name, whatever made
     the artifact (a pin is checked when loaded; a rebase takes them from the index)."""
     if not SHA256.match(artifact.sha256):
-        raise PatchwheelError(
+        raise FetchError(
             f"{artifact.filename}: sha256 {artifact.sha256!r} is not 64 lower-case hex digits",
             "pin the sha256 shown next to the file on the package index",
         )
     if problem := file_name_problem(artifact.filename):
-        raise PatchwheelError(
+        raise FetchError(
             f"file name {artifact.filename!r} {problem}", "pin the file name exactly as the package index lists it"
         )
 
@@ -210,7 +210,7 @@ def _check_link(page: str, filename: str, url: str) -> None:
         if on_disk
         else "http and https links are downloaded"
     )
-    raise PatchwheelError(
+    raise FetchError(
         f"the index page {page} links {filename} to a {scheme}: URL ({shown}): only {only}", _UNTRUSTED_INDEX
     )
 
@@ -250,8 +250,8 @@ def sweep(cache: Path, log=None) -> None:
                 os.close(fd)
 
 
-def _too_big(url: str, message: str) -> PatchwheelError:
-    return PatchwheelError(
+def _too_big(url: str, message: str) -> FetchError:
+    return FetchError(
         f"{url} {message}",
         "the index (or its mirror) serves something other than the pinned release's file: point "
         "PATCHWHEEL_INDEX_URL at a trustworthy index",
@@ -302,7 +302,7 @@ def _download(url: str, filename: str, out, log) -> str:
     return h.hexdigest()
 
 
-def _unchecked(package: str, artifact: Artifact, cache: Path, exc: PatchwheelError) -> PatchwheelError:
+def _unchecked(package: str, artifact: Artifact, cache: Path, exc: PatchwheelError) -> FetchError:
     """The pinned file is not in the cache and the index is out of reach: the pin could not be checked. A file of
     that name the cache holds under another digest (verified again here) hints that the pin was mistyped."""
     others = [
@@ -311,7 +311,7 @@ def _unchecked(package: str, artifact: Artifact, cache: Path, exc: PatchwheelErr
         if SHA256.fullmatch(p.parent.name) and p.is_file() and sha256_file(p) == p.parent.name
     ]
     held = f"; the cache holds {', '.join(others)}" if others else ""
-    return PatchwheelError(
+    return FetchError(
         f"cannot check the pin of {artifact.filename}: no file with its sha256 {artifact.sha256} is in the cache "
         f"({cache}), and {exc.message}{held}",
         f"if the sha256 in overlay/{package}/pins.toml was changed, check it against the index; otherwise " + exc.hint,
@@ -333,7 +333,7 @@ def fetch(package: str, artifact: Artifact, *, index: str | None = None, cache: 
     except _Unreachable as exc:
         raise _unchecked(package, artifact, cache, exc) from exc
     if artifact.filename not in links:
-        raise PatchwheelError(
+        raise FetchError(
             f"{artifact.filename} is not listed on {_page_url(package, index)}",
             "check the pinned filename in overlay/<pkg>/pins.toml against the index",
         )

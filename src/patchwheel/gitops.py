@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from .errors import PatchwheelError
+from .errors import GitError
 
 IDENTITY = ("patchwheel maintainers", "maintainers@patchwheel.invalid")
 #: Flags that make ``git format-patch`` output byte-stable (Electron's choice): what every patch file is made with.
@@ -41,10 +41,10 @@ def _check_version() -> None:
             text=True,
         ).stdout
     except OSError as exc:
-        raise PatchwheelError(f"cannot run git: {exc}", "install git (2.32 or newer) and put it on PATH") from exc
+        raise GitError(f"cannot run git: {exc}", "install git (2.32 or newer) and put it on PATH") from exc
     m = re.search(r"(\d+)\.(\d+)", out)
     if m and (int(m.group(1)), int(m.group(2))) < MIN_GIT:
-        raise PatchwheelError(
+        raise GitError(
             f"{out.strip()} is too old: patchwheel needs git {'.'.join(map(str, MIN_GIT))} or newer",
             "an older git ignores GIT_CONFIG_GLOBAL and would apply patches with your own git "
             "configuration (for example apply.ignoreWhitespace): upgrade git",
@@ -91,7 +91,7 @@ def git(repo: Path, *args: str, input: bytes | None = None, env: dict | None = N
         ["git", *args], cwd=repo, env={**git_env(repo), **(env or {})}, input=input, capture_output=True
     )
     if res.returncode != 0:
-        raise PatchwheelError(
+        raise GitError(
             f"git {' '.join(args)} failed in {repo}:\n{res.stderr.decode(errors='replace')}", "see git's message above"
         )
     return res.stdout

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import gitops
 from .config import ReleaseLine, path_problem
-from .errors import PatchwheelError
+from .errors import PatchError, PatchwheelError
 from .gitops import FORMAT_PATCH_FLAGS
 from .names import HUNK, PATCH_NAME, slug_of
 from .trailers import test_refs, validate_trailers
@@ -90,7 +90,7 @@ class Patch:
         """The module of the Proof-Test or Feature-Test trailer (without ``::test``); lint requires one."""
         value = self.trailers.get("Proof-Test") or self.trailers.get("Feature-Test")
         if not value:
-            raise PatchwheelError(
+            raise PatchError(
                 f"{self.name} has neither a Proof-Test nor a Feature-Test trailer",
                 "add the one that names its test (`patchwheel lint` checks)",
             )
@@ -184,7 +184,7 @@ def _file_diff(path: Path, block: str, first_line: int, last: bool) -> FileDiff:
             f"{'last hunk' if last else 'hunks'}: git apply reads on there and applies any diff it finds"
         )
     if problem := _mode_problem(modes):  # (before the hunks are asked for: a mode change alone has none)
-        raise PatchwheelError(
+        raise PatchError(
             f"{path}: {name} {problem}: a patch may only create, change or delete regular files (mode "
             f"{REGULAR_MODE}), as the wheel holds them: make it a regular file",
             "make the change in the vendored module under overlay/ (a regular file) and turn it into the patch with "
@@ -196,7 +196,7 @@ def _file_diff(path: Path, block: str, first_line: int, last: bool) -> FileDiff:
     checked = [("---", old_path), ("+++", new_path)] + named + [("diff --git", p) for p in in_git_line or ()]
     for where, p in checked:
         if p is not None and (problem := path_problem(p)):
-            raise PatchwheelError(
+            raise PatchError(
                 f"{path}: path {p!r} (its '{where}' line) {problem}: a patch may only name "
                 "plain relative paths inside upstream's tree",
                 "regenerate the patch with `git format-patch` from a checkout of upstream",
@@ -232,21 +232,21 @@ def parse_patch(path: Path) -> Patch:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PatchwheelError(f"{path}: not UTF-8 text ({exc})", hint) from exc
+        raise PatchError(f"{path}: not UTF-8 text ({exc})", hint) from exc
     if not text.startswith("From "):
-        raise PatchwheelError(f"{path}: not a git format-patch mbox (no leading 'From ' line)", hint)
+        raise PatchError(f"{path}: not a git format-patch mbox (no leading 'From ' line)", hint)
     head, sep, rest = text.partition("\n\n")
     if not sep:
-        raise PatchwheelError(f"{path}: no blank line after the mail headers", hint)
+        raise PatchError(f"{path}: no blank line after the mail headers", hint)
     # git encodes a non-ASCII subject (RFC 2047) and folds a long one: the default policy decodes and unfolds.
     headers = HeaderParser(policy=policy.default).parsestr(head.split("\n", 1)[1] if "\n" in head else "")
     subject = " ".join(str(headers.get("Subject") or "").split())
     if not subject:
-        raise PatchwheelError(f"{path}: no Subject header", hint)
+        raise PatchError(f"{path}: no Subject header", hint)
     # The message ends where git mailinfo ends it: an optional '---' line, then the first 'diff --git'.
     m = re.search(r"^(?:---\n)?(?=diff --git )", rest, re.M)
     if not m:
-        raise PatchwheelError(f"{path}: no 'diff --git' section", hint)
+        raise PatchError(f"{path}: no 'diff --git' section", hint)
     message, diff = rest[: m.start()].rstrip("\n"), rest[m.end() :]
     paragraphs = [p for p in re.split(r"\n\s*\n", message.strip()) if p.strip()]
     trailers: dict[str, str] = {}
@@ -265,9 +265,9 @@ def parse_patch(path: Path) -> Patch:
                 files.append(_file_diff(path, block, first_line, last=n == len(blocks) - 1))
             first_line += block.count("\n")
     except ValueError as exc:
-        raise PatchwheelError(f"{path}: malformed diff: {exc}", hint) from exc
+        raise PatchError(f"{path}: malformed diff: {exc}", hint) from exc
     if not files:
-        raise PatchwheelError(f"{path}: the diff is empty", "a patch must change at least one file")
+        raise PatchError(f"{path}: the diff is empty", "a patch must change at least one file")
     return Patch(path, subject, message, trailers, tuple(files), raw)
 
 
@@ -279,7 +279,7 @@ def series_names(line: ReleaseLine) -> list[str]:
         if not entry:
             continue
         if "/" in entry or " " in entry:
-            raise PatchwheelError(
+            raise PatchError(
                 f"{line.patch_dir / 'series'}:{n}: {entry!r} is not a plain patch file name",
                 "list one NNNN-slug.patch name per line",
             )
@@ -293,7 +293,7 @@ def load_series(line: ReleaseLine, *, messages: bool = True) -> list[Patch]:
     (vendor, refresh, new) work on a patch whose message is still being written."""
     problems = lint_line(line, messages=messages)
     if problems:
-        raise PatchwheelError(
+        raise PatchError(
             f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
             "fix each point above; `python -m patchwheel lint` re-checks",
         )

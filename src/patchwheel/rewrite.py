@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from . import buildno
 from .config import ReleaseLine, path_problem
-from .errors import PatchwheelError
+from .errors import VerifyError
 from .names import FIXES_MANIFEST, wheel_name_version
 
 COMPRESSLEVEL = 6
@@ -52,7 +52,7 @@ def wheel_names(line: ReleaseLine) -> WheelNames:
     wheel_name_version(filename, hint="pin the upstream .whl file exactly as the package index lists it")
     name, version, rest = filename.split("-", 2)  # a valid name has no '-' in its project or version part
     if version != line.version:
-        raise PatchwheelError(f"wheel {filename} is not version {line.version}", "fix the pin")
+        raise VerifyError(f"wheel {filename} is not version {line.version}", "fix the pin")
     if rest.count("-") == 3:  # upstream's own build tag names upstream's builds, not ours: ours replaces it
         rest = rest.split("-", 1)[1]
     fixed = line.fixed_version
@@ -63,7 +63,7 @@ def wheel_names(line: ReleaseLine) -> WheelNames:
 def _replace_once(data: bytes, pattern: str, repl: str, what: str) -> bytes:
     new, n = re.subn(pattern.encode(), repl.encode(), data, flags=re.M)
     if n != 1:
-        raise PatchwheelError(
+        raise VerifyError(
             f"expected exactly one {what}, found {n}",
             "upstream changed its layout: extend patchwheel.rewrite for this release",
         )
@@ -147,7 +147,7 @@ def plan(
             )
         out.append(Entry(_info(e.info, name), data, raw if data is e.data else None))
     if record_at is None or metadata_info is None or record_info is None:
-        raise PatchwheelError(
+        raise VerifyError(
             f"{line.wheel.filename} has no {names.old_distinfo}/RECORD or METADATA",
             "the pinned file is not a valid wheel",
         )
@@ -195,7 +195,7 @@ def write(entries: list[Entry], dest) -> None:
             crc = zlib.crc32(e.data)
             offset = fh.tell()
             if max(len(raw), len(e.data), offset) >= _LIMIT:
-                raise PatchwheelError(
+                raise VerifyError(
                     f"{zi.filename}: needs zip64, which this writer does not do", "extend patchwheel.rewrite.write"
                 )
             t, d = _dos(zi.date_time)
@@ -238,7 +238,7 @@ def read(path) -> list[Entry]:
     try:
         return _read(path)
     except (zipfile.BadZipFile, zlib.error, struct.error, EOFError) as exc:
-        raise PatchwheelError(f"{path}: not a readable zip file ({exc})", "the file is damaged") from exc
+        raise VerifyError(f"{path}: not a readable zip file ({exc})", "the file is damaged") from exc
 
 
 def _read(path) -> list[Entry]:
@@ -246,25 +246,25 @@ def _read(path) -> list[Entry]:
     with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
         for zi in zf.infolist():
             if problem := path_problem(zi.filename):
-                raise PatchwheelError(
+                raise VerifyError(
                     f"{path}: member {zi.filename!r} {problem}: an installer would write it "
                     "outside its folder or where it does not belong (zip slip)",
                     "do not build from this file: check the pin and the index it came from",
                 )
             if zi.flag_bits & 0x1 or zi.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise PatchwheelError(
+                raise VerifyError(
                     f"{path}: {zi.filename} is encrypted or uses compression {zi.compress_type}",
                     "only stored or deflated members are supported",
                 )
             fh.seek(zi.header_offset)
             head = fh.read(_LOCAL.size)
             if head[:4] != b"PK\x03\x04":
-                raise PatchwheelError(f"{path}: bad local header for {zi.filename}", "the file is damaged")
+                raise VerifyError(f"{path}: bad local header for {zi.filename}", "the file is damaged")
             name_len, extra_len = struct.unpack("<2H", head[26:30])
             fh.seek(zi.header_offset + _LOCAL.size + name_len + extra_len)
             raw = fh.read(zi.compress_size)
             data = zlib.decompress(raw, -15) if zi.compress_type == zipfile.ZIP_DEFLATED else raw
             if zlib.crc32(data) != zi.CRC or len(data) != zi.file_size:
-                raise PatchwheelError(f"{path}: {zi.filename} fails its CRC check", "the file is damaged")
+                raise VerifyError(f"{path}: {zi.filename} fails its CRC check", "the file is damaged")
             out.append(Entry(zi, data, raw))
     return out

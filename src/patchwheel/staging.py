@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .errors import PatchwheelError
+from .errors import DistError
 
 
 @contextlib.contextmanager
@@ -184,21 +184,17 @@ def swap_in(staging: Path, dist: Path, old: Path) -> None:
             return
         os.replace(dist, old)
     except OSError as exc:
-        raise PatchwheelError(
-            f"cannot move the new build into {dist}: {exc.strerror or exc}; {not_moved}", hint
-        ) from exc
+        raise DistError(f"cannot move the new build into {dist}: {exc.strerror or exc}; {not_moved}", hint) from exc
     try:
         os.replace(staging, dist)
     except OSError as exc:
         try:
             os.replace(old, dist)
         except OSError:
-            raise PatchwheelError(
+            raise DistError(
                 f"cannot move the new build into {dist} ({exc.strerror or exc}), nor the "
                 f"previous one back: it is in {old}",
                 f"move {old} back to {dist} (the next build does it too)",
             ) from exc
-        raise PatchwheelError(
-            f"cannot move the new build into {dist}: {exc.strerror or exc}; {not_moved}", hint
-        ) from exc
+        raise DistError(f"cannot move the new build into {dist}: {exc.strerror or exc}; {not_moved}", hint) from exc
     shutil.rmtree(old, ignore_errors=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 from . import fetch, rewrite
 from .apply import apply_line
 from .config import Overlay, ReleaseLine, path_problem
-from .errors import PatchwheelError
+from .errors import OverlayError
 from .names import VENDOR_RECORD
 from .patches import Patch, load_series
 from .reporter import CONSOLE
@@ -238,7 +238,7 @@ def _stale_folders(overlay: Overlay) -> list[Path]:
 
 def _safe(rel: str) -> None:
     if problem := path_problem(rel):
-        raise PatchwheelError(f"refusing to write {rel!r} into overlay/: {problem}", "report this")
+        raise OverlayError(f"refusing to write {rel!r} into overlay/: {problem}", "report this")
 
 
 def _replace_folder(folder: Path, files: dict[str, bytes]) -> None:
@@ -304,7 +304,7 @@ def write(
         if st in ("edited", "extra") and (v.line.vendor_dir / rel).is_symlink()
     ]
     if links and not force:  # kept files are read back: never through a link
-        raise PatchwheelError(
+        raise OverlayError(
             f"{', '.join(links)} {'is a symbolic link' if len(links) == 1 else 'are symbolic links'}: "
             "vendor does not read through links",
             "replace each by a regular file, or run `nox -s vendor -- --force`: it writes what the series makes "
@@ -320,7 +320,7 @@ def write(
             if rel not in _OWN and (p.is_symlink() or recorded.get(rel) != _sha(p.read_bytes()))
         ]
     if blocked and not force:
-        raise PatchwheelError(
+        raise OverlayError(
             "edited by hand, and vendor would overwrite or remove them: " + ", ".join(blocked),
             "move each file away, run `nox -s vendor`, and make the edit again on the fresh copy; or "
             "`nox -s vendor -- --force` discards the edits",
@@ -384,13 +384,13 @@ def check_wheel(line: ReleaseLine, built: Path, patched: dict[str, bytes | None]
         path = folder / rel
         if data is None:
             if rel in have:
-                raise PatchwheelError(f"{built.name}: the series deletes {rel}, but overlay/{line.key}/ has it", hint)
+                raise OverlayError(f"{built.name}: the series deletes {rel}, but overlay/{line.key}/ has it", hint)
             continue
         if not path.is_file():
-            raise PatchwheelError(f"{built.name}: {rel} is patched, but overlay/{line.key}/{rel} is missing", hint)
+            raise OverlayError(f"{built.name}: {rel} is patched, but overlay/{line.key}/{rel} is missing", hint)
         if path.read_bytes() != data:
-            raise PatchwheelError(f"{built.name}: {rel} differs from overlay/{line.key}/{rel}", hint)
+            raise OverlayError(f"{built.name}: {rel} differs from overlay/{line.key}/{rel}", hint)
     if extra := sorted(have - set(patched)):
-        raise PatchwheelError(
+        raise OverlayError(
             f"{built.name}: overlay/{line.key}/ has files the series does not patch: {', '.join(extra)}", hint
         )

@@ -19,7 +19,7 @@ from pathlib import Path
 from . import buildno
 from .apply import reverse_series
 from .config import ReleaseLine
-from .errors import PatchwheelError
+from .errors import ApplyError, VerifyError
 from .patches import Patch
 from .rewrite import FIXES_MANIFEST, Entry, read, record_hash, wheel_names, with_build_line
 
@@ -57,7 +57,7 @@ def verify(
     upstream wheel's members where the caller has read them already (the build has)."""
     names = wheel_names(line)
     if built.name != names.filename:
-        raise PatchwheelError(f"{built.name} should be named {names.filename}", "rebuild")
+        raise VerifyError(f"{built.name} should be named {names.filename}", "rebuild")
     new = read(built)
     old = upstream if upstream is not None else read(upstream_wheel)
     new_data = {e.name: e.data for e in new}
@@ -99,7 +99,7 @@ def verify(
         now = {p: new_data.get(line.wheel_path(p)) for p in touched}  # type: ignore[arg-type]
         try:
             back = reverse_series(patches, now)
-        except PatchwheelError as exc:
+        except ApplyError as exc:
             problems.append(exc.message)
         else:
             for p in touched:
@@ -117,7 +117,7 @@ def verify(
             f"the manifest lists patches {[p.get('name') for p in manifest.get('patches', [])]}, the series {want}"
         )
     if problems:
-        raise PatchwheelError(
+        raise VerifyError(
             f"verification of {built.name} failed:\n  - " + "\n  - ".join(problems),
             "do not publish this wheel; rebuild from a clean cache and report the problem",
         )

@@ -28,7 +28,7 @@ from packaging.version import Version
 
 from .. import fetch
 from ..config import Artifact, Overlay, ReleaseLine
-from ..errors import PatchwheelError
+from ..errors import PatchError
 from ..matrix import Matrix
 from ..names import matches
 from ..patches import Patch, load_series
@@ -59,7 +59,7 @@ def find(overlay: Overlay, slug: str) -> tuple[ReleaseLine, list[Patch]]:
             if matches(p, slug):
                 return line, series[: i + 1]
     known = sorted({p.slug for ln in overlay.all_lines() for p in load_series(ln)})
-    raise PatchwheelError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")
+    raise PatchError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")
 
 
 def carry_to_newest(line: ReleaseLine, upto: list[Patch], version: str, newest: Artifact) -> Carried:
@@ -71,7 +71,7 @@ def carry_to_newest(line: ReleaseLine, upto: list[Patch], version: str, newest: 
         work.branch("upstream", pre, new, f"pristine {line.package} {version}")
         result = carry(work.path, patch, work.commits[patch.name])
         if result.status in ("conflict", "already-upstream"):
-            raise PatchwheelError(
+            raise PatchError(
                 f"{patch.name} does not carry onto {line.package} {version} (the newest release): {result.status}"
                 f" ({result.detail})",
                 f"rebase the line first (`nox -s rebase -- {line.package} {version}`), then export from it",
@@ -155,7 +155,7 @@ def _style(line: ReleaseLine, version: str, carried: Carried, after: dict) -> st
     found = upstream_style.check(pyproject, after, upstream_style.changed_lines(carried.base, after))
     where = f"{line.package} {version}"
     if found:
-        raise PatchwheelError(
+        raise PatchError(
             f"the exported diff is not in {where}'s style (ruff with its pyproject.toml settings):\n  "
             + "\n  ".join(found),
             "fix the patch (edit overlay/, then `nox -s refresh`) or the upstream test in upstream-pr/, and export "
@@ -167,14 +167,14 @@ def _style(line: ReleaseLine, version: str, carried: Carried, after: dict) -> st
 def _judged(runs, where: str, sub: submission.Submission):
     before, after = runs
     if before.verdict != "fails":
-        raise PatchwheelError(
+        raise PatchError(
             f"upstream's test does not fail on pristine {where} as the bug does ({before.verdict}: {before.detail})",
             "if the bug is fixed there, drop the patch (see the matrix, `nox -s upstream`); otherwise make the test "
             "show it, "
             f"with the exception {sub.folder}/expect.toml names",
         )
     if after.verdict != "passes":
-        raise PatchwheelError(
+        raise PatchError(
             f"upstream's test does not pass on {where} with the exported patch applied "
             f"({after.verdict}: {after.detail})",
             "the fix or the test is wrong there: fix the patch (rebase the line onto the release if needed), or the "

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import gitops
-from ..errors import PatchwheelError
+from ..errors import ConfigError
 from ..patches import Patch
 from ..trailers import GUARD_TRAILER
 from .workrepo import WorkRepo
@@ -54,12 +54,12 @@ def author(root: Path, given: str | None, config: GitConfig = user_git_config) -
     )
     if given is not None:
         if not _AUTHOR.match(given.strip()):
-            raise PatchwheelError(f"--author {given!r} is not 'Name <email>'", hint)
+            raise ConfigError(f"--author {given!r} is not 'Name <email>'", hint)
         return given.strip()
     name, email = config(root, "user.name"), config(root, "user.email")
     missing = [key for key, value in (("user.name", name), ("user.email", email)) if not value]
     if missing:
-        raise PatchwheelError(
+        raise ConfigError(
             f"no author for the exported commit: --author is not given and git config {' and '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} not set in {root}",
             hint,
@@ -96,7 +96,7 @@ def ours(text: str) -> list[str]:
 def refuse_ours(mbox: bytes, what: str) -> None:
     found = ours(mbox.decode("utf-8", errors="replace"))
     if found:
-        raise PatchwheelError(
+        raise ConfigError(
             f"{what} names this project: {', '.join(found)}; upstream cannot use our trailers, paths or name",
             "word the message, the test and the code for upstream's tree and APIs only (the long form stays in "
             "the patch message and PR.md)",
@@ -128,7 +128,7 @@ def commit(
         gitops.am(check.path, path)
         got = check.read(after)
     if got != {p: d for p, d in after.items()}:
-        raise PatchwheelError(
+        raise ConfigError(
             f"git am of the exported commit does not give the files it was made from ({title})", "report this"
         )
     return mbox

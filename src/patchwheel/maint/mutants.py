@@ -27,7 +27,7 @@ from .. import fetch, rewrite
 from ..apply import ScratchTree, apply_line
 from ..config import Overlay, ReleaseLine
 from ..distdir import current_wheel
-from ..errors import PatchwheelError
+from ..errors import PatchError
 from ..gitops import git_env
 from ..names import HUNK_HEADER
 from ..patches import Patch, load_series
@@ -194,7 +194,7 @@ def survival_notes(patch: Patch) -> dict[int, str]:
         if text.startswith("Mutant-Survives:"):
             m = _NOTE.match(text.strip())
             if not m:
-                raise PatchwheelError(
+                raise PatchError(
                     f"{patch.name}: {text.strip()!r} is not 'Mutant-Survives: #<n> <reason>'",
                     "name the hunk as #n (its number in this check's table) and say why no test needs it",
                 )

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .. import fetch
 from ..config import Artifact
-from ..errors import PatchwheelError
+from ..errors import EnvironmentFailed
 from ..names import wheel_name_version
 
 MARKER = "patchwheel-env.json"
@@ -133,7 +133,7 @@ def _install(env: Path, *args: str, on_base: bool = False) -> None:
 def _installer(cmd: list[str], env: Path, what: str) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        raise PatchwheelError(
+        raise EnvironmentFailed(
             f"{what} failed in {env}:\n{res.stderr[-2000:]}", "check the network and the package index"
         )
 

@@ -28,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from .. import buildno, config, fetch, gitops, vendored
 from ..config import Artifact, Overlay
-from ..errors import PatchwheelError
+from ..errors import ConfigError
 from ..names import patch_name, slug_of
 from ..patches import Patch, load_series, parse_patch
 from ..reporter import CONSOLE
@@ -48,7 +48,7 @@ def _version(text: str) -> str:
     try:
         return str(Version(text))
     except InvalidVersion as exc:
-        raise PatchwheelError(
+        raise ConfigError(
             f"{text!r} is not a version", "give the upstream release as the package index lists it, e.g. 5.23.0"
         ) from exc
 
@@ -74,7 +74,7 @@ def release_artifacts(package: str, version: str) -> tuple[Artifact, Artifact | 
         except (InvalidWheelFilename, InvalidSdistFilename):
             continue  # not a file of any release: nothing to pick
     if wheel is None:
-        raise PatchwheelError(
+        raise ConfigError(
             f"{package} {version} has no py3-none-any wheel on {fetch.index_url()}",
             "pick a released version (see `patchwheel upstream --text-only`)",
         )
@@ -96,13 +96,13 @@ def start(
     version = _version(version)
     old = overlay.line(package)
     if Version(version) <= Version(old.version):
-        raise PatchwheelError(f"{version} is not newer than the newest line {old.key}", "rebase onto a newer release")
+        raise ConfigError(f"{version} is not newer than the newest line {old.key}", "rebase onto a newer release")
     target = old.patch_dir.parent / version
     if target.exists():
-        raise PatchwheelError(f"{target} already exists", f"remove it to rebase again (git rm -r {target})")
+        raise ConfigError(f"{target} already exists", f"remove it to rebase again (git rm -r {target})")
     work = _work(overlay, package, version)
     if work.exists():
-        raise PatchwheelError(
+        raise ConfigError(
             f"a rebase onto {package} {version} is in progress in {work}",
             f"finish it with `nox -s rebase -- {package} {version} --continue`, or delete {work}",
         )
@@ -148,7 +148,7 @@ def resume(overlay: Overlay, package: str, version: str, *, log=CONSOLE) -> bool
     work = _work(overlay, package, version)
     state_file = work / "state.json"
     if not state_file.is_file():
-        raise PatchwheelError(
+        raise ConfigError(
             f"no rebase onto {package} {version} is in progress",
             f"start one with `nox -s rebase -- {package} {version}`",
         )
@@ -156,7 +156,7 @@ def resume(overlay: Overlay, package: str, version: str, *, log=CONSOLE) -> bool
     repo = work / "repo"
     unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
     if unmerged:
-        raise PatchwheelError(
+        raise ConfigError(
             f"still unresolved in {repo}: {', '.join(unmerged)}",
             f"edit them, `git -C {repo} add <file>`, then run --continue again",
         )
@@ -207,7 +207,7 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
     tmp.mkdir(parents=True)
     names = list(state["done"])
     if len(revs) != len(names):
-        raise PatchwheelError(
+        raise ConfigError(
             f"{len(revs)} commits in {repo} but {len(names)} carried patches",
             "the work repository was changed by hand beyond the conflict; start over",
         )

@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import buildno, fetch, gitops, vendored
 from ..apply import ScratchTree, apply_line, explain_failure
 from ..config import Overlay, ReleaseLine, path_problem
-from ..errors import PatchwheelError
+from ..errors import PatchError
 from ..names import HUNK_HEADER, SLUG, find
 from ..patches import Patch, load_series, mailinfo_cut, parse_patch
 from ..reporter import CONSOLE
@@ -61,7 +61,7 @@ def _edits(overlay: Overlay, line: ReleaseLine) -> Edits:
     states = vendored.classify(want)
     folder = line.vendor_dir
     if bad := [f"{rel} ({s})" for rel, s in states.items() if s in ("missing", "stale", "outgrown", "edited-stale")]:
-        raise PatchwheelError(
+        raise PatchError(
             f"overlay/{line.key}/ does not match the series it would be folded into: {', '.join(bad)}",
             "run `nox -s vendor` first: it brings the folder up to date and keeps edits made on top of the current "
             "series (an edit of a file the series changed since must be made again on the fresh copy)",
@@ -76,18 +76,18 @@ def _edits(overlay: Overlay, line: ReleaseLine) -> Edits:
             continue
         path = folder / rel
         if problem := path_problem(rel):
-            raise PatchwheelError(f"overlay/{line.key}/{rel}: {problem}", "rename or remove it")
+            raise PatchError(f"overlay/{line.key}/{rel}: {problem}", "rename or remove it")
         if rel.split("/", 1)[0] != line.import_name:
-            raise PatchwheelError(
+            raise PatchError(
                 f"overlay/{line.key}/{rel} is outside the package ({line.import_name}/)",
                 f"only files of the installed package can be patched: move it under {line.import_name}/",
             )
         if path.is_symlink():
-            raise PatchwheelError(f"overlay/{line.key}/{rel} is a symbolic link", "replace it by the file itself")
+            raise PatchError(f"overlay/{line.key}/{rel} is a symbolic link", "replace it by the file itself")
         data = path.read_bytes()
         up = line.upstream_path(rel)
         if s == "extra" and b"\0" in data:
-            raise PatchwheelError(
+            raise PatchError(
                 f"overlay/{line.key}/{rel} is not a text file", "patches carry text: remove it from the overlay"
             )
         if s == "extra" and pristine.get(up) == data:
@@ -142,7 +142,7 @@ def _under_later(edits: Edits, later: list[Patch]) -> dict[str, bytes | None]:
         for q in reversed(later):
             rc, out = gitops.try_git(tree.root, "apply", "--reverse", "--whitespace=nowarn", str(q.path))
             if rc != 0:
-                raise PatchwheelError(
+                raise PatchError(
                     f"the edit touches lines that {q.name}, later in the series, needs as it is "
                     f"({explain_failure(q, out)})",
                     f"make that part of the edit in {q.name} (`nox -s refresh -- {edits.line.package} "
@@ -175,7 +175,7 @@ def _check_result(edits: Edits, files: list[tuple[str, bytes]]) -> None:
         rel = line.wheel_path(up)
         assert rel is not None
         if got.get(rel, pristine.get(rel)) != data:
-            raise PatchwheelError(
+            raise PatchError(
                 f"the new series does not give overlay/{line.key}/{rel} as edited",
                 "report this, with the edit: nothing was written",
             )
@@ -199,7 +199,7 @@ def _check_messages(series: list[Patch]) -> None:
     would drop the rest of its message and its trailers."""
     for p in series:
         if problem := mailinfo_cut(p):
-            raise PatchwheelError(problem, "reword that line in the .patch file (e.g. indent it), then refresh")
+            raise PatchError(problem, "reword that line in the .patch file (e.g. indent it), then refresh")
 
 
 def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callable[[str], None] = CONSOLE) -> None:
@@ -221,7 +221,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
             for q in series
             if q is not target and p in q.touched
         ]:
-            raise PatchwheelError(
+            raise PatchError(
                 f"the edit adds {line.wheel_path(deleted[0][0])}, which {deleted[0][1]} deletes, so it cannot belong "
                 f"to {target.name}",
                 f"change {deleted[0][1]} instead, or remove the file from overlay/{line.key}/",
@@ -230,7 +230,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
             where = "; ".join(f"{line.wheel_path(p)} line {n} ({q})" for p, n, q in owned[:6])
             more = f" and {len(owned) - 6} more" if len(owned) > 6 else ""
             first = next(p.slug for p in series if p.name == owned[0][2])
-            raise PatchwheelError(
+            raise PatchError(
                 f"the edit changes lines that another patch wrote, so it cannot belong to {target.name}: {where}{more}",
                 f"refresh {first} instead (`nox -s refresh -- {line.package} {line.version} {first}`); an edit "
                 "that spans several patches is refreshed one patch at a time",
@@ -240,7 +240,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
         gitops.write_files(work.path, state)
         gitops.git(work.path, "add", "-A")
         if not gitops.git(work.path, "diff", "--cached", "--name-only", f"{work.commits[target.name]}~1").strip():
-            raise PatchwheelError(
+            raise PatchError(
                 f"with the edit, {target.name} changes nothing",
                 f"to drop the patch, remove it from patches/{line.key}/series and delete its file",
             )
@@ -250,7 +250,7 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
             gitops.am(work.path, q.path)
             raw = gitops.format_patch(work.path)
             if _change(raw) != _change(q.raw):
-                raise PatchwheelError(f"{q.name} would change with the edit", "report this: nothing was written")
+                raise PatchError(f"{q.name} would change with the edit", "report this: nothing was written")
             if raw != q.raw:
                 out[q.path] = raw
     _check_result(edits, [(p.name, out.get(p.path, p.raw)) for p in series])
@@ -321,18 +321,18 @@ def new(
 ) -> None:
     line = overlay.line(package, version)
     if not SLUG.fullmatch(slug):
-        raise PatchwheelError(
+        raise PatchError(
             f"{slug!r} is not a patch slug", "use lower-case letters, digits, '.' and '-', e.g. fix-warmup-tp-plan"
         )
     edits = _edits(overlay, line)
     series = edits.series
     if any(p.slug == slug for p in series):
-        raise PatchwheelError(
+        raise PatchError(
             f"{line.key} already has a patch named {slug}",
             f"to change it: `nox -s refresh -- {line.package} {line.version} {slug}`; or pick another slug",
         )
     if not edits.edited:
-        raise PatchwheelError(
+        raise PatchError(
             f"overlay/{line.key}/ equals pristine + series: there is no edit to make a patch of",
             f"edit the fixed modules under overlay/{line.key}/{line.import_name}/ first; to patch a module no patch "
             f"touches yet, copy it there from the pinned wheel: unzip -p {fetch.fetch(line.package, line.wheel)} "

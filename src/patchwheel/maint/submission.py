@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Overlay, ReleaseLine, path_problem
-from ..errors import PatchwheelError
+from ..errors import PatchError
 from ..patches import Patch
 
 FOLDER = "upstream-pr"
@@ -74,7 +74,7 @@ def load(root: Path, package: str, patch: Patch) -> Submission:
     where = folder(root, package, patch.slug)
     problems = check(where, patch)
     if problems:
-        raise PatchwheelError(
+        raise PatchError(
             f"{where.relative_to(root)} is not ready for upstream:\n  - " + "\n  - ".join(problems),
             f"write it as {FOLDER}/README.md says; `nox -s lint` checks it",
         )

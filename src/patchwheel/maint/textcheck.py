@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import gitops
-from ..errors import PatchwheelError
+from ..errors import GitError
 from ..patches import Patch
 from .workrepo import WorkRepo
 
@@ -79,5 +79,5 @@ def carry(repo: Path, patch: Patch, commit: str) -> TextResult:
     conflicts = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
     gitops.try_git(repo, "cherry-pick", "--abort")
     if not conflicts:
-        raise PatchwheelError(f"{patch.name}: git cherry-pick failed without conflicts:\n{out}", "report this")
+        raise GitError(f"{patch.name}: git cherry-pick failed without conflicts:\n{out}", "report this")
     return TextResult(patch.name, "conflict", "conflict in " + ", ".join(conflicts), None, conflicts)

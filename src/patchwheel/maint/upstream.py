@@ -22,7 +22,7 @@ from packaging.version import Version
 
 from .. import fetch, matrix_checks
 from ..config import Artifact, Overlay, ReleaseLine
-from ..errors import PatchwheelError
+from ..errors import EnvironmentFailed, FetchError
 from ..matrix import (
     BEHAVIOUR_CODE,
     FEATURE,
@@ -133,7 +133,7 @@ def check_line(
         wheels = [(line.package, artifacts[version])] + companions(overlay, line)
         try:
             env = proofenv.release_env(fetch.cache_dir(), wheels)
-        except PatchwheelError as exc:  # e.g. the release's requirements cannot be met beside the companions
+        except (EnvironmentFailed, FetchError) as exc:  # e.g. its requirements cannot be met beside the companions
             lost = proofenv.ProofOutcome("error", "no environment: " + " ".join(exc.message.split())[:160])
             progress.step(f"{line.key} vs {version}: {lost.detail}")
             return {p.name: FEATURE_OUTCOME if p.is_feature else lost for p in series}

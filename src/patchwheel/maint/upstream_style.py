@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import fetch, gitops
 from ..config import Artifact
-from ..errors import PatchwheelError
+from ..errors import PatchError
 from ..names import HUNK_HEADER
 
 _HUNK = re.compile(HUNK_HEADER, re.M)
@@ -38,7 +38,7 @@ def ruff_bin() -> str:
     except (ImportError, FileNotFoundError):
         found = shutil.which("ruff")
     if found is None:
-        raise PatchwheelError(
+        raise PatchError(
             "export checks upstream's style with ruff, which is not installed here",
             "run it as `nox -s export -- <slug>` (its environment has the pinned ruff), or pip install -e '.[export]'",
         )
@@ -48,7 +48,7 @@ def ruff_bin() -> str:
 def settings(package: str, version: str, sdist: Artifact | None) -> bytes:
     """The release's own pyproject.toml (from its sha256-verified sdist), which holds its ruff settings."""
     if sdist is None:
-        raise PatchwheelError(
+        raise PatchError(
             f"no sdist of {package} {version} is known, so upstream's ruff settings cannot be read",
             f"pin the sdist of {package} {version} in overlay/{package}/pins.toml (the index lists its sha256)",
         )
@@ -58,7 +58,7 @@ def settings(package: str, version: str, sdist: Artifact | None) -> bytes:
                 data = tar.extractfile(member).read()  # type: ignore[union-attr]
                 if "ruff" in tomllib.load(io.BytesIO(data)).get("tool", {}):
                     return data
-    raise PatchwheelError(f"{sdist.filename} has no pyproject.toml with [tool.ruff]", "report this")
+    raise PatchError(f"{sdist.filename} has no pyproject.toml with [tool.ruff]", "report this")
 
 
 def describe(pyproject: bytes) -> str:
@@ -105,7 +105,7 @@ def _counts(rows: list[int], lines: set[int] | None) -> bool:
 def _ruff(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     res = subprocess.run([ruff_bin(), *args], cwd=cwd, capture_output=True, text=True)
     if res.returncode not in (0, 1):
-        raise PatchwheelError(f"ruff {' '.join(args[:2])} failed: {res.stderr.strip()[-800:]}", "see ruff's message")
+        raise PatchError(f"ruff {' '.join(args[:2])} failed: {res.stderr.strip()[-800:]}", "see ruff's message")
     return res
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from .. import fetch
 from ..config import Overlay, ReleaseLine, path_problem
 from ..distdir import current_wheel
-from ..errors import PatchwheelError
+from ..errors import ConfigError, EnvironmentFailed
 from ..reporter import CONSOLE
 from . import proofenv
 
@@ -61,7 +61,7 @@ def parse_junit(text: str) -> dict[str, str]:
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
-        raise PatchwheelError(f"not a junit XML report ({exc})", "the pytest run died before writing it") from exc
+        raise EnvironmentFailed(f"not a junit XML report ({exc})", "the pytest run died before writing it") from exc
     out: dict[str, str] = {}
     for tc in root.iter("testcase"):
         test = _node_id(tc)
@@ -75,7 +75,7 @@ def parse_junit(text: str) -> dict[str, str]:
 def _node_id(tc: ET.Element) -> str:
     file, classname, name = tc.get("file"), tc.get("classname", ""), tc.get("name", "")
     if not file:
-        raise PatchwheelError(
+        raise EnvironmentFailed(
             f"junit testcase {classname}::{name} has no 'file' attribute",
             "run pytest with -o junit_family=xunit1, which records each test's file",
         )
@@ -194,12 +194,12 @@ def extract_suite(sdist: Path, out: Path) -> list[str]:
         with tarfile.open(sdist, "r:*") as tf:
             for member in tf.getmembers():
                 if problem := path_problem(member.name.rstrip("/")):
-                    raise PatchwheelError(
+                    raise EnvironmentFailed(
                         f"refused {sdist.name}: its member {member.name!r} {problem}",
                         "an sdist never needs that: check the pin, the file is not what upstream released",
                     )
                 if not (member.isfile() or member.isdir()):
-                    raise PatchwheelError(
+                    raise EnvironmentFailed(
                         f"refused {sdist.name}: its member {member.name!r} is a link or a device",
                         "upstream's tests are plain files: check the pin",
                     )
@@ -207,11 +207,11 @@ def extract_suite(sdist: Path, out: Path) -> list[str]:
                 if rel == "tests" or rel.startswith("tests/") or (rel in CONFIG_FILES and member.isfile()):
                     wanted.append(member.replace(name=rel, deep=False))
             if not any(m.name.startswith("tests/") and m.isfile() for m in wanted):
-                raise PatchwheelError(f"{sdist.name} ships no tests/", "this package's sdist has no suite to run")
+                raise EnvironmentFailed(f"{sdist.name} ships no tests/", "this package's sdist has no suite to run")
             out.mkdir(parents=True, exist_ok=True)
             tf.extractall(out, members=wanted, filter="data")
     except (tarfile.TarError, OSError) as exc:
-        raise PatchwheelError(f"cannot extract {sdist}: {exc}", "check the pin; delete the cached file") from exc
+        raise EnvironmentFailed(f"cannot extract {sdist}: {exc}", "check the pin; delete the cached file") from exc
     return sorted(m.name for m in wanted if m.isfile())
 
 
@@ -295,10 +295,10 @@ def run_pytest(env: Path, suite: Path, targets: list[str], work: Path, label: st
     returncode = proofenv.run_in_group(cmd, suite, env_vars, log, RUN_TIMEOUT)
     seconds = time.perf_counter() - t0
     if returncode is None:
-        raise PatchwheelError(f"{label}: pytest ran past {RUN_TIMEOUT:.0f} s (log: {log})", "see the log")
+        raise EnvironmentFailed(f"{label}: pytest ran past {RUN_TIMEOUT:.0f} s (log: {log})", "see the log")
     if not junit.is_file():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise PatchwheelError(
+        raise EnvironmentFailed(
             f"{label}: pytest exited {returncode} without a junit report:\n{tail}", f"see the log {log}"
         )
     return Run(parse_junit(junit.read_text()), seconds)
@@ -309,7 +309,7 @@ def check_line(overlay: Overlay, line: ReleaseLine, dist: Path, work: Path) -> C
     wheel = fixed_wheel(line, dist)
     sdist = fetch.fetch(line.package, line.sdist, log=CONSOLE.warn) if line.sdist else None
     if sdist is None:
-        raise PatchwheelError(f"{line.key} pins no sdist", f"add sdist = {{ ... }} to overlay/{line.package}/pins.toml")
+        raise ConfigError(f"{line.key} pins no sdist", f"add sdist = {{ ... }} to overlay/{line.package}/pins.toml")
     t0 = time.perf_counter()
     CONSOLE.warn(f"{line.key}: environments (pristine, +fixed) ...")
     envs = dict(zip(("pristine", "fixed"), environments(overlay, line, wheel), strict=True))
