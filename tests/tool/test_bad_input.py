@@ -253,7 +253,7 @@ def test_malformed_wheels(good, data):
 @SETTINGS
 @given(data=st.data())
 def test_links_modes_and_hidden_diffs(good, data):
-    """Issue 25: a file mode other than 100644 (a link, a submodule, an executable, a mode change), and a diff where
+    """A file mode other than 100644 (a link, a submodule, an executable, a mode change), and a diff where
     the parser does not read one (after the hunks, after a signature, in the mail headers) are refused by lint and
     the build, whatever the mode and wherever the diff."""
 
@@ -376,7 +376,7 @@ def test_dist_that_must_not_be_replaced(good, monkeypatch, case, clean, entries,
         assert _tree(base) == before
 
 
-# Issue 25, items 5 and 6: what the index links, what an interpreter prints for `status`, what a manifest names.
+# What the index links, what an interpreter prints for `status`, what a manifest names.
 
 LINKS = st.sampled_from(["relative", "file", "dev-zero", "unreachable", "data", "ftp", "javascript", "mailto", "text"])
 

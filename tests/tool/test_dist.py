@@ -1,4 +1,4 @@
-"""dist/ as a published artefact (issue 11): partial builds keep the other lines, the swap is one atomic step,
+"""dist/ as the build leaves it: partial builds keep the other lines, the swap is one atomic step,
 killed builds are swept, and bad --dist / build.json / --python input is a clear error, never a traceback."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_building_one_line_keeps_the_other_lines(demo_project):
 
 
 def test_kept_wheel_from_a_build_json_without_line_fields(demo_project):
-    """build.json written before package/upstream_version/fixed_version existed: derived from the file name."""
+    """Build.json written before package/upstream_version/fixed_version existed: derived from the file name."""
     _two_lines(demo_project)
     dist = demo_project.root / "dist"
     _build(demo_project)
@@ -169,7 +169,7 @@ def _record_sha256(dist: Path, filename: str, sha256: str) -> None:
 
 
 def test_kept_wheel_changed_with_a_matching_build_json_is_refused(demo_project):
-    """Issue 25: a one-line build kept the other lines' wheels on build.json's sha256 alone, so a changed wheel
+    """A one-line build kept the other lines' wheels on build.json's sha256 alone, so a changed wheel
     with a matching build.json was kept and its hash written into the pins. Kept wheels are rebuilt from the
     pinned upstream wheel and the series and must be byte-identical."""
     _two_lines(demo_project)
@@ -368,7 +368,7 @@ def test_killed_build_is_swept_by_the_next_build(demo_project):
 
 @pytest.mark.parametrize("how", ["planted", "cut swap"])
 def test_old_tree_of_another_build_is_never_restored(demo_project, how):
-    """Issue 25: with no dist/, the next build moved any `.dist.old-*` into place and kept its wheels, so a planted
+    """With no dist/, the next build moved any `.dist.old-*` into place and kept its wheels, so a planted
     one (a changed wheel, a build.json to match) was published and its hash written into the pins. A build can
     not tell a planted tree from the previous dist/ of a build killed between the two renames of the fallback
     swap (`dist -> .dist.old-X`, then staging -> dist): it restores neither, only what it moved itself."""
@@ -416,7 +416,7 @@ def _tree(folder: Path) -> dict[str, bytes | None]:
 
 @pytest.mark.parametrize("clean", [False, True])
 def test_folder_the_tool_did_not_make_is_refused_even_with_clean(demo_project, tmp_path, capsys, clean):
-    """Issue 25: `build --clean --dist <a folder of mine>` emptied it (and `--dist .` in a clone removed .git)."""
+    """`build --clean --dist <a folder of mine>` emptied it (and `--dist .` in a clone removed .git)."""
     mine = tmp_path / "mine"
     (mine / "sub").mkdir(parents=True)
     (mine / "notes.txt").write_text("my notes")

@@ -1,4 +1,4 @@
-"""Input from outside the project, on the synthetic demo package (issue 11): the user's git configuration, paths and
+"""Input from outside the project, on the synthetic demo package: the user's git configuration, paths and
 digests from patches, wheels and the index, typos in the overlay configuration, non-ASCII patch subjects, temporary
 folders, wheel file names."""
 

@@ -144,7 +144,7 @@ def _marked(signatures: str, pristine_error: str, body: str) -> str:
 
 
 def test_a_skip_is_a_failure_unless_the_marker_names_why(project):
-    """Finding 1: a skip in the body or in setup passed on pristine and on +fixed; observe mode read 'passes'."""
+    """A skip in the body or in setup passed on pristine and on +fixed; observe mode read 'passes'."""
     module = project.module(
         "test_skips.py",
         _marked(
@@ -182,7 +182,7 @@ def test_a_skip_is_a_failure_unless_the_marker_names_why(project):
 
 
 def test_signature_is_the_ranks_type_and_message_not_its_traceback(project):
-    """Finding 2: a rank's traceback text matched the signature (`_cuda_setDevice` on a source line)."""
+    """A rank's traceback text matched the signature (`_cuda_setDevice` on a source line)."""
     module = project.module(
         "test_ranks.py",
         _marked(
@@ -226,7 +226,7 @@ def test_signature_is_the_ranks_type_and_message_not_its_traceback(project):
 
 
 def test_could_not_observe_is_never_the_bug(project):
-    """Finding 3: the signature `warm-up reserved` also matched the test's own 'saw nothing' message."""
+    """The signature `warm-up reserved` also matched the test's own 'saw nothing' message."""
     module = project.module(
         "test_spy.py",
         _marked(
@@ -264,7 +264,7 @@ def test_could_not_observe_is_never_the_bug(project):
 
 
 def test_an_import_error_is_not_a_bug_and_features_are_not_proofs(project, other_project):
-    """Finding 4: D1's pristine 'failure' was the ImportError of the module its own patch adds."""
+    """D1's pristine 'failure' was the ImportError of the module its own patch adds."""
     module = project.module(
         "test_diagnose.py",
         _marked(
@@ -306,7 +306,7 @@ def test_an_import_error_is_not_a_bug_and_features_are_not_proofs(project, other
 
 
 def test_trailers_must_agree_with_the_matrix(demo_project):
-    """Finding 5: `Fixed-In` and `Drop-When` contradicted the committed matrix (⚠ cells) and nothing said so."""
+    """`Fixed-In` and `Drop-When` contradicted the committed matrix (⚠ cells) and nothing said so."""
     line = demo_project.load().line("demo")
     (patch,) = patches.load_series(line)
     cell = {"text": "conflict", "behaviour": "fails", "behaviour_detail": "test_greet: BugSymptom: still wrong"}
@@ -346,7 +346,7 @@ def test_trailers_must_agree_with_the_matrix(demo_project):
 
 
 def test_a_fix_upstream_turns_its_proof_into_a_regression_guard(project):
-    """Finding 6: once upstream fixed a bug, its proof XPASSed on both flavours without a hand-written switch."""
+    """Once upstream fixed a bug, its proof XPASSed on both flavours without a hand-written switch."""
     module = project.module(
         "test_fixed_later.py",
         _marked(
