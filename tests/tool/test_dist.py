@@ -103,7 +103,7 @@ def test_building_one_line_keeps_the_other_lines(demo_project):
 
 
 def test_kept_wheel_from_a_build_json_without_line_fields(demo_project):
-    """Build.json written before package/upstream_version/fixed_version existed: derived from the file name."""
+    """build.json written before package/upstream_version/fixed_version existed: derived from the file name."""
     _two_lines(demo_project)
     dist = demo_project.root / "dist"
     _build(demo_project)
