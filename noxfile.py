@@ -1,15 +1,18 @@
-"""Sessions are thin: each one calls the tool (python -m patchwheel) or pytest; the only logic is how nox runs them.
+"""Sessions are thin: each one calls the tool (python -m patchwheel) or pytest; nothing else happens here.
 
     nox -s build          build the +fixed wheels, a PEP 503 index and consumer pins into dist/
-    nox                   the test suite, its sessions in parallel: lint, tool tests, proofs (pristine, fixed),
-                          guards (pristine against fixed), e2e
+    nox -j 4              the test suite, four sessions at a time (as CI runs it): lint, tool tests, proofs
+                          (pristine, fixed), guards (pristine against fixed), e2e, the matrix's staleness check
+    nox                   the same, one session after the other, each one's output as it comes
     nox -s vendor         write overlay/<pkg>/<version>/, the fixed modules, from the pinned wheels and the series
     nox -s refresh -- <pkg> <version> <patch>   fold an edit of those modules into the patch
     nox -s new -- <pkg> <version> <slug>        make the edits a new patch, with a proof-test stub
+    nox -s follow         carry each package's newest line onto newer upstream releases
 
 TORCH_VERSION (default 2.13.0) pins torch in every test environment; a bare `torch` would pull the newest
-release with several GB of CUDA packages. Environments are made by uv (nox[uv]), or virtualenv + pip where uv is
-not installed. uv does not read pip's configuration: the torch find-links folder is passed from PIP_FIND_LINKS.
+release with several GB of CUDA packages. Test sessions take torch from one shared environment the tool makes
+(`patchwheel base-env`), which finds pip's torch find-links folder itself (uv reads no pip configuration).
+Environments are made by uv (nox[uv]), or virtualenv + pip where uv is not installed.
 """
 
 from __future__ import annotations
@@ -21,50 +24,13 @@ from pathlib import Path
 
 import nox
 
-sys.path.insert(0, str(Path(__file__).parent / "src"))
-from patchwheel import fetch  # noqa: E402 - the tool runs in nox's interpreter: stdlib and packaging only
-from patchwheel.maint import proofenv  # noqa: E402
-
-# The suite's sessions, the longest first. A bare `nox` runs them in parallel, two more than the cores (at most
-# four): each has its own environment, and sessions leave cores idle part of the time (a rank test's parent waits,
-# an install or pip's resolver waits on an index): on 2 cores, warm, the suite took 6 min 7 s with two sessions at a
-# time; with three 5 min 37 s before the safety checks' tests, 6 min 9 s and 6 min 29 s after (the CPU busy 62%);
-# with four 5 min 26 s, 5 min 55 s and 6 min 30 s. Their output is printed whole as each ends; `nox -j 1` runs them
-# one by one. Sessions chosen by name (`nox -s build`) run as nox runs them, in this process, with their output as
-# it comes.
+# The suite's sessions, the longest first. `nox -j 4` (the README's test command) runs four at a time on any
+# machine: each has its own environment, and a session leaves its core idle part of the time (a rank test's parent
+# waits, an install waits on an index): on 2 cores, warm, two at a time took 6 min 7 s, three 5 min 37 s to
+# 6 min 29 s, four 4 min 52 s to 6 min 38 s. Their output is printed whole as each ends.
 nox.options.sessions = ["tests", "guards", "e2e", "proof", "upstream_check", "lint"]
-_CHOOSING = {"--session", "--sessions", "--keywords", "--tags"}
-#: nox's short options that take a value, and its single-dash options of two letters (-ts alone takes none).
-_SHORT_WITH_VALUE, _TWO_LETTERS = set("sekt" + "jpfP"), {"-ts", "-db", "-fb"}
-
-
-def _runs_the_suite(argv: list[str]) -> bool:
-    """No session chosen on the command line (-s/-e/-k/-t, also combined as in -Rs, before any `--`) or in
-    NOXSESSION: nox runs the default sessions."""
-    for arg in argv[1 : argv.index("--")] if "--" in argv else argv[1:]:
-        if arg.split("=")[0] in _CHOOSING:
-            return False
-        if not arg.startswith("-") or arg.startswith("--") or arg in _TWO_LETTERS or arg[:3] in _TWO_LETTERS:
-            continue
-        for letter in arg[1:]:  # -Rs: flags, then at most one option whose value may follow in the same word
-            if letter in "sekt":
-                return False
-            if letter in _SHORT_WITH_VALUE:
-                break
-    return not os.environ.get("NOXSESSION")
-
-
-if _runs_the_suite(sys.argv):
-    nox.options.parallel = min(4, (os.cpu_count() or 1) + 2)
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
-
-
-# Where the CPU torch wheel is, for uv (it reads no pip configuration; without it `torch==2.13.0` is PyPI's CUDA
-# build): the maintenance sessions' environments have no pip to ask. proofenv passes it on uv's command line too,
-# where a --find-links would replace UV_FIND_LINKS.
-if "UV_FIND_LINKS" not in os.environ and (torch_links := proofenv.pip_find_links()):
-    os.environ["UV_FIND_LINKS"] = ",".join(torch_links)
 
 ROOT = Path(__file__).parent
 TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
@@ -204,15 +170,19 @@ def basetemp(session: nox.Session) -> list[str]:
     return ["--basetemp", str(Path(session.create_tmp()) / "pytest")]
 
 
+def torch_site(session: nox.Session) -> str:
+    """The site-packages of the shared torch environment (made by the tool when missing)."""
+    return str(tool(session, "base-env", silent=True)).strip().splitlines()[-1]
+
+
 def shared_torch(session: nox.Session) -> list[str]:
     """torch (TORCH_VERSION) for a test session from the shared base environment of the upstream check
     (~/.cache/patchwheel/envs/base-torch-<version>, made once, compiled): a .pth file puts it on the session's
     path, so each session installs only the release's wheels and their light dependencies. pip sees torch as
     installed; uv does not look through .pth files, so it is told to leave torch out. The install options."""
-    base = proofenv.base_env(fetch.cache_dir())
     purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     site = Path(str(session.run("python", "-c", purelib, silent=True)).strip())
-    (site / "patchwheel-base.pth").write_text(str(proofenv.site_packages(base)) + "\n")
+    (site / "patchwheel-base.pth").write_text(torch_site(session) + "\n")
     if session.venv_backend != "uv":
         return []
     excludes = Path(session.create_tmp()) / "excludes.txt"
@@ -288,7 +258,7 @@ def e2e(session: nox.Session) -> None:
         env={
             "PATCHWHEEL_DIST": str(ROOT / "dist"),
             "TORCH_VERSION": TORCH.split("==")[1],
-            "PATCHWHEEL_TORCH_SITE": str(proofenv.site_packages(proofenv.base_env(fetch.cache_dir()))),
+            "PATCHWHEEL_TORCH_SITE": torch_site(session),
         },
     )
 

@@ -18,6 +18,7 @@ from .commands import (
 )
 from .errors import PatchwheelError
 from .maint_commands import (
+    cmd_base_env,
     cmd_export,
     cmd_follow,
     cmd_mutants,
@@ -102,6 +103,7 @@ HELP = {
     "diagnose": "load a checkpoint with device_map='auto' and say why generate() may stall",
     "mutants": "revert each patch hunk alone and run its proof: which hunk does no test need?",
     "upstream-suite": "upstream's own tests on the pristine release and the +fixed build",
+    "base-env": "make the test sessions' shared torch environment when missing; print its site-packages",
 }
 LINES_HELP = "pkg or pkg==version (default: every release line)"
 
@@ -180,6 +182,7 @@ def _maintenance_commands(sub) -> None:
     suite = _command(sub, cmd_upstream_suite, "upstream-suite", lines=True)
     suite.add_argument("--dist", help="folder holding the +fixed wheels (default: <root>/dist)")
     suite.add_argument("--out", help="keep the junit reports, logs and summary.json here")
+    _command(sub, cmd_base_env, "base-env")
 
 
 def parser() -> argparse.ArgumentParser:

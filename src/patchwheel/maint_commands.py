@@ -192,3 +192,12 @@ def cmd_upstream_suite(args) -> int:
     dist = (Path(args.dist) if args.dist else root(args) / "dist").resolve()
     ok = upstream_suite.run(overlay, args.lines, dist, Path(args.out).resolve() if args.out else None)
     return 0 if ok else 1
+
+
+def cmd_base_env(args) -> int:
+    """The shared torch environment of the test sessions, made when missing: its site-packages, on the last line."""
+    from . import fetch
+    from .maint import proofenv
+
+    print(proofenv.site_packages(proofenv.base_env(fetch.cache_dir())))
+    return 0

@@ -88,7 +88,14 @@ def pip_find_links() -> list[str]:
     configuration files. uv reads neither, and without them ``torch==2.13.0`` resolves to PyPI's CUDA build."""
     if os.environ.get("PIP_FIND_LINKS"):
         return os.environ["PIP_FIND_LINKS"].split()
-    res = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    # This interpreter's pip, or (in an environment uv made, which has none) the first pip on PATH.
+    pips = [[sys.executable, "-m", "pip"]] + [[found] for name in ("pip3", "pip") if (found := shutil.which(name))]
+    for pip in pips:
+        res = subprocess.run([*pip, "config", "list"], capture_output=True, text=True)
+        if res.returncode == 0:
+            break
+    else:
+        return []
     for line in res.stdout.splitlines():
         key, _, value = line.partition("=")
         if key.endswith(".find-links"):
