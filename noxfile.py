@@ -206,7 +206,7 @@ def upstream_check(session: nox.Session) -> None:
 
 @nox.session
 def rebase(session: nox.Session) -> None:
-    """Write patches/<pkg>/<version>/ from the newest line (args: pkg version [--continue | --refresh])."""
+    """Write patches/<pkg>/<version>/ from the newest line (args: pkg version [--continue | --reexport])."""
     maint(session, "rebase", *session.posargs)
 
 

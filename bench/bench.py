@@ -109,9 +109,9 @@ def _build(tmp: Path) -> list:
 
 
 def load_overhead(tmp: Path, rounds: int) -> tuple[float, float]:
-    overlay = config.load(ROOT)
-    line = overlay.line("transformers", overlay.sets["default"]["transformers"])
-    acc = overlay.line("accelerate", overlay.sets["default"]["accelerate"])
+    project = config.load(ROOT)
+    line = project.line("transformers", project.sets["default"]["transformers"])
+    acc = project.line("accelerate", project.sets["default"]["accelerate"])
     pristine = _env("pristine", [str(fetch.fetch(ln.package, ln.wheel)) for ln in (line, acc)])
     built = _build(tmp)
     fixed = _env("fixed", [str(tmp / "dist" / b.filename) for b in built if b.line in (line, acc)])
@@ -172,8 +172,8 @@ def dispatch_times(pristine: str, fixed: str, rounds: int, repeat: int = 3) -> d
 
 
 def dispatch_overhead(tmp: Path, rounds: int) -> dict[str, float]:
-    overlay = config.load(ROOT)
-    acc = overlay.line("accelerate", overlay.sets["latest"]["accelerate"])
+    project = config.load(ROOT)
+    acc = project.line("accelerate", project.sets["latest"]["accelerate"])
     pristine = _env("dispatch-pristine", [str(fetch.fetch(acc.package, acc.wheel))])
     fixed = _env("dispatch-fixed", [str(tmp / "dist" / b.filename) for b in _build(tmp) if b.line == acc])
     return dispatch_times(pristine, fixed, rounds)
@@ -226,8 +226,8 @@ def matrix_run(tmp: Path, env: dict[str, str]) -> tuple[float, str]:
 def follow_run(tmp: Path, package: str = "transformers") -> tuple[float, str] | None:
     """`patchwheel follow <package>` in a copy of the project from before its newest line (None: no git history
     here to find that commit, e.g. a shallow clone): the wall time, and what it did."""
-    overlay = config.load(ROOT)
-    series = f"patches/{package}/{overlay.line(package).version}/series"
+    project = config.load(ROOT)
+    series = f"patches/{package}/{project.line(package).version}/series"
     git = ["git", "-C", str(ROOT)]
     added = subprocess.run([*git, "log", "--diff-filter=A", "--format=%H", "-1", "--", series], capture_output=True)
     commit = added.stdout.decode().strip()
@@ -274,8 +274,8 @@ def main() -> int:
         help="time `patchwheel follow transformers` from the tree before its newest line (about 2 min)",
     )
     args = ap.parse_args()
-    overlay = config.load(ROOT)
-    line = overlay.line("transformers", overlay.sets["default"]["transformers"])
+    project = config.load(ROOT)
+    line = project.line("transformers", project.sets["default"]["transformers"])
     series = patches.load_series(line)
     fetch.fetch(line.package, line.wheel)  # warm the cache: route 1 is timed from a warm cache
     rows = []
@@ -338,7 +338,7 @@ def main() -> int:
             rows.append(("... the same on 4.50.3+fixed", f"{f * 1000:.0f} ms", "same checkpoint, alternating"))
             rows.append(("load-time ratio fixed / pristine", f"{f / p:.3f}", "within noise: about 1"))
         if args.dispatch_rounds:
-            acc_version = overlay.sets["latest"]["accelerate"]
+            acc_version = project.sets["latest"]["accelerate"]
             rows += dispatch_rows(dispatch_overhead(tmp, args.dispatch_rounds), args.dispatch_rounds, acc_version)
         if args.matrix in ("warm", "both"):
             seconds, what = matrix_run(tmp, {})

@@ -26,7 +26,7 @@ from packaging.version import Version
 from . import buildno, rewrite, staging, vendored
 from . import fetch as fetch_mod
 from .apply import apply_line
-from .config import Overlay, ReleaseLine
+from .config import Project, ReleaseLine
 from .distdir import DistWheel, check_dist_path, read_previous, wheel_manifest
 from .errors import DistError, PatchwheelError
 from .index import write_simple
@@ -138,7 +138,7 @@ def _check_stale(previous: list[DistWheel] | None, built: list[Built], dist: Pat
 
 
 def _keep(
-    overlay: Overlay, lines: list[ReleaseLine], previous: list[DistWheel] | None, dist: Path, stage: Path, log
+    project: Project, lines: list[ReleaseLine], previous: list[DistWheel] | None, dist: Path, stage: Path, log
 ) -> list[DistWheel]:
     """The wheels of the lines this run does not rebuild, from dist/: a build of one line must not wipe the others
     Each is checked against build.json (present, its sha256), then made again into the staging folder from the
@@ -146,7 +146,7 @@ def _keep(
     is no proof, whoever changed a wheel can change it too. Wheels of lines that are no longer pinned
     are dropped, as a full build drops them."""
     rebuilt = {(line.package, Version(line.version)) for line in lines}
-    pinned = {(line.package, Version(line.version)): line for line in overlay.all_lines()}
+    pinned = {(line.package, Version(line.version)): line for line in project.all_lines()}
     checked: list[tuple[DistWheel, ReleaseLine]] = []
     outdated: list[tuple[DistWheel, ReleaseLine]] = []
     for w in previous or []:
@@ -217,28 +217,28 @@ def _outdated(w: DistWheel, line: ReleaseLine, path: Path) -> bool:
 
 
 def build(
-    overlay: Overlay, dist: Path, *, select: list[str] | None = None, clean: bool = False, log=CONSOLE
+    project: Project, dist: Path, *, select: list[str] | None = None, clean: bool = False, log=CONSOLE
 ) -> list[Built]:
     """Build the selected release lines (default: all) into ``dist`` atomically; the other lines' wheels in dist/
     are kept unless ``clean``."""
     dist = dist.resolve()
-    check_dist_path(dist, overlay.root)
-    lines = overlay.select(select or [])
-    read_previous(dist, overlay.root)  # a folder the tool did not make is refused before anything is made beside it
+    check_dist_path(dist, project.root)
+    lines = project.select(select or [])
+    read_previous(dist, project.root)  # a folder the tool did not make is refused before anything is made beside it
     dist.parent.mkdir(parents=True, exist_ok=True)
     with staging.exclusive(dist, log):
         staging.sweep(dist, log)
-        previous = read_previous(dist, overlay.root)  # again, now that no other build can be swapping it
-        return _build_locked(overlay, dist, lines, None if clean else previous, clean, log)
+        previous = read_previous(dist, project.root)  # again, now that no other build can be swapping it
+        return _build_locked(project, dist, lines, None if clean else previous, clean, log)
 
 
 def _build_locked(
-    overlay: Overlay, dist: Path, lines: list[ReleaseLine], previous: list[DistWheel] | None, clean: bool, log
+    project: Project, dist: Path, lines: list[ReleaseLine], previous: list[DistWheel] | None, clean: bool, log
 ) -> list[Built]:
     build_id, lock_fd = staging.claim(dist)
     stage, lock = staging.leftover(dist, "partial", build_id), staging.leftover(dist, "partial", build_id, ".lock")
     try:
-        kept = _keep(overlay, lines, previous, dist, stage, log)
+        kept = _keep(project, lines, previous, dist, stage, log)
         built = []
         for i, line in enumerate(lines, 1):
             log(f"[{i}/{len(lines)}] {line.package} {line.version} -> {line.fixed_version}")
@@ -249,7 +249,7 @@ def _build_locked(
         wheels = sorted(kept + [_dist_wheel(b) for b in built], key=lambda w: w.key)
         write_simple(stage, {w.filename: w.sha256 for w in wheels})  # index
         by_key = {(w.package, w.upstream_version): w for w in wheels}
-        for set_name, members in overlay.sets.items():  # pins
+        for set_name, members in project.sets.items():  # pins
             chosen = [by_key[(pkg, ver)] for pkg, ver in members.items() if (pkg, ver) in by_key]
             if len(chosen) == len(members):
                 (stage / f"constraints-{set_name}.txt").write_text(pins_text(set_name, chosen, hashed=False))

@@ -28,7 +28,7 @@ import tomllib
 from pathlib import Path
 
 from . import config
-from .config import BuildRecord, Overlay, ReleaseLine
+from .config import BuildRecord, Project, ReleaseLine
 from .errors import ConfigError, PatchwheelError
 from .reporter import CONSOLE
 
@@ -102,7 +102,7 @@ _TABLE = re.compile(r"""^\s*\[\s*release\s*\.\s*(["'])(?P<version>[^"']+)\1\s*\]
 _BUILD_KEY = re.compile(r"^\s*build\s*=")
 
 
-def bump(overlay: Overlay, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
+def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
     """Record the line's inputs under the next build number (1 for a line without one) in its pins.toml; nothing
     changes when the recorded number already names these inputs. Returns the record in force."""
     digest = inputs_digest(line)
@@ -110,14 +110,14 @@ def bump(overlay: Overlay, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
         log(f"{line.key}: build {line.build.number} records these inputs already")
         return line.build
     record = BuildRecord(line.build.number + 1 if line.build else 1, digest)
-    pins = overlay.root / "overlay" / line.package / "pins.toml"
+    pins = project.root / "overlay" / line.package / "pins.toml"
     write_record(pins, line.version, record)
-    if config.load(overlay.root).line(line.package, line.version).build != record:  # what the next load reads
+    if config.load(project.root).line(line.package, line.version).build != record:  # what the next load reads
         raise ConfigError(
             f"{pins}: the build record written for {line.version} does not read back",
             f'write build = {{ number = {record.number}, inputs = "{digest}" }} in [release."{line.version}"]',
         )
-    log(f"{line.key}: build {record.number} recorded for these inputs in {pins.relative_to(overlay.root)}")
+    log(f"{line.key}: build {record.number} recorded for these inputs in {pins.relative_to(project.root)}")
     return record
 
 

@@ -168,7 +168,8 @@ def _maintenance_commands(sub) -> None:
     rebase = _command(sub, cmd_rebase, "rebase", line=True)
     rebase.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     rebase.add_argument("--text-only", action="store_true", help="do not drop patches whose proof passes upstream")
-    rebase.add_argument("--refresh", action="store_true", help="re-export the line's patches (after hand edits)")
+    rebase.add_argument("--reexport", action="store_true", help="re-export the line's patches (after hand edits)")
+    rebase.add_argument("--refresh", action="store_true", help=argparse.SUPPRESS)  # --reexport's old name
     refresh = _command(sub, cmd_refresh, "refresh", line=True)
     refresh.add_argument("patch", help="its slug, file name or number, e.g. name-meta-tensors or 0002")
     new = _command(sub, cmd_new, "new", line=True)

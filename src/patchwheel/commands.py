@@ -25,14 +25,14 @@ def cmd_build(args) -> int:
     from .build import build
     from .distdir import dist_wheels
 
-    overlay = config.load(root(args))
+    project = config.load(root(args))
     dist = (Path(args.dist) if args.dist else root(args) / "dist").resolve()
-    built = build(overlay, dist, select=args.lines, clean=args.clean)
+    built = build(project, dist, select=args.lines, clean=args.clean)
     wheels = dist_wheels(dist)
     kept = f" (and kept {len(wheels) - len(built)} of the previous build)" if len(wheels) > len(built) else ""
     print(f"wrote {len(built)} wheel(s){kept}, simple index and pins to {dist}/")
-    for name in sorted(overlay.sets):
-        print(_consumer_line(name, overlay.sets[name], wheels, dist))
+    for name in sorted(project.sets):
+        print(_consumer_line(name, project.sets[name], wheels, dist))
     return 0
 
 
@@ -55,14 +55,14 @@ def cmd_lint(args) -> int:
     from .maint import submission
     from .matrix import Matrix
 
-    overlay = config.load(root(args))
-    matrix = Matrix.load(overlay.status_json)
-    newest = {overlay.lines[pkg][-1].key for pkg in overlay.packages()}
+    project = config.load(root(args))
+    matrix = Matrix.load(project.status_json)
+    newest = {project.lines[pkg][-1].key for pkg in project.packages()}
     bad = 0
-    for line in overlay.select(args.lines):
-        problems = line_problems(overlay, line, matrix)
+    for line in project.select(args.lines):
+        problems = line_problems(project, line, matrix)
         if not problems and line.key in newest:  # what export sends upstream: upstream-pr/<pkg>/<slug>/
-            problems = submission.line_problems(overlay.root, line)
+            problems = submission.line_problems(project.root, line)
         n = len(patches.series_names(line)) if not problems else "?"
         print(f"{line.key}: {'ok' if not problems else 'FAILED'} ({n} patch(es))")
         for p in problems:
@@ -72,9 +72,9 @@ def cmd_lint(args) -> int:
 
 
 def cmd_bump(args) -> int:
-    overlay = config.load(root(args))
-    for line in overlay.select(args.lines):
-        buildno.bump(overlay, line)
+    project = config.load(root(args))
+    for line in project.select(args.lines):
+        buildno.bump(project, line)
     return 0
 
 
@@ -110,8 +110,8 @@ def cmd_status(args) -> int:
     from . import knownbugs
     from .matrix import Matrix
 
-    overlay = config.load(root(args))
-    names = list(status.PACKAGES) + [p for p in overlay.packages() if p not in status.PACKAGES]
+    project = config.load(root(args))
+    names = list(status.PACKAGES) + [p for p in project.packages() if p not in status.PACKAGES]
     if args.python:  # run the stdlib-only probe inside that environment (a venv python is a symlink: no shortcut)
         python = _interpreter(args.python)
         # -I: no PYTHON* variables, user site or script folder; -S: no site start-up, so no .pth file runs
@@ -129,7 +129,7 @@ def cmd_status(args) -> int:
             raise ConfigError(f"{args.python} printed a status report of an unexpected shape: {why}", hint)
     else:
         rep = status.report(names)
-    knownbugs.annotate(overlay, Matrix.load(overlay.status_json), rep)
+    knownbugs.annotate(project, Matrix.load(project.status_json), rep)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
@@ -144,12 +144,12 @@ def cmd_requirements(args) -> int:
     """Requirement lines for one consumer set: the verified pristine wheels, or the +fixed pins."""
     from . import fetch
 
-    overlay = config.load(root(args))
-    if args.set not in overlay.sets:
-        raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
+    project = config.load(root(args))
+    if args.set not in project.sets:
+        raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(project.sets)}")
     out = []
-    for pkg, version in overlay.sets[args.set].items():
-        line = overlay.line(pkg, version)
+    for pkg, version in project.sets[args.set].items():
+        line = project.line(pkg, version)
         if args.flavor == "pristine":  # the exact pinned upstream file, sha256-verified, from the cache
             out.append(str(fetch.fetch(line.package, line.wheel, log=lambda m: print(m, file=sys.stderr))))
         else:
@@ -166,12 +166,12 @@ def cmd_guards(args) -> int:
     """The guard modules of a consumer set: every Guard-Test of the patches its release lines carry."""
     from . import patches
 
-    overlay = config.load(root(args))
-    if args.set not in overlay.sets:
-        raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(overlay.sets)}")
+    project = config.load(root(args))
+    if args.set not in project.sets:
+        raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(project.sets)}")
     modules = set()
-    for pkg, version in overlay.sets[args.set].items():
-        for patch in patches.load_series(overlay.line(pkg, version)):
+    for pkg, version in project.sets[args.set].items():
+        for patch in patches.load_series(project.line(pkg, version)):
             modules.update(trailers.guard_modules(patch))
     print("\n".join(sorted(modules)))
     return 0
@@ -180,16 +180,16 @@ def cmd_guards(args) -> int:
 def cmd_vendor(args) -> int:
     from . import vendored
 
-    overlay = config.load(root(args))
-    lines = overlay.select(args.lines) if args.lines else None
+    project = config.load(root(args))
+    lines = project.select(args.lines) if args.lines else None
     if args.check:
-        problems = vendored.check(overlay, lines)
+        problems = vendored.check(project, lines)
         for problem in problems:
             print(f"  - {problem}")
-        n = len(lines) if lines is not None else len(overlay.all_lines())
+        n = len(lines) if lines is not None else len(project.all_lines())
         print(f"overlay/: {'FAILED' if problems else 'ok'} ({n} release line(s) compared with pristine + series)")
         return 1 if problems else 0
-    changed = vendored.write(overlay, lines, force=args.force)
+    changed = vendored.write(project, lines, force=args.force)
     print(f"overlay/: {len(changed)} path(s) written or removed" if changed else "overlay/: up to date")
     return 0
 

@@ -138,7 +138,10 @@ class ReleaseLine:
 
 
 @dataclass(frozen=True)
-class Overlay:
+class Project:
+    """The project's configuration, loaded and checked once: its root, its release lines (overlay/<pkg>/pins.toml
+    and patches/<pkg>/<X>/) and its consumer sets (overlay/sets.toml), and the paths the tools share."""
+
     root: Path
     lines: dict[str, list[ReleaseLine]]  # package -> lines, oldest first
     sets: dict[str, dict[str, str]] = field(default_factory=dict)  # set name -> {package: version}
@@ -248,7 +251,7 @@ def _build_record(path: Path, version: str, raw: object) -> BuildRecord | None:
     return BuildRecord(number, inputs)
 
 
-def load(root: Path | str) -> Overlay:
+def load(root: Path | str) -> Project:
     """Read overlay/*/pins.toml, overlay/sets.toml and check that patches/<pkg>/<X>/series exist."""
     root = Path(root).resolve()
     overlay_dir = root / "overlay"
@@ -334,8 +337,8 @@ def load(root: Path | str) -> Overlay:
                     f"{sets_file}: set {name!r} must map packages to versions",
                     'e.g. [set.default] transformers = "4.50.3"',
                 )
-            ov = Overlay(root, lines)
+            ov = Project(root, lines)
             for pkg, version in members.items():
                 ov.line(pkg, str(version))  # raises a clear error when unknown
             sets[name] = {canonicalize_name(k): str(v) for k, v in members.items()}
-    return Overlay(root, lines, sets)
+    return Project(root, lines, sets)

@@ -9,7 +9,7 @@ did not judge by behaviour are reported as unmeasured, never guessed. Features (
 
 from __future__ import annotations
 
-from .config import Overlay
+from .config import Project
 from .matrix import Matrix
 from .patches import load_series
 from .trailers import test_refs
@@ -21,13 +21,13 @@ def _tests(trailer: str) -> str:
     return trailer if len(refs) == 1 else f"{refs[0][0]}, {len(refs)} of its tests"
 
 
-def _fixed_builds(overlay: Overlay, package: str) -> list[str]:
-    return [line.fixed_version for line in overlay.lines.get(package, [])]
+def _fixed_builds(project: Project, package: str) -> list[str]:
+    return [line.fixed_version for line in project.lines.get(package, [])]
 
 
-def for_package(overlay: Overlay, matrix: Matrix | None, package: str, version: str) -> dict:
+def for_package(project: Project, matrix: Matrix | None, package: str, version: str) -> dict:
     """``{"bugs": [...], "measured": bool, "install": str | None, "fixed_builds": [...]}`` for a pristine release."""
-    own = next((line for line in overlay.lines.get(package, []) if line.version == version), None)
+    own = next((line for line in project.lines.get(package, []) if line.version == version), None)
     bugs: list[dict] = []
     if own is not None:
         for patch in load_series(own):
@@ -51,7 +51,7 @@ def for_package(overlay: Overlay, matrix: Matrix | None, package: str, version: 
     judged: set[str] = set()  # fixes a newer line's proof judged on this release: its verdict stands
     issues = {
         p.slug: p.trailers.get("Upstream-Issue", "")
-        for line in overlay.lines.get(package, [])
+        for line in project.lines.get(package, [])
         for p in load_series(line)
     }
     lines = [m for m in (matrix.lines if matrix else []) if m.package == package]
@@ -79,15 +79,15 @@ def for_package(overlay: Overlay, matrix: Matrix | None, package: str, version: 
         "bugs": list(seen.values()),
         "measured": measured,
         "install": None,
-        "fixed_builds": _fixed_builds(overlay, package),
+        "fixed_builds": _fixed_builds(project, package),
     }
 
 
-def annotate(overlay: Overlay, matrix: Matrix | None, report: dict) -> dict:
+def annotate(project: Project, matrix: Matrix | None, report: dict) -> dict:
     """``report`` (from ``status.report``) with ``known`` added to each pristine package."""
     for p in report["packages"]:
         if p.get("installed") and not p.get("fixed"):
-            p["known"] = for_package(overlay, matrix, p["package"], p["version"])
+            p["known"] = for_package(project, matrix, p["package"], p["version"])
     return report
 
 

@@ -5,6 +5,7 @@ parser."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -33,10 +34,10 @@ def _releases_and_proofs(args):
 def cmd_upstream_run(args) -> int:
     from .maint import upstream
 
-    overlay = config.load(root(args))
+    project = config.load(root(args))
     selection, behaviour = _releases_and_proofs(args)
     bisect = not (args.behaviour or args.every)
-    upstream.record(overlay, upstream.check_lines(overlay, selection, behaviour, workers=args.workers, bisect=bisect))
+    upstream.record(project, upstream.check_lines(project, selection, behaviour, workers=args.workers, bisect=bisect))
     return 0
 
 
@@ -45,18 +46,18 @@ def cmd_upstream_check(args) -> int:
     from .maint import upstream
     from .matrix import Matrix
 
-    overlay = config.load(root(args))
+    project = config.load(root(args))
     if args.transitions:
         if args.releases:
             raise ConfigError("--transitions selects the releases itself", "leave out the releases, or it")
-        args.releases = matrix_checks.transition_releases(Matrix.require(overlay.status_json))
+        args.releases = matrix_checks.transition_releases(Matrix.require(project.status_json))
         if not args.releases:
             print("the committed matrix has no Drop-When transition: nothing to check")
             return 0
         print(f"the releases of every Drop-When transition: {' '.join(args.releases)}")
     args.every = False
     selection, behaviour = _releases_and_proofs(args)
-    diffs, releases = upstream.check(overlay, selection, behaviour, workers=args.workers)
+    diffs, releases = upstream.check(project, selection, behaviour, workers=args.workers)
     for d in diffs:
         print(f"stale: {d}")
     if diffs:
@@ -69,9 +70,9 @@ def cmd_upstream_check(args) -> int:
 def cmd_upstream_rerender(args) -> int:
     from .maint import upstream
 
-    overlay = config.load(root(args))
-    upstream.rerender(overlay)
-    print(f"wrote {overlay.status_json} and {overlay.status_json.with_suffix('.md')}")
+    project = config.load(root(args))
+    upstream.rerender(project)
+    print(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
     return 0
 
 
@@ -108,10 +109,10 @@ def cmd_watch_merge(args) -> int:
             "`watch merge` needs --cells: the list step's cells, which are all it merges",
             "save what `patchwheel watch list` printed in the same run, and pass it: --cells cells.json",
         )
-    overlay = config.load(root(args))
-    matrix, attention = watch.merge(overlay, [Path(f) for f in args.fragments], Path(args.cells))
-    matrix.save(overlay.status_json)
-    print(f"wrote {overlay.status_json} and {overlay.status_json.with_suffix('.md')}")
+    project = config.load(root(args))
+    matrix, attention = watch.merge(project, [Path(f) for f in args.fragments], Path(args.cells))
+    matrix.save(project.status_json)
+    print(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
     for line in attention:
         print(f"needs a maintainer: {line}")
     if attention:
@@ -125,12 +126,12 @@ def cmd_follow(args) -> int:
 
     if args.pending and args.report:
         raise ConfigError("--pending changes nothing and writes no report", "leave out --report")
-    overlay = config.load(root(args))
+    project = config.load(root(args))
     if args.pending:  # what the watch's list job asks: which packages follow has work for
-        waiting = follow.pending(overlay, args.packages)
+        waiting = follow.pending(project, args.packages)
         print(json.dumps([pkg for pkg, releases in waiting.items() if releases]))
         return 0
-    results = follow.follow(overlay, args.packages, setruns.prove_set)
+    results = follow.follow(project, args.packages, setruns.prove_set)
     for done in results:
         for line in followreport.summary(done):
             print(line)
@@ -143,14 +144,17 @@ def cmd_follow(args) -> int:
 def cmd_rebase(args) -> int:
     from .maint import rebase
 
-    overlay = config.load(root(args))
-    if args.refresh:
-        rebase.refresh(overlay, args.package, args.version)
+    project = config.load(root(args))
+    if args.refresh:  # the old name: `refresh` is the command that folds an edit into one patch
+        print("patchwheel: `rebase --refresh` is now `rebase --reexport`; the old spelling goes in the next release",
+              file=sys.stderr)  # fmt: skip
+    if args.reexport or args.refresh:
+        rebase.reexport(project, args.package, args.version)
         return 0
     if args.cont:
-        done = rebase.resume(overlay, args.package, args.version)
+        done = rebase.resume(project, args.package, args.version)
     else:
-        done = rebase.start(overlay, args.package, args.version, behaviour=not args.text_only)
+        done = rebase.start(project, args.package, args.version, behaviour=not args.text_only)
     if not done:
         return 3  # stopped at a conflict, which it described
     print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
@@ -188,9 +192,9 @@ def cmd_mutants(args) -> int:
 def cmd_upstream_suite(args) -> int:
     from .maint import upstream_suite
 
-    overlay = config.load(root(args))
+    project = config.load(root(args))
     dist = (Path(args.dist) if args.dist else root(args) / "dist").resolve()
-    ok = upstream_suite.run(overlay, args.lines, dist, Path(args.out).resolve() if args.out else None)
+    ok = upstream_suite.run(project, args.lines, dist, Path(args.out).resolve() if args.out else None)
     return 0 if ok else 1
 
 

@@ -35,7 +35,7 @@ from .patches import Patch, load_series
 from .trailers import DROP_BY_BEHAVIOUR, DROP_BY_PR
 
 SCHEMA = 1
-#: Where the committed matrix lives, for messages (the path itself is ``Overlay.status_json``).
+#: Where the committed matrix lives, for messages (the path itself is ``Project.status_json``).
 WHERE = "patches/STATUS.*"
 #: The verdicts a proof run gives; a feature's cells are marked FEATURE instead.
 VERDICTS = ("passes", "fails", "error")
@@ -357,7 +357,7 @@ def _merge_line(prev: LineMatrix, new: LineMatrix) -> None:
         p.cells = {v: cells[v] for v in sorted(cells, key=Version)}
 
 
-def series_lookup(overlay) -> Callable[[str], list[Patch] | None]:
+def series_lookup(project) -> Callable[[str], list[Patch] | None]:
     """``line key -> its series`` for :meth:`Matrix.rerendered` (None for a line no longer pinned)."""
-    known = {line.key: line for line in overlay.all_lines()}
+    known = {line.key: line for line in project.all_lines()}
     return lambda key: load_series(known[key]) if key in known else None

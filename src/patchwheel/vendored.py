@@ -31,7 +31,7 @@ from pathlib import Path
 
 from . import fetch, rewrite
 from .apply import apply_line
-from .config import Overlay, ReleaseLine, path_problem
+from .config import Project, ReleaseLine, path_problem
 from .errors import OverlayError
 from .names import VENDOR_RECORD
 from .patches import Patch, load_series
@@ -119,8 +119,8 @@ def _recorded(folder: Path) -> dict[str, str]:
     return files if isinstance(files, dict) else {}
 
 
-def _rel(overlay: Overlay, path: Path) -> str:
-    return path.relative_to(overlay.root).as_posix()
+def _rel(project: Project, path: Path) -> str:
+    return path.relative_to(project.root).as_posix()
 
 
 def _edited_hint(line: ReleaseLine) -> str:
@@ -170,7 +170,7 @@ def _edited_stale_hint(line: ReleaseLine) -> str:
     )
 
 
-def differences(overlay: Overlay, want: Vendored) -> list[str]:
+def differences(project: Project, want: Vendored) -> list[str]:
     """Each file of the line's folder that is missing, differs or should not be there, said so that the reader
     knows what to run."""
     line = want.line
@@ -187,7 +187,7 @@ def differences(overlay: Overlay, want: Vendored) -> list[str]:
         "`nox -s refresh` or `nox -s new`; anything else, delete it",
     }
     return [
-        f"{_rel(overlay, line.vendor_dir / rel)} {say[state]}"
+        f"{_rel(project, line.vendor_dir / rel)} {say[state]}"
         for rel, state in classify(want).items()
         if state != "same"
     ]
@@ -225,13 +225,13 @@ def notice(records: list[dict]) -> bytes:
     return "\n".join(lines).encode()
 
 
-def _stale_folders(overlay: Overlay) -> list[Path]:
+def _stale_folders(project: Project) -> list[Path]:
     """overlay/<pkg>/<version>/ folders of lines that are no longer pinned."""
-    pinned = {line.vendor_dir for line in overlay.all_lines()}
+    pinned = {line.vendor_dir for line in project.all_lines()}
     return [
         d
-        for pkg in overlay.packages()
-        for d in sorted((overlay.root / "overlay" / pkg).iterdir())
+        for pkg in project.packages()
+        for d in sorted((project.root / "overlay" / pkg).iterdir())
         if d.is_dir() and d not in pinned and not d.name.startswith(".")
     ]
 
@@ -265,12 +265,12 @@ def _replace_folder(folder: Path, files: dict[str, bytes]) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _records(overlay: Overlay, made: list[Vendored]) -> list[dict]:
+def _records(project: Project, made: list[Vendored]) -> list[dict]:
     """Every pinned line's record: from ``made`` where it was just generated, else from its VENDORED.json (a line
     without a readable one is generated)."""
     fresh = {v.line.key: json.loads(v.record) for v in made}
     out = []
-    for line in overlay.all_lines():
+    for line in project.all_lines():
         if line.key not in fresh:
             try:
                 fresh[line.key] = json.loads((line.vendor_dir / VENDOR_RECORD).read_bytes())
@@ -281,7 +281,7 @@ def _records(overlay: Overlay, made: list[Vendored]) -> list[dict]:
 
 
 def write(
-    overlay: Overlay,
+    project: Project,
     lines: list[ReleaseLine] | None = None,
     *,
     force: bool = False,
@@ -295,7 +295,7 @@ def write(
     (``edited-stale``), or of a line no longer pinned, stops the command before anything is written, unless
     ``force``."""
     every = lines is None
-    made = [generate(line) for line in (overlay.all_lines() if lines is None else lines)]
+    made = [generate(line) for line in (project.all_lines() if lines is None else lines)]
     states = {v.line.key: classify(v) for v in made}
     links = [
         f"overlay/{v.line.key}/{rel}"
@@ -311,11 +311,11 @@ def write(
             "and removes the rest",
         )
     blocked = [f"overlay/{key}/{rel}" for key, s in states.items() for rel, st in s.items() if st == "edited-stale"]
-    stale_dirs = _stale_folders(overlay) if every else []
+    stale_dirs = _stale_folders(project) if every else []
     for d in stale_dirs:
         recorded = _recorded(d)
         blocked += [
-            f"{_rel(overlay, p)} (its line is no longer pinned)"
+            f"{_rel(project, p)} (its line is no longer pinned)"
             for rel, p in _on_disk(d).items()
             if rel not in _OWN and (p.is_symlink() or recorded.get(rel) != _sha(p.read_bytes()))
         ]
@@ -343,26 +343,26 @@ def write(
             log(f"  kept, not refreshed into a patch yet: {', '.join(kept)}")
     for stale in stale_dirs:
         shutil.rmtree(stale)
-        changed.append(_rel(overlay, stale) + "/")
-        log(f"removed {_rel(overlay, stale)}/: that line is no longer pinned")
-    text = notice(_records(overlay, made))
-    path = overlay.root / "overlay" / NOTICE
+        changed.append(_rel(project, stale) + "/")
+        log(f"removed {_rel(project, stale)}/: that line is no longer pinned")
+    text = notice(_records(project, made))
+    path = project.root / "overlay" / NOTICE
     if not path.is_file() or path.read_bytes() != text:
         path.write_bytes(text)
-        changed.append(_rel(overlay, path))
+        changed.append(_rel(project, path))
     return changed
 
 
-def check(overlay: Overlay, lines: list[ReleaseLine] | None = None) -> list[str]:
+def check(project: Project, lines: list[ReleaseLine] | None = None) -> list[str]:
     """Every difference between the committed overlay and pristine + series (empty: all equal)."""
     every = lines is None
-    made = [generate(line) for line in (overlay.all_lines() if lines is None else lines)]
-    problems = [p for v in made for p in differences(overlay, v)]
+    made = [generate(line) for line in (project.all_lines() if lines is None else lines)]
+    problems = [p for v in made for p in differences(project, v)]
     if every:
         problems += [
-            f"{_rel(overlay, d)}/ belongs to no pinned line: run `nox -s vendor`" for d in _stale_folders(overlay)
+            f"{_rel(project, d)}/ belongs to no pinned line: run `nox -s vendor`" for d in _stale_folders(project)
         ]
-        path = overlay.root / "overlay" / NOTICE
+        path = project.root / "overlay" / NOTICE
         if not path.is_file() or path.read_bytes() != notice([json.loads(v.record) for v in made]):
             problems.append("overlay/NOTICE differs from what `nox -s vendor` writes: run it")
     return problems

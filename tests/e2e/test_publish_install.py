@@ -138,17 +138,17 @@ def _twine(url, files, user=USER, password=PASSWORD):
 
 
 def _wheels():
-    overlay = config.load(ROOT)
-    names = [wheel_names(overlay.line(pkg, ver)).filename for pkg, ver in overlay.sets[SET].items()]
+    project = config.load(ROOT)
+    names = [wheel_names(project.line(pkg, ver)).filename for pkg, ver in project.sets[SET].items()]
     wheels = [DIST / n for n in names]
     missing = [w for w in wheels if not w.is_file()]
     if missing:
         pytest.fail(f"{missing} not built: run `nox -s build` first (the e2e session does)")
-    return overlay, wheels
+    return project, wheels
 
 
 def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(server, tmp_path):
-    overlay, wheels = _wheels()
+    project, wheels = _wheels()
     url, packages = server["url"], server["packages"]
 
     res = _twine(url, wheels)
@@ -188,14 +188,14 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
         purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
         site = Path(subprocess.run([py, "-c", purelib], check=True, capture_output=True, text=True).stdout.strip())
         (site / "shared-torch.pth").write_text(torch_site + "\n")
-    tline = overlay.line("transformers", overlay.sets[SET]["transformers"])
+    tline = project.line("transformers", project.sets[SET]["transformers"])
     first = load_series(tline)[0]  # its proof runs in the consumer environment below
     # --no-compile: pip would compile all of torch's 2 GB ahead (20 s here); the proof run below compiles what it
     # imports, once, as bytecode writing is on for it.
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-compile"]
     subprocess.run(pip + ["--no-deps", f"transformers=={tline.version}"], check=True, capture_output=True)
 
-    pins = [f"{pkg}=={overlay.line(pkg, ver).fixed_version}" for pkg, ver in overlay.sets[SET].items()]
+    pins = [f"{pkg}=={project.line(pkg, ver).fixed_version}" for pkg, ver in project.sets[SET].items()]
     res = subprocess.run(
         pip + ["--extra-index-url", f"{url}/simple/", *pins, TORCH, "pytest"],
         capture_output=True,
@@ -212,7 +212,7 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
     )
     print(status.stdout)
     assert status.returncode == 0, status.stdout + status.stderr
-    for ver in overlay.sets[SET].values():
+    for ver in project.sets[SET].values():
         assert f"+fixed build of {ver}" in status.stdout
     assert first.name in status.stdout and "INTACT" in status.stdout
 
@@ -263,8 +263,8 @@ def _installed_build(python: str, package: str) -> str | None:
 def test_pip_and_uv_install_the_newest_build_and_hashed_pins_the_file_they_name(server, tmp_path):
     """A series change is published as the next build of the same version (`…+fixed-N-…`): `==X+fixed` gets it
     from pip and from uv, and the hash-locked pins of the build before keep installing exactly that file."""
-    overlay = config.load(ROOT)
-    line = overlay.line("accelerate", overlay.sets[SET]["accelerate"])
+    project = config.load(ROOT)
+    line = project.line("accelerate", project.sets[SET]["accelerate"])
     first = DIST / wheel_names(line).filename
     assert line.build and first.is_file(), "the committed line records its build, and dist/ has it"
     number = line.build.number

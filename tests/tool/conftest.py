@@ -181,8 +181,8 @@ class Demo:
         from patchwheel.errors import PatchwheelError
 
         try:
-            overlay = self.load()
-            buildno.bump(overlay, overlay.line("demo", "1.0.0"), log=lambda m: None)
+            project = self.load()
+            buildno.bump(project, project.line("demo", "1.0.0"), log=lambda m: None)
         except PatchwheelError:
             pass
 
@@ -248,7 +248,7 @@ def demo_project(tmp_path, monkeypatch) -> Demo:
     return demo
 
 
-def both_ways_ok(overlay, line, newest, patched, submission):
+def both_ways_ok(project, line, newest, patched, submission):
     """Stands in for export's real run (an environment per release): upstream's test fails, then passes."""
     from patchwheel.maint import proofenv
 

@@ -73,9 +73,9 @@ def test_pr_md_records_upstreams_test_both_ways_and_ruff(demo_project, tmp_path)
     _release(demo_project)
     seen: dict[str, object] = {}
 
-    def verify(overlay, line, newest, patched, sub):
+    def verify(project, line, newest, patched, sub):
         seen.update(release=newest.filename, patched=patched, tests=sorted(sub.tests))
-        return both_ways_ok(overlay, line, newest, patched, sub)
+        return both_ways_ok(project, line, newest, patched, sub)
 
     pr = (_export(demo_project, tmp_path, verify=verify) / "PR.md").read_text()
     assert seen == {
@@ -261,7 +261,7 @@ def test_export_refuses_a_test_that_does_not_show_the_fix(demo_project, tmp_path
     (out / "greet-comma").mkdir(parents=True)
     (out / "greet-comma" / "PR.md").write_text("the last good export")
 
-    def verify(overlay, line, newest, patched, sub):
+    def verify(project, line, newest, patched, sub):
         return proofenv.ProofOutcome(before, "detail"), proofenv.ProofOutcome(after, "detail")
 
     with pytest.raises(PatchwheelError, match=re.escape(says)):

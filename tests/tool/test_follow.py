@@ -70,10 +70,10 @@ class Prover:
         self.runs, self.action = runs, action
         self.calls: list[tuple[dict[str, str], list[str]]] = []
 
-    def __call__(self, overlay, members, dist, log):
+    def __call__(self, project, members, dist, log):
         self.calls.append(({p: line.version for p, line in members.items()}, sorted(x.name for x in dist.iterdir())))
         if self.action is not None:
-            self.action(overlay)
+            self.action(project)
         return self.runs
 
 
@@ -84,17 +84,17 @@ def test_a_release_the_series_carries_onto_becomes_the_latest_line(demo_project,
     prover = Prover()
     (done,) = follow.follow(demo_project.load(), None, prover, log=print)
     assert done.stop is None, done.stop
-    overlay = config.load(demo_project.root)
-    assert [ln.version for ln in overlay.lines["demo"]] == ["1.1.0"], "1.0.0 is retired: no set names it"
-    assert overlay.sets["latest"] == {"demo": "1.1.0"}
+    project = config.load(demo_project.root)
+    assert [ln.version for ln in project.lines["demo"]] == ["1.1.0"], "1.0.0 is retired: no set names it"
+    assert project.sets["latest"] == {"demo": "1.1.0"}
     assert (demo_project.root / "overlay" / "sets.toml").read_text().startswith("# New users.\n"), "comments kept"
-    new = overlay.line("demo")
+    new = project.line("demo")
     assert new.build is not None and new.build.number == 1
     assert (new.patch_dir / "0001-greet-comma.patch").is_file()
     assert b'"hello, " + name' in (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").read_bytes()
     assert not (demo_project.root / "patches" / "demo" / "1.0.0").exists()
     assert not (demo_project.root / "overlay" / "demo" / "1.0.0").exists()
-    assert follow.lint(overlay) == [], "what follow writes passes lint"
+    assert follow.lint(project) == [], "what follow writes passes lint"
     status = json.loads((demo_project.root / "patches" / "STATUS.json").read_text())
     assert [ln["line"] for ln in status["lines"]] == ["demo/1.1.0"]
     # The set was proven on a build of the new line, made in the scratch copy: the project has no dist/.
@@ -118,9 +118,9 @@ def test_a_line_a_set_names_stays(demo_project, monkeypatch, tmp_path):
     proofs(monkeypatch, tmp_path)
     (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
     assert done.stop is None and done.retired == []
-    overlay = config.load(demo_project.root)
-    assert [ln.version for ln in overlay.lines["demo"]] == ["1.0.0", "1.1.0"]
-    assert overlay.sets == {"default": {"demo": "1.0.0"}, "latest": {"demo": "1.1.0"}}
+    project = config.load(demo_project.root)
+    assert [ln.version for ln in project.lines["demo"]] == ["1.0.0", "1.1.0"]
+    assert project.sets == {"default": {"demo": "1.0.0"}, "latest": {"demo": "1.1.0"}}
 
 
 def test_a_conflict_stops_it_with_the_commands_and_nothing_written(demo_project, monkeypatch, tmp_path):
@@ -172,7 +172,7 @@ def test_an_interrupted_follow_leaves_the_project_as_it_was(demo_project, monkey
     build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
     before = tree(demo_project.root)
 
-    def interrupt(overlay):
+    def interrupt(project):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -238,7 +238,7 @@ def test_an_edit_made_while_it_ran_is_not_overwritten(demo_project, monkeypatch,
     proofs(monkeypatch, tmp_path)
     sets = demo_project.root / "overlay" / "sets.toml"
 
-    def edit(overlay):
+    def edit(project):
         sets.write_text(sets.read_text() + "# an edit\n")
 
     (done,) = follow.follow(demo_project.load(), None, Prover(action=edit), log=lambda m: None)

@@ -64,7 +64,7 @@ def test_a_release_line_of_the_project_has_the_bugs_its_proofs_show(demo_project
 
 
 def test_other_releases_are_judged_by_the_committed_matrix_only(demo_project):
-    overlay = demo_project.load()
+    project = demo_project.load()
     matrix = _matrix(
         {
             "1.1.0": {"behaviour": "fails", "behaviour_detail": "test_greet: BugSymptom: no comma"},
@@ -72,14 +72,14 @@ def test_other_releases_are_judged_by_the_committed_matrix_only(demo_project):
             "1.3.0": {"behaviour": None, "text": "clean"},  # text only: no proof ran there
         }
     )
-    rep = knownbugs.annotate(overlay, matrix, _report("1.1.0"))
+    rep = knownbugs.annotate(project, matrix, _report("1.1.0"))
     (bug,) = rep["packages"][0]["known"]["bugs"]
     assert bug["fix"] == "greet-comma" and "BugSymptom: no comma" in bug["evidence"]
     assert bug["upstream_issue"] == TRAILERS["Upstream-Issue"]  # from the series that carries the fix
     assert "no +fixed build of 1.1.0; +fixed builds: 1.0.0+fixed" in knownbugs.render(rep)
-    fixed = knownbugs.annotate(overlay, matrix, _report("1.2.0"))
+    fixed = knownbugs.annotate(project, matrix, _report("1.2.0"))
     assert not knownbugs.affected(fixed) and "no known bug" in knownbugs.render(fixed)
-    unmeasured = knownbugs.annotate(overlay, matrix, _report("1.3.0"))
+    unmeasured = knownbugs.annotate(project, matrix, _report("1.3.0"))
     assert not knownbugs.affected(unmeasured) and "not measured by this project" in knownbugs.render(unmeasured)
 
 

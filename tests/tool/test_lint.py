@@ -20,9 +20,9 @@ def _problems(demo):
 
 
 def test_the_repository_series_are_clean():
-    overlay = config.load(ROOT)
-    assert {ln.key for ln in overlay.all_lines()} >= {"transformers/4.50.3", "accelerate/1.6.0"}
-    for line in overlay.all_lines():
+    project = config.load(ROOT)
+    assert {ln.key for ln in project.all_lines()} >= {"transformers/4.50.3", "accelerate/1.6.0"}
+    for line in project.all_lines():
         assert patches.lint_line(line, ROOT) == [], line.key
 
 

@@ -238,12 +238,12 @@ def test_reset_puts_back_the_wheels_bytes(tmp_path):
 
 
 def test_dist_wheel_must_be_built_from_the_current_series(demo_project):
-    overlay = demo_project.load()
-    line = overlay.line("demo")
+    project = demo_project.load()
+    line = project.line("demo")
     with pytest.raises(PatchwheelError, match="nox -s build"):
-        mutants.dist_wheel(overlay, line)
-    build_mod.build(overlay, demo_project.root / "dist", log=lambda m: None)
-    assert mutants.dist_wheel(overlay, line) == demo_project.root / "dist" / "demo-1.0.0+fixed-py3-none-any.whl"
+        mutants.dist_wheel(project, line)
+    build_mod.build(project, demo_project.root / "dist", log=lambda m: None)
+    assert mutants.dist_wheel(project, line) == demo_project.root / "dist" / "demo-1.0.0+fixed-py3-none-any.whl"
     _series(demo_project, edit_f5)
     with pytest.raises(PatchwheelError, match=r"demo-1.0.0\+fixed-2-py3-none-any.whl does not exist"):  # build 2
         mutants.dist_wheel(demo_project.load(), demo_project.load().line("demo"))
@@ -325,15 +325,15 @@ def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
         {**TRAILERS, "Mutant-Survives": "#2 f10 is not the fix, only kept in step"},
         {**TRAILERS, "Mutant-Survives": "#1 a stale note"},
     )
-    overlay = demo_project.load()
-    build_mod.build(overlay, demo_project.root / "dist", log=lambda m: None)
+    project = demo_project.load()
+    build_mod.build(project, demo_project.root / "dist", log=lambda m: None)
     monkeypatch.setattr(proofenv, "fixed_env", _fake_fixed_env(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(proofenv._site(tmp_path / "env")))
     core = proofenv._site(tmp_path / "env") / "demo" / "core.py"
     log: list[str] = []
     out = tmp_path / "mutants.md"
     assert (
-        mutants.exit_code(mutants.run(overlay, ["demo"], out, log=log.append)) == 1
+        mutants.exit_code(mutants.run(project, ["demo"], out, log=log.append)) == 1
     )  # hunk #3 (the new file) survives
     text = capsys.readouterr().out
     assert out.read_text() == text
@@ -359,7 +359,7 @@ def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
 
     core.write_bytes(b"left mutated by a killed run\n")  # the next run repairs it before judging
     (proof / "test_demo.py").write_text("def test_greet():\n    assert False, 'broken proof'\n")
-    assert mutants.exit_code(mutants.run(overlay, ["demo==1.0.0"], None, log=log.append)) == 1
+    assert mutants.exit_code(mutants.run(project, ["demo==1.0.0"], None, log=log.append)) == 1
     assert any("restored demo/core.py" in m for m in log)
     assert "4 hunks: 0 killed, 0 justified, 0 survived, 4 entangled/could-not-judge" in capsys.readouterr().out
     assert any("could-not-judge (baseline fails: killed: test_greet (AssertionError: broken proof" in m for m in log)

@@ -327,15 +327,15 @@ def test_new_makes_a_patch_with_the_template_and_a_failing_stub(demo_project, ca
 
 
 def test_new_refuses_bad_input(demo_project):
-    overlay = demo_project.load()
+    project = demo_project.load()
     with pytest.raises(PatchwheelError, match="no edit to make a patch of"):
-        refresh.new(overlay, "demo", "1.0.0", "x")
+        refresh.new(project, "demo", "1.0.0", "x")
     _edit(_module(demo_project), b"return a + b", b"return b + a")
     with pytest.raises(PatchwheelError, match="already has a patch named greet-comma"):
-        refresh.new(overlay, "demo", "1.0.0", "greet-comma")
+        refresh.new(project, "demo", "1.0.0", "greet-comma")
     with pytest.raises(PatchwheelError, match="not a patch slug"):
-        refresh.new(overlay, "demo", "1.0.0", "../x")
-    assert patches.series_names(overlay.line("demo")) == ["0001-greet-comma.patch"]
+        refresh.new(project, "demo", "1.0.0", "../x")
+    assert patches.series_names(project.line("demo")) == ["0001-greet-comma.patch"]
 
 
 # --- a real release line ---------------------------------------------------------------------------------------
@@ -374,10 +374,10 @@ def test_refresh_on_a_real_line(real_root, capsys):
     assert changed == [f"patches/transformers/{newest}/0002-dataparallel-num-items.patch"]
     lines = after[changed[0]].decode().splitlines()
     assert "+" + new.rstrip("\n") in lines and "+" + old.rstrip("\n") not in lines
-    overlay = config.load(real_root)
-    line = overlay.line("transformers", newest)
+    project = config.load(real_root)
+    line = project.line("transformers", newest)
     assert patches.lint_line(line, real_root) == [], "message and trailers kept"
-    assert vendored.check(overlay) == []
+    assert vendored.check(project) == []
     _regenerates(line)
 
 

@@ -103,9 +103,9 @@ def test_a_link_in_a_patch_never_brings_its_target_into_the_overlay(demo_project
     demo_project.set_series(("0001-x.patch", _git_patch(_link(secret))))  # vendors, as `nox -s vendor -- --force`
     with pytest.raises(PatchwheelError, match=r"src/demo/link.py is a symbolic link \(new file mode 120000\)"):
         vendored.write(demo_project.load(), force=True, log=lambda m: None)
-    overlay = demo_project.root / "overlay"
-    assert not any(SECRET in p.read_bytes() for p in overlay.rglob("*") if p.is_file() and not p.is_symlink())
-    assert not (overlay / "demo" / "1.0.0" / "demo" / "link.py").exists()
+    project = demo_project.root / "overlay"
+    assert not any(SECRET in p.read_bytes() for p in project.rglob("*") if p.is_file() and not p.is_symlink())
+    assert not (project / "demo" / "1.0.0" / "demo" / "link.py").exists()
 
 
 @pytest.mark.parametrize("where", ["file", "folder"])

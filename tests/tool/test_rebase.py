@@ -44,8 +44,8 @@ def test_text_classes(demo_project, new_core, status):
 
 def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
-    overlay = demo_project.load()
-    assert rebase.start(overlay, "demo", "1.1.0", behaviour=False) is False
+    project = demo_project.load()
+    assert rebase.start(project, "demo", "1.1.0", behaviour=False) is False
     out = capsys.readouterr().out
     work = demo_project.root / ".rebase" / "demo-1.1.0" / "repo"
     assert "CONFLICT in src/demo/core.py" in out and "--continue" in out and str(work) in out
@@ -58,13 +58,13 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     new_dir = demo_project.root / "patches" / "demo" / "1.1.0"
     assert (new_dir / "series").read_text().splitlines()[-1] == "0001-greet-comma.patch"
     assert not (demo_project.root / ".rebase").exists()
-    overlay = demo_project.load()
-    assert [ln.version for ln in overlay.lines["demo"]] == ["1.0.0", "1.1.0"]
-    assert patches.lint_line(overlay.line("demo", "1.1.0"), demo_project.root) == []
-    assert overlay.line("demo", "1.1.0").build.number == 1, "a new line starts at its first build"
+    project = demo_project.load()
+    assert [ln.version for ln in project.lines["demo"]] == ["1.0.0", "1.1.0"]
+    assert patches.lint_line(project.line("demo", "1.1.0"), demo_project.root) == []
+    assert project.line("demo", "1.1.0").build.number == 1, "a new line starts at its first build"
     assert (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").is_file(), "rebase vendors"
-    assert vendored.check(overlay) == []
-    built = build_mod.build(overlay, demo_project.root / "dist", log=lambda m: None)  # both lines build
+    assert vendored.check(project) == []
+    built = build_mod.build(project, demo_project.root / "dist", log=lambda m: None)  # both lines build
     assert sorted(b.filename for b in built) == [
         "demo-1.0.0+fixed-py3-none-any.whl",
         "demo-1.1.0+fixed-py3-none-any.whl",
@@ -105,29 +105,29 @@ def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, caps
 
 
 def test_rebase_refuses_bad_targets(demo_project):
-    overlay = demo_project.load()
+    project = demo_project.load()
     with pytest.raises(PatchwheelError, match="is not newer"):
-        rebase.start(overlay, "demo", "0.9.0", behaviour=False)
+        rebase.start(project, "demo", "0.9.0", behaviour=False)
     with pytest.raises(PatchwheelError, match="has no py3-none-any wheel"):
-        rebase.start(overlay, "demo", "7.0.0", behaviour=False)
+        rebase.start(project, "demo", "7.0.0", behaviour=False)
     with pytest.raises(PatchwheelError, match="no rebase onto demo 1.1.0 is in progress"):
-        rebase.resume(overlay, "demo", "1.1.0")
+        rebase.resume(project, "demo", "1.1.0")
 
 
 def test_upstream_matrix_and_staleness_check(demo_project, capsys):
     demo_project.add_release("1.1.0", b"# moved\n" + CORE)
     demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', FIX))
-    overlay = demo_project.load()
+    project = demo_project.load()
     sel = Selection.parse([])
     upstream.record(
-        overlay, upstream.check_lines(overlay, sel, None, workers=2, bisect=False, report=silent()), silent()
+        project, upstream.check_lines(project, sel, None, workers=2, bisect=False, report=silent()), silent()
     )
     md = (demo_project.root / "patches" / "STATUS.md").read_text()
     assert "| 0001-greet-comma | O · | U · |" in md, md
-    assert upstream.check(overlay, sel, None, workers=1, report=silent()) == ([], 2)
+    assert upstream.check(project, sel, None, workers=1, report=silent()) == ([], 2)
     status = demo_project.root / "patches" / "STATUS.json"
     status.write_text(status.read_text().replace('"text": "offset"', '"text": "clean"'))
-    diffs, _ = upstream.check(overlay, sel, None, workers=1, report=silent())
+    diffs, _ = upstream.check(project, sel, None, workers=1, report=silent())
     assert diffs == ["demo/1.0.0 0001-greet-comma.patch vs 1.1.0: text is offset, the committed matrix says clean"]
     assert cli.main(["--root", str(demo_project.root), "upstream", "check", "--text-only"]) == 1
     assert "vs 1.1.0: text is offset, the committed matrix says clean" in capsys.readouterr().out

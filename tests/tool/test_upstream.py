@@ -191,13 +191,13 @@ def test_judged_cache_runs_each_proof_once_across_concurrent_lines(demo_project,
     demo_project.add_release("1.1.0", b"# moved\n" + CORE)
     demo_project.add_release("1.2.0", b"# moved again\n" + CORE)
     runs = _fake_proofs(monkeypatch, tmp_path)
-    overlay = demo_project.load()
-    line, sel = overlay.line("demo"), Selection.parse([])
+    project = demo_project.load()
+    line, sel = project.line("demo"), Selection.parse([])
     judged = upstream.Judged()
     results = []
 
     def check() -> None:
-        results.append(upstream.check_line(overlay, line, sel, sel, workers=2, judged=judged))
+        results.append(upstream.check_line(project, line, sel, sel, workers=2, judged=judged))
 
     assert _in_threads(check, 3) == []
     assert runs == {("demo-1.1.0", "tests/proof/test_demo.py"): 1, ("demo-1.2.0", "tests/proof/test_demo.py"): 1}
@@ -210,11 +210,11 @@ def test_each_run_judges_afresh(demo_project, monkeypatch, tmp_path):
     """A second run in the same process (a test suite, a long-lived caller) must not reuse the first's verdicts."""
     demo_project.add_release("1.1.0", b"# moved\n" + CORE)
     runs = _fake_proofs(monkeypatch, tmp_path)
-    overlay, sel = demo_project.load(), Selection.parse([])
+    project, sel = demo_project.load(), Selection.parse([])
     upstream.record(
-        overlay, upstream.check_lines(overlay, sel, sel, workers=2, bisect=False, report=silent()), silent()
+        project, upstream.check_lines(project, sel, sel, workers=2, bisect=False, report=silent()), silent()
     )
-    assert upstream.check(overlay, sel, sel, workers=2, report=silent()) == ([], 1)
+    assert upstream.check(project, sel, sel, workers=2, report=silent()) == ([], 1)
     assert runs == {("demo-1.1.0", "tests/proof/test_demo.py"): 2}
 
 
@@ -281,11 +281,17 @@ def _main(capsys, root: Path, *args: str) -> tuple[int, str]:
     return code, captured.err
 
 
-@pytest.mark.parametrize("extra", [[], ["--continue"], ["--refresh"]])
+@pytest.mark.parametrize("extra", [[], ["--continue"], ["--reexport"], ["--refresh"]])
 def test_rebase_onto_not_a_version(demo_project, capsys, extra):
     code, err = _main(capsys, demo_project.root, "rebase", "demo", "notaversion", *extra)
+    if extra == ["--refresh"]:  # the old spelling says so first
+        said, err = err.split("\n", 1)
+        assert (
+            said
+            == "patchwheel: `rebase --refresh` is now `rebase --reexport`; the old spelling goes in the next release"
+        )
     assert code == 2
-    assert err.startswith("error: 'notaversion' is not a version\n  fix: ") and "e.g. 5.23.0" in err, err
+    assert err.startswith("error: 'notaversion' is not a version\n  fix: ") and "e.g. 5.24.0" in err, err
     assert not (demo_project.root / ".rebase").exists()
 
 
@@ -319,11 +325,11 @@ def test_upstream_behaviour_with_text_only_is_refused(demo_project, capsys):
 
 def test_upstream_behaviour_outside_the_release_selection(demo_project):
     """``upstream demo==1.1.0 --behaviour other==1`` would judge nothing: said, not silently skipped."""
-    overlay = demo_project.load()
-    overlay = dataclasses.replace(overlay, lines={**overlay.lines, "other": overlay.lines["demo"]})
+    project = demo_project.load()
+    project = dataclasses.replace(project, lines={**project.lines, "other": project.lines["demo"]})
     with pytest.raises(PatchwheelError, match="--behaviour names other, which the release selection leaves out"):
         upstream.check_lines(
-            overlay, Selection.parse(["demo==1.1.0"]), Selection.parse(["other==1"]), workers=1, bisect=False
+            project, Selection.parse(["demo==1.1.0"]), Selection.parse(["other==1"]), workers=1, bisect=False
         )
 
 

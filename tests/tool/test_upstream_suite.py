@@ -280,7 +280,7 @@ def test_check_line_reruns_each_difference_alone_on_both_sides(tmp_path: Path, m
     wheel, sdist = config.Artifact("demo-1.0-py3-none-any.whl", "0" * 64), config.Artifact("demo-1.0.tar.gz", "1" * 64)
     line = config.ReleaseLine("demo", "1.0", wheel, sdist, tmp_path, "fixed", "demo", "src")
     monkeypatch.setattr(us, "fixed_wheel", lambda line, dist: dist / "demo.whl")
-    monkeypatch.setattr(us, "environments", lambda overlay, line, wheel: (tmp_path / "pristine", tmp_path / "fixed"))
+    monkeypatch.setattr(us, "environments", lambda project, line, wheel: (tmp_path / "pristine", tmp_path / "fixed"))
     monkeypatch.setattr(us.fetch, "fetch", lambda pkg, art, log=None: tmp_path / art.filename)
     monkeypatch.setattr(us, "extract_suite", lambda sdist, out: ["tests/test_a.py"])
     monkeypatch.setattr(us, "run_pytest", fake_run)

@@ -27,7 +27,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from .. import fetch
-from ..config import Artifact, Overlay, ReleaseLine
+from ..config import Artifact, Project, ReleaseLine
 from ..errors import PatchError
 from ..matrix import Matrix
 from ..names import matches
@@ -38,7 +38,7 @@ from .export_commit import GitConfig, user_git_config
 from .textcheck import carry
 from .workrepo import WorkRepo, release_files
 
-#: ``verify(overlay, line, newest, patched, submission) -> (pristine, patched)``: upstream's test on the newest
+#: ``verify(project, line, newest, patched, submission) -> (pristine, patched)``: upstream's test on the newest
 #: release as published and with the patch's files (wheel paths -> bytes, None: deleted) installed.
 Verify = Callable[..., tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]]
 
@@ -51,14 +51,14 @@ class Carried:
     fixed: dict[str, bytes | None]  # the same files with the patch
 
 
-def find(overlay: Overlay, slug: str) -> tuple[ReleaseLine, list[Patch]]:
+def find(project: Project, slug: str) -> tuple[ReleaseLine, list[Patch]]:
     """The newest line carrying a patch with this slug (or file name), and its series up to that patch."""
-    for line in reversed([ln for pkg in overlay.packages() for ln in overlay.lines[pkg]]):
+    for line in reversed([ln for pkg in project.packages() for ln in project.lines[pkg]]):
         series = load_series(line)
         for i, p in enumerate(series):
             if matches(p, slug):
                 return line, series[: i + 1]
-    known = sorted({p.slug for ln in overlay.all_lines() for p in load_series(ln)})
+    known = sorted({p.slug for ln in project.all_lines() for p in load_series(ln)})
     raise PatchError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")
 
 
@@ -90,7 +90,7 @@ def sdist_of(line: ReleaseLine, version: str) -> Artifact | None:
 
 
 def export(
-    overlay: Overlay,
+    project: Project,
     slug: str,
     out_root: Path | None = None,
     log=CONSOLE,
@@ -99,10 +99,10 @@ def export(
     git_config: GitConfig = user_git_config,
     date: str | None = None,
 ) -> Path:
-    line, upto = find(overlay, slug)
+    line, upto = find(project, slug)
     patch = upto[-1]
-    who = export_commit.author(overlay.root, author, git_config)
-    sub = submission.load(overlay.root, line.package, patch)
+    who = export_commit.author(project.root, author, git_config)
+    sub = submission.load(project.root, line.package, patch)
     version, newest, _ = fetch.releases(line.package)[-1]
     carried = carry_to_newest(line, upto, version, newest)
     after = {**carried.fixed, **({} if patch.is_feature else sub.tests)}
@@ -123,15 +123,15 @@ def export(
     if not patch.is_feature:
         log(f"{patch.name}: running upstream's test on {where}, pristine and patched ...")
         patched = {w: d for p, d in carried.fixed.items() if (w := line.wheel_path(p)) is not None}
-        runs = _judged(verify(overlay, line, newest, patched, sub), where, sub)
+        runs = _judged(verify(project, line, newest, patched, sub), where, sub)
     files = {f"0001-{patch.slug}.patch": mbox}
     if patch.is_feature:
         files["ISSUE.md"] = _issue(sub, patch, where, carried.status, style).encode()
     else:
-        files["PR.md"] = _description(overlay, line, patch, sub, carried, style, runs).encode()
+        files["PR.md"] = _description(project, line, patch, sub, carried, style, runs).encode()
     for name, data in files.items():
         export_commit.refuse_ours(data, name)
-    out = _write((out_root or overlay.root / "export") / patch.slug, files)
+    out = _write((out_root or project.root / "export") / patch.slug, files)
     ran = (
         f"upstream's test {', '.join(sub.tests)}: failed on pristine, passed patched"
         if runs
@@ -211,12 +211,12 @@ def _issue(sub: submission.Submission, patch: Patch, where: str, status: str, st
     )
 
 
-def _measured(overlay: Overlay, line: ReleaseLine, patch: Patch, version: str) -> tuple[list[str], list[str]]:
+def _measured(project: Project, line: ReleaseLine, patch: Patch, version: str) -> tuple[list[str], list[str]]:
     """Releases where this project's own tests saw the bug, and where they saw it fixed (the committed matrix),
     plus the pins of the lines that carry the fix (their proofs fail there) and the release the export just ran."""
     shows: list[str] = [version]
     fixed: list[str] = []
-    matrix = Matrix.load(overlay.status_json)
+    matrix = Matrix.load(project.status_json)
     for entry in matrix.lines if matrix else []:
         if entry.package != line.package:
             continue
@@ -224,13 +224,13 @@ def _measured(overlay: Overlay, line: ReleaseLine, patch: Patch, version: str) -
             if row.slug == patch.slug:
                 for v, cell in row.cells.items():
                     {"fails": shows, "passes": fixed}.get(cell.behaviour or "", []).append(v)
-    shows += [ln.version for ln in overlay.lines[line.package] if any(q.slug == patch.slug for q in load_series(ln))]
+    shows += [ln.version for ln in project.lines[line.package] if any(q.slug == patch.slug for q in load_series(ln))]
     return sorted(set(shows), key=Version), sorted(set(fixed), key=Version)  # 1.9 < 1.10, .post1
 
 
-def _description(overlay, line, patch, sub, carried: Carried, style: str, runs) -> str:
+def _description(project, line, patch, sub, carried: Carried, style: str, runs) -> str:
     version = carried.version
-    shows, fixed = _measured(overlay, line, patch, version)
+    shows, fixed = _measured(project, line, patch, version)
     tests = ", ".join(f"`{t}`" for t in sub.tests)
     body = (sub.message or "").split("\n", 1)[1].strip()
     return "\n".join(

@@ -32,7 +32,7 @@ from packaging.version import Version
 
 from .. import config, fetch, patches, vendored
 from ..build import build
-from ..config import Artifact, Overlay, ReleaseLine
+from ..config import Artifact, Project, ReleaseLine
 from ..errors import PatchwheelError
 from ..lint import line_problems
 from ..matrix import Matrix
@@ -47,9 +47,9 @@ from .setruns import Run
 LATEST = "latest"
 
 
-#: ``prove(overlay, members, dist, log)``: the runs that prove the set ``members`` (package -> line) both ways,
+#: ``prove(project, members, dist, log)``: the runs that prove the set ``members`` (package -> line) both ways,
 #: with its +fixed wheels in ``dist``; the real one is :func:`setruns.prove_set`.
-Prove = Callable[[Overlay, dict[str, ReleaseLine], Path, Callable[[str], None]], list[Run]]
+Prove = Callable[[Project, dict[str, ReleaseLine], Path, Callable[[str], None]], list[Run]]
 
 
 @dataclass
@@ -90,45 +90,45 @@ class Followed:
         return self.releases[-1] if self.releases else self.newest
 
 
-def pending(overlay: Overlay, packages: list[str] | None = None) -> dict[str, list[tuple[str, Artifact]]]:
+def pending(project: Project, packages: list[str] | None = None) -> dict[str, list[tuple[str, Artifact]]]:
     """Per package (all, or those named): its final, not yanked releases newer than its newest line."""
-    names = [overlay.line(p).package for p in packages] if packages else overlay.packages()
+    names = [project.line(p).package for p in packages] if packages else project.packages()
     out: dict[str, list[tuple[str, Artifact]]] = {}
     for pkg in names:
-        newest = Version(overlay.line(pkg).version)
+        newest = Version(project.line(pkg).version)
         out[pkg] = [(v, a) for v, a, yanked in fetch.releases(pkg) if Version(v) > newest and not yanked]
     return out
 
 
 def follow(
-    overlay: Overlay, packages: list[str] | None, prove: Prove, *, log: Callable[[str], None] = CONSOLE
+    project: Project, packages: list[str] | None, prove: Prove, *, log: Callable[[str], None] = CONSOLE
 ) -> list[Followed]:
     """Follow every package (or those named), one after the other: a later one sees what an earlier one wrote
     (a new companion). A package that stops does not stop the others."""
     out = []
-    for pkg, releases in pending(overlay, packages).items():
-        overlay = config.load(overlay.root)
+    for pkg, releases in pending(project, packages).items():
+        project = config.load(project.root)
         if not releases:
-            newest = overlay.line(pkg).version
+            newest = project.line(pkg).version
             log(f"{pkg}: nothing newer than the line {newest} on {fetch.index_url()}; nothing changed")
             out.append(Followed(pkg, newest))
             continue
-        out.append(_follow_package(overlay, pkg, releases, prove, log))
+        out.append(_follow_package(project, pkg, releases, prove, log))
     return out
 
 
 def _follow_package(
-    overlay: Overlay, pkg: str, releases: list[tuple[str, Artifact]], prove: Prove, log: Callable[[str], None]
+    project: Project, pkg: str, releases: list[tuple[str, Artifact]], prove: Prove, log: Callable[[str], None]
 ) -> Followed:
     t0 = time.perf_counter()
-    done = Followed(pkg, overlay.line(pkg).version)
+    done = Followed(pkg, project.line(pkg).version)
 
     def say(message: str) -> None:
         log(f"[{time.perf_counter() - t0:6.1f}s] {pkg}: {message}")
 
     say(f"{', '.join(v for v, _ in releases)} newer than the line {done.newest}")
     judged = upstream.Judged()  # one proof run per (release, module), shared by the line's steps and the matrix
-    with Scratch(overlay.root) as work:
+    with Scratch(project.root) as work:
         try:
             done.stop = _carry_all(work.root, pkg, releases, judged, done, say)
             if done.stop is None:
@@ -155,10 +155,10 @@ def _carry_all(
     say: Callable[[str], None],
 ) -> Stop | None:
     for version, artifact in releases:
-        overlay = config.load(root)
-        line = overlay.line(pkg)
+        project = config.load(root)
+        line = project.line(pkg)
         say(f"judging {version} (the line {line.version}'s patches: text, and proofs on the pristine release)")
-        verdicts, stop = _judge(overlay, line, version, artifact, judged)
+        verdicts, stop = _judge(project, line, version, artifact, judged)
         done.releases.append(version)
         done.verdicts[version] = verdicts
         for v in verdicts:
@@ -166,12 +166,12 @@ def _carry_all(
         if stop is not None:
             return stop
         said: list[str] = []
-        if not rebase.start(overlay, pkg, version, judge=_as_judged(verdicts), log=said.append):
+        if not rebase.start(project, pkg, version, judge=_as_judged(verdicts), log=said.append):
             conflict = next((s for s in said if "CONFLICT" in s), "a conflict")
             return Stop(f"{pkg} {version}: {conflict}: the patch must be carried by hand", _by_hand(pkg, version))
         done.carried += [s for s in said if not s.startswith("  ")]
-        overlay = config.load(root)
-        if pkg in overlay.sets.get(LATEST, {}):
+        project = config.load(root)
+        if pkg in project.sets.get(LATEST, {}):
             set_member(root / "overlay" / "sets.toml", LATEST, pkg, version)
             done.moved = f"{LATEST}: {pkg} {done.newest} -> {version}"
             say(f"the set {LATEST} now names {pkg} {version}")
@@ -186,11 +186,11 @@ def _as_judged(verdicts: list[Verdict]) -> Callable[[Patch], proofenv.ProofOutco
 
 
 def _judge(
-    overlay: Overlay, line: ReleaseLine, version: str, artifact: Artifact, judged: upstream.Judged
+    project: Project, line: ReleaseLine, version: str, artifact: Artifact, judged: upstream.Judged
 ) -> tuple[list[Verdict], Stop | None]:
     """The verdicts of the line's patches on ``version``, with follow's decision each, or the stop."""
     selection = Selection.parse([f"{line.package}=={version}"])
-    judged_line = upstream.check_line(overlay, line, selection, selection, judged=judged)
+    judged_line = upstream.check_line(project, line, selection, selection, judged=judged)
     verdicts: list[Verdict] = []
     problems: list[str] = []
     unjudged: list[str] = []
@@ -223,43 +223,43 @@ def _judge(
         problems.append(f"every patch of {line.key} is upstream in {version}: is a +fixed line still needed?")
     if not problems:
         return verdicts, None
-    env = proofenv.release_env_path(fetch.cache_dir(), [(line.package, artifact)] + upstream.companions(overlay, line))
+    env = proofenv.release_env_path(fetch.cache_dir(), [(line.package, artifact)] + upstream.companions(project, line))
     see = [f"{env}/bin/python -m pytest {test} --proof-expect=observe   # why it cannot judge" for test in unjudged]
     return verdicts, Stop("; ".join(problems), see + _by_hand(line.package, version))
 
 
-def retained(overlay: Overlay) -> set[str]:
+def retained(project: Project) -> set[str]:
     """The retention rule: the lines a consumer set names, and each package's newest line."""
-    named = {f"{pkg}/{version}" for members in overlay.sets.values() for pkg, version in members.items()}
-    return named | {lines[-1].key for lines in overlay.lines.values()}
+    named = {f"{pkg}/{version}" for members in project.sets.values() for pkg, version in members.items()}
+    return named | {lines[-1].key for lines in project.lines.values()}
 
 
-def retire(overlay: Overlay, say: Callable[[str], None]) -> list[str]:
+def retire(project: Project, say: Callable[[str], None]) -> list[str]:
     """Remove the lines the retention rule does not keep: series, pin, vendored modules. Their wheels, once
     published, stay on the index; git keeps the files."""
-    keep = retained(overlay)
-    gone = [line for line in overlay.all_lines() if line.key not in keep]
+    keep = retained(project)
+    gone = [line for line in project.all_lines() if line.key not in keep]
     for line in gone:
         shutil.rmtree(line.patch_dir)
-        remove_release(overlay.root / "overlay" / line.package / "pins.toml", line.version)
+        remove_release(project.root / "overlay" / line.package / "pins.toml", line.version)
         say(f"retired the line {line.key}: no consumer set names it, and it is not the newest")
     if gone:
-        vendored.write(config.load(overlay.root), log=lambda m: None)  # removes their overlay/ folders, NOTICE
+        vendored.write(config.load(project.root), log=lambda m: None)  # removes their overlay/ folders, NOTICE
     return [line.key for line in gone]
 
 
-def _prove(overlay: Overlay, pkg: str, judged, done: Followed, prove: Prove, say, work: Scratch) -> Stop | None:
+def _prove(project: Project, pkg: str, judged, done: Followed, prove: Prove, say, work: Scratch) -> Stop | None:
     say(f"the matrix: every line of {pkg} on {', '.join(done.releases)}")
-    refresh_matrix(overlay, pkg, done.releases, judged)
-    problems = lint(overlay)
+    refresh_matrix(project, pkg, done.releases, judged)
+    problems = lint(project)
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(pkg, done.line))
-    members = _proven_set(overlay, pkg)
+    members = _proven_set(project, pkg)
     dist = work.root / "dist"
-    build(overlay, dist, select=[f"{line.package}=={line.version}" for line in members.values()], log=lambda m: None)
+    build(project, dist, select=[f"{line.package}=={line.version}" for line in members.values()], log=lambda m: None)
     said = ", ".join(f"{line.package} {line.version}" for line in members.values())
     say(f"built {said}; proving it both ways, with its guards")
-    done.runs = prove(overlay, members, dist, say)
+    done.runs = prove(project, members, dist, say)
     failed = [r for r in done.runs if not r.ok]
     if failed:
         why = "; ".join(f"{r.name} failed ({r.summary})" for r in failed)
@@ -267,38 +267,38 @@ def _prove(overlay: Overlay, pkg: str, judged, done: Followed, prove: Prove, say
     return None
 
 
-def _proven_set(overlay: Overlay, pkg: str) -> dict[str, ReleaseLine]:
+def _proven_set(project: Project, pkg: str) -> dict[str, ReleaseLine]:
     """The set follow proves: ``latest`` when it names the package, else the new line with its companions."""
-    members = overlay.sets.get(LATEST)
+    members = project.sets.get(LATEST)
     if members is None or pkg not in members:
-        members = {p: overlay.line(p).version for p in overlay.packages()}
-    return {p: overlay.line(p, v) for p, v in members.items()}
+        members = {p: project.line(p).version for p in project.packages()}
+    return {p: project.line(p, v) for p, v in members.items()}
 
 
-def refresh_matrix(overlay: Overlay, pkg: str, releases: list[str], judged: upstream.Judged) -> None:
+def refresh_matrix(project: Project, pkg: str, releases: list[str], judged: upstream.Judged) -> None:
     """The committed matrix: every line of ``pkg`` judged on ``releases`` (bisecting as the upstream check does), the
     rows of retired lines removed."""
-    committed = Matrix.load(overlay.status_json) or Matrix()
+    committed = Matrix.load(project.status_json) or Matrix()
     selection = Selection.parse([f"{pkg}=={v}" for v in releases])
     lines = [
-        upstream.check_line(overlay, ln, selection, selection, judged=judged, bisect=True) for ln in overlay.lines[pkg]
+        upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in project.lines[pkg]
     ]
     matrix = committed.merged(lines, torch=committed.torch or proofenv.torch_version())
-    matrix.keep_lines({line.key for line in overlay.all_lines()})
-    matrix.save(overlay.status_json)
+    matrix.keep_lines({line.key for line in project.all_lines()})
+    matrix.save(project.status_json)
 
 
-def lint(overlay: Overlay) -> list[str]:
+def lint(project: Project) -> list[str]:
     """What `nox -s lint` checks of the series, the matrix, the build records and the vendored modules."""
-    matrix = Matrix.load(overlay.status_json)
-    newest = {lines[-1].key for lines in overlay.lines.values()}
+    matrix = Matrix.load(project.status_json)
+    newest = {lines[-1].key for lines in project.lines.values()}
     out = []
-    for line in overlay.all_lines():
-        problems = line_problems(overlay, line, matrix)
+    for line in project.all_lines():
+        problems = line_problems(project, line, matrix)
         if not problems and line.key in newest:  # what export sends upstream for the newest line's fixes
-            problems = submission.line_problems(overlay.root, line)
+            problems = submission.line_problems(project.root, line)
         out += [f"{line.key}: {p}" for p in problems]
-    return out + vendored.check(overlay)
+    return out + vendored.check(project)
 
 
 def _by_hand(pkg: str, version: str) -> list[str]:

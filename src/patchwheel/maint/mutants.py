@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .. import fetch, rewrite
 from ..apply import ScratchTree, apply_line
-from ..config import Overlay, ReleaseLine
+from ..config import Project, ReleaseLine
 from ..distdir import current_wheel
 from ..errors import PatchError
 from ..gitops import git_env
@@ -265,10 +265,10 @@ def summary(results: list[Result], seconds: float) -> str:
 # --- the +fixed wheels and site-packages (I/O; environments and proof runs are proofenv's) ---------------------
 
 
-def dist_wheel(overlay: Overlay, line: ReleaseLine) -> Path:
+def dist_wheel(project: Project, line: ReleaseLine) -> Path:
     """The line's +fixed wheel in ``<root>/dist``, checked to carry the line's current patches."""
     hint = "run `nox -s build` (or `python -m patchwheel build`) first: the check installs the wheels in dist/"
-    return current_wheel(line, overlay.root / "dist", hint)
+    return current_wheel(line, project.root / "dist", hint)
 
 
 def _read(path: Path) -> bytes | None:
@@ -313,10 +313,10 @@ def reset(site: Path, wheel: Path, paths: list[str]) -> list[str]:
 # --- the command ------------------------------------------------------------------------------------------------
 
 
-def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record, log) -> list[str]:
+def check_line(project: Project, line: ReleaseLine, series: list[Patch], record, log) -> list[str]:
     """Judge every hunk of one release line, handing each :class:`Result` to ``record``; returns warnings."""
-    own = dist_wheel(overlay, line)
-    others = [dist_wheel(overlay, overlay.lines[pkg][-1]) for pkg in overlay.packages() if pkg != line.package]
+    own = dist_wheel(project, line)
+    others = [dist_wheel(project, project.lines[pkg][-1]) for pkg in project.packages() if pkg != line.package]
     env = proofenv.fixed_env(fetch.cache_dir(), [own] + others)
     site, python = proofenv._site(env), env / "bin" / "python"
     patched = patched_files(line, series)
@@ -326,7 +326,7 @@ def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record,
 
     def prove(proof: str) -> proofenv.ProofRun:
         """Regression guards included: a mutant that breaks one is killed."""
-        return proofenv.run_report(python, overlay.root, proof, timeout=PROOF_TIMEOUT, guards=True)
+        return proofenv.run_report(python, project.root, proof, timeout=PROOF_TIMEOUT, guards=True)
 
     def baseline(proof: str) -> Outcome:
         if proof not in baselines:
@@ -369,12 +369,12 @@ def check_line(overlay: Overlay, line: ReleaseLine, series: list[Patch], record,
 
 
 def run(
-    overlay: Overlay, lines_selected: list[str], out: Path | None, log=CONSOLE.warn, report=CONSOLE
+    project: Project, lines_selected: list[str], out: Path | None, log=CONSOLE.warn, report=CONSOLE
 ) -> list[Result]:
     """Judge every hunk of every patch of the selected release lines (default: all); report the table (and write it
     to ``out``). The results: :func:`exit_code` says whether the check passed."""
     t0 = time.perf_counter()
-    plan = [(line, load_series(line)) for line in overlay.select(lines_selected)]
+    plan = [(line, load_series(line)) for line in project.select(lines_selected)]
     total = sum(len(hunks(p)) for _, series in plan for p in series)
     results: list[Result] = []
 
@@ -383,7 +383,7 @@ def run(
         log(f"[{len(results)}/{total} {time.perf_counter() - t0:.1f}s] {describe(r)}")
         return r
 
-    warnings = [w for line, series in plan for w in check_line(overlay, line, series, record, log)]
+    warnings = [w for line, series in plan for w in check_line(project, line, series, record, log)]
     text = markdown(results) + "\n" + summary(results, time.perf_counter() - t0) + "\n"
     text += "".join(f"warning: {w}\n" for w in warnings)
     report(text.rstrip("\n"))

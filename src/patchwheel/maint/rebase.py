@@ -27,7 +27,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from .. import buildno, config, fetch, gitops, vendored
-from ..config import Artifact, Overlay
+from ..config import Artifact, Project
 from ..errors import ConfigError
 from ..names import patch_name, slug_of
 from ..patches import Patch, load_series, parse_patch
@@ -38,8 +38,8 @@ from .upstream import companions
 from .workrepo import WorkRepo, release_files, touched
 
 
-def _work(overlay: Overlay, package: str, version: str) -> Path:
-    return overlay.root / ".rebase" / f"{package}-{version}"
+def _work(project: Project, package: str, version: str) -> Path:
+    return project.root / ".rebase" / f"{package}-{version}"
 
 
 def _version(text: str) -> str:
@@ -49,7 +49,7 @@ def _version(text: str) -> str:
         return str(Version(text))
     except InvalidVersion as exc:
         raise ConfigError(
-            f"{text!r} is not a version", "give the upstream release as the package index lists it, e.g. 5.23.0"
+            f"{text!r} is not a version", "give the upstream release as the package index lists it, e.g. 5.24.0"
         ) from exc
 
 
@@ -82,7 +82,7 @@ def release_artifacts(package: str, version: str) -> tuple[Artifact, Artifact | 
 
 
 def start(
-    overlay: Overlay,
+    project: Project,
     package: str,
     version: str,
     *,
@@ -94,13 +94,13 @@ def start(
     the work repository, with the commands to go on). ``judge``: a patch's proof verdict on the pristine new release
     (default: run it in a cached environment)."""
     version = _version(version)
-    old = overlay.line(package)
+    old = project.line(package)
     if Version(version) <= Version(old.version):
         raise ConfigError(f"{version} is not newer than the newest line {old.key}", "rebase onto a newer release")
     target = old.patch_dir.parent / version
     if target.exists():
         raise ConfigError(f"{target} already exists", f"remove it to rebase again (git rm -r {target})")
-    work = _work(overlay, package, version)
+    work = _work(project, package, version)
     if work.exists():
         raise ConfigError(
             f"a rebase onto {package} {version} is in progress in {work}",
@@ -111,8 +111,8 @@ def start(
     dropped: dict[str, str] = {}
     if behaviour:
         if judge is None:
-            env = proofenv.release_env(fetch.cache_dir(), [(package, wheel)] + companions(overlay, old))
-            judge = lambda p: proofenv.run_proof(env, overlay.root, p.test_module)  # noqa: E731
+            env = proofenv.release_env(fetch.cache_dir(), [(package, wheel)] + companions(project, old))
+            judge = lambda p: proofenv.run_proof(env, project.root, p.test_module)  # noqa: E731
         for p in series:
             if p.is_feature:
                 log(f"{p.name}: a feature, carried by text (dropped by its Drop-When, not by a proof)")
@@ -140,12 +140,12 @@ def start(
         "done": {},
         "dropped": dropped,
     }
-    return _proceed(overlay, work, state, log)
+    return _proceed(project, work, state, log)
 
 
-def resume(overlay: Overlay, package: str, version: str, *, log=CONSOLE) -> bool:
+def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool:
     version = _version(version)
-    work = _work(overlay, package, version)
+    work = _work(project, package, version)
     state_file = work / "state.json"
     if not state_file.is_file():
         raise ConfigError(
@@ -165,10 +165,10 @@ def resume(overlay: Overlay, package: str, version: str, *, log=CONSOLE) -> bool
     name = state["todo"].pop(0)[0]
     state["done"][name] = "resolved by hand"
     log(f"{name}: resolved by hand")
-    return _proceed(overlay, work, state, log)
+    return _proceed(project, work, state, log)
 
 
-def _proceed(overlay: Overlay, work: Path, state: dict, log) -> bool:
+def _proceed(project: Project, work: Path, state: dict, log) -> bool:
     repo = work / "repo"
     while state["todo"]:
         name, commit, path = state["todo"][0]
@@ -190,18 +190,18 @@ def _proceed(overlay: Overlay, work: Path, state: dict, log) -> bool:
             state["done"][name] = result.status + (f": {result.detail}" if result.detail else "")
         log(f"{name}: {result.status}{(' (' + result.detail + ')') if result.detail else ''}")
         state["todo"].pop(0)
-    _write_line(overlay, work, state, log)
+    _write_line(project, work, state, log)
     shutil.rmtree(work, ignore_errors=True)
-    if not any((overlay.root / ".rebase").iterdir()):
-        (overlay.root / ".rebase").rmdir()
+    if not any((project.root / ".rebase").iterdir()):
+        (project.root / ".rebase").rmdir()
     return True
 
 
-def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
+def _write_line(project: Project, work: Path, state: dict, log) -> None:
     repo = work / "repo"
     package, version = state["package"], state["to"]
     revs = gitops.git(repo, "rev-list", "--reverse", f"{state['onto']}..HEAD").decode().split()
-    target = overlay.root / "patches" / package / version
+    target = project.root / "patches" / package / version
     tmp = target.with_name(f".{version}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -220,25 +220,25 @@ def _write_line(overlay: Overlay, work: Path, state: dict, log) -> None:
         lines.append(new_name)
     (tmp / "series").write_text("\n".join(lines) + "\n")
     tmp.replace(target)
-    pins = overlay.root / "overlay" / package / "pins.toml"
+    pins = project.root / "overlay" / package / "pins.toml"
     text = pins.read_text().rstrip("\n") + f'\n\n[release."{version}"]\n'
     text += f'wheel = {{ filename = "{state["wheel"][0]}", sha256 = "{state["wheel"][1]}" }}\n'
     if state["sdist"]:
         text += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
     pins.write_text(text)
-    wrote, pinned = target.relative_to(overlay.root), pins.relative_to(overlay.root)
+    wrote, pinned = target.relative_to(project.root), pins.relative_to(project.root)
     log(f"wrote {wrote}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pinned}")
-    fresh = config.load(overlay.root)  # with the new pin
+    fresh = config.load(project.root)  # with the new pin
     buildno.bump(fresh, fresh.line(package, version), log=log)  # its first build
     vendored.write(fresh, [fresh.line(package, version)], log=lambda m: None)
     log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
 
 
-def refresh(overlay: Overlay, package: str, version: str, log=CONSOLE) -> None:
+def reexport(project: Project, package: str, version: str, log=CONSOLE) -> None:
     """Re-export a line's patches through `git am` onto the pristine release and `git format-patch`, so that a
     patch edited by hand gets correct `index` lines (and the ones after it too). Nothing else changes."""
     _version(version)  # a clear error for a typo; the line itself is named as its pin names it
-    line = overlay.line(package, version)
+    line = project.line(package, version)
     series = load_series(line, messages=False)
     with WorkRepo.of_line(line, series) as work:
         for p in series:
@@ -246,6 +246,6 @@ def refresh(overlay: Overlay, package: str, version: str, log=CONSOLE) -> None:
             if new != p.raw:
                 p.path.write_bytes(new)
                 log(f"refreshed {p.path}")
-    if vendored.write(overlay, [line], log=lambda m: None):
+    if vendored.write(project, [line], log=lambda m: None):
         log(f"wrote the fixed modules of {line.key} into overlay/{line.key}/")
-    buildno.bump(overlay, line, log=log)
+    buildno.bump(project, line, log=log)

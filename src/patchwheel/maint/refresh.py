@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .. import buildno, fetch, gitops, vendored
 from ..apply import ScratchTree, apply_line, explain_failure
-from ..config import Overlay, ReleaseLine, path_problem
+from ..config import Project, ReleaseLine, path_problem
 from ..errors import PatchError
 from ..names import HUNK_HEADER, SLUG, find
 from ..patches import Patch, load_series, mailinfo_cut, parse_patch
@@ -52,7 +52,7 @@ class Edits:
 _JUNK = re.compile(r"(^|/)\.|~$|\.(orig|rej|swp|swo|bak|pyc)$")
 
 
-def _edits(overlay: Overlay, line: ReleaseLine) -> Edits:
+def _edits(project: Project, line: ReleaseLine) -> Edits:
     """The edits of overlay/<pkg>/<version>/, refused when the folder is not a clean base for them: a module
     missing or out of date (the series changed since `nox -s vendor` wrote it: folding it back would undo that
     change)."""
@@ -202,9 +202,9 @@ def _check_messages(series: list[Patch]) -> None:
             raise PatchError(problem, "reword that line in the .patch file (e.g. indent it), then refresh")
 
 
-def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callable[[str], None] = CONSOLE) -> None:
-    line = overlay.line(package, version)
-    edits = _edits(overlay, line)
+def refresh(project: Project, package: str, version: str, ref: str, log: Callable[[str], None] = CONSOLE) -> None:
+    line = project.line(package, version)
+    edits = _edits(project, line)
     series = edits.series
     k = series.index(find(series, ref, f"the series of {line.key}"))
     target, later = series[k], series[k + 1 :]
@@ -258,20 +258,20 @@ def refresh(overlay: Overlay, package: str, version: str, ref: str, log: Callabl
         log(f"{target.name}: unchanged")
         return
     _write_patches(out)
-    vendored.write(overlay, [line], log=lambda m: None)
-    buildno.bump(overlay, line, log=log)
+    vendored.write(project, [line], log=lambda m: None)
+    buildno.bump(project, line, log=log)
     files = ", ".join(sorted(str(line.wheel_path(p)) for p in edits.edited))
-    log(f"refreshed {_rel(overlay, target.path)} from the edit of {files}")
+    log(f"refreshed {_rel(project, target.path)} from the edit of {files}")
     for q in later:
         if q.path in out:
-            log(f"re-exported {_rel(overlay, q.path)}: its line numbers moved with the edit; its change is the same")
+            log(f"re-exported {_rel(project, q.path)}: its line numbers moved with the edit; its change is the same")
     refs = test_refs(target.trailers.get("Proof-Test") or target.trailers.get("Feature-Test"))
     tests = refs[0][0] + (f", {len(refs)} of its tests" if len(refs) > 1 else "") if refs else "its test"
     log(f"next: run its proof both ways ({tests}): nox -s proof")
 
 
-def _rel(overlay: Overlay, path: Path) -> str:
-    return path.relative_to(overlay.root).as_posix()
+def _rel(project: Project, path: Path) -> str:
+    return path.relative_to(project.root).as_posix()
 
 
 TEMPLATE = """\
@@ -311,7 +311,7 @@ def test_{func}():
 
 
 def new(
-    overlay: Overlay,
+    project: Project,
     package: str,
     version: str,
     slug: str,
@@ -319,12 +319,12 @@ def new(
     feature: bool = False,
     log: Callable[[str], None] = CONSOLE,
 ) -> None:
-    line = overlay.line(package, version)
+    line = project.line(package, version)
     if not SLUG.fullmatch(slug):
         raise PatchError(
             f"{slug!r} is not a patch slug", "use lower-case letters, digits, '.' and '-', e.g. fix-warmup-tp-plan"
         )
-    edits = _edits(overlay, line)
+    edits = _edits(project, line)
     series = edits.series
     if any(p.slug == slug for p in series):
         raise PatchError(
@@ -355,7 +355,7 @@ def new(
         gitops.commit(work.path, message)
         raw = gitops.format_patch(work.path)
     _check_result(edits, [(p.name, p.raw) for p in series] + [(name, raw)])
-    test_file = overlay.root / test
+    test_file = project.root / test
     stub = not test_file.exists()
     if stub:
         marker = (
@@ -379,10 +379,10 @@ def new(
     series_file = line.patch_dir / "series"
     text = series_file.read_text()
     series_file.write_text(text + ("" if text.endswith("\n") or not text else "\n") + name + "\n")
-    vendored.write(overlay, [line], log=lambda m: None)
-    buildno.bump(overlay, line, log=log)
+    vendored.write(project, [line], log=lambda m: None)
+    buildno.bump(project, line, log=log)
     files = ", ".join(sorted(str(line.wheel_path(p)) for p in edits.edited))
-    log(f"wrote {_rel(overlay, line.patch_dir / name)} from the edit of {files}")
+    log(f"wrote {_rel(project, line.patch_dir / name)} from the edit of {files}")
     log(f"{'wrote the stub' if stub else 'kept'} {test} ({'it fails until written' if stub else 'it exists'})")
     log("next: replace every TODO in the patch's message (subject, problem, fix, Upstream-Issue), write the test")
     log("      so that it fails on the pristine release with the bug's own exception, and the guards of the bug's")

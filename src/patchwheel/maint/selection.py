@@ -10,7 +10,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..config import Overlay
+from ..config import Project
 from ..errors import ConfigError
 
 
@@ -44,10 +44,10 @@ class Selection:
         return any(Version(version) in spec for spec in self.specs[package])
 
 
-def check_selections(overlay: Overlay, selection: Selection, behaviour: Selection | None) -> None:
+def check_selections(project: Project, selection: Selection, behaviour: Selection | None) -> None:
     """Refuse a selection that would silently select nothing: a package the overlay does not have (a typo, or a
     bare version, which reads as a package name), or a --behaviour package the release selection leaves out."""
-    known = overlay.packages()
+    known = project.packages()
     for what, sel in (("the release selection", selection), ("--behaviour", behaviour)):
         for name, item in (sel.items if sel else {}).items():
             written = Requirement(item).name
@@ -58,7 +58,7 @@ def check_selections(overlay: Overlay, selection: Selection, behaviour: Selectio
                     f"{written!r} in {what} names no package",
                     f"name the package too, e.g. {' or '.join(f'{k}=={written}' for k in known)}",
                 )
-            newest = overlay.lines[known[0]][-1].version
+            newest = project.lines[known[0]][-1].version
             raise ConfigError(
                 f"unknown package {written!r} in {what}",
                 f"known packages: {', '.join(known)} (each has overlay/<pkg>/pins.toml); e.g. "

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import fetch, patches
-from ..config import Overlay, ReleaseLine
+from ..config import Project, ReleaseLine
 from ..distdir import current_wheel
 from ..reporter import CONSOLE
 from ..trailers import guard_modules
@@ -42,7 +42,7 @@ class Run:
 
 
 def prove_set(
-    overlay: Overlay, members: dict[str, ReleaseLine], dist: Path, log: Callable[[str], None] = CONSOLE
+    project: Project, members: dict[str, ReleaseLine], dist: Path, log: Callable[[str], None] = CONSOLE
 ) -> list[Run]:
     """The set ``members`` (package -> line) proven both ways, its +fixed wheels taken from ``dist``."""
     cache = fetch.cache_dir()
@@ -56,18 +56,18 @@ def prove_set(
         folder = Path(tmp)
 
         def proofs(env: Path, flavor: str) -> list[Run]:
-            return [_pytest(f"proofs on the {flavor}", env, overlay.root, ["tests/proof"], folder, log)]
+            return [_pytest(f"proofs on the {flavor}", env, project.root, ["tests/proof"], folder, log)]
 
         def guarded() -> list[Run]:
             if not guards:
                 return []
             reference = str(folder / "pristine.json")
-            record = _pytest("guards, recorded on the pristine pins", pristine, overlay.root,
+            record = _pytest("guards, recorded on the pristine pins", pristine, project.root,
                              [*guards, "--guard-record", reference], folder, log)  # fmt: skip
             if not record.ok:
                 return [record]
             against = [*guards, "--guard-against", reference]
-            return [record, _pytest("guards, compared on the +fixed builds", fixed, overlay.root, against, folder, log)]
+            return [record, _pytest("guards, compared on the +fixed builds", fixed, project.root, against, folder, log)]
 
         with ThreadPoolExecutor(max_workers=3) as pool:
             chains = [

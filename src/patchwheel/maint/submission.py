@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Overlay, ReleaseLine, path_problem
+from ..config import Project, ReleaseLine, path_problem
 from ..errors import PatchError
 from ..patches import Patch
 
@@ -175,8 +175,8 @@ def line_problems(root: Path, line: ReleaseLine) -> list[str]:
     return [why for p in load_series(line) for why in check(folder(root, line.package, p.slug), p)]
 
 
-def lint(overlay: Overlay) -> dict[str, list[str]]:
+def lint(project: Project) -> dict[str, list[str]]:
     """Problems of the submission folders of every package's newest line, by line key."""
     return {
-        (line := overlay.lines[package][-1]).key: line_problems(overlay.root, line) for package in overlay.packages()
+        (line := project.lines[package][-1]).key: line_problems(project.root, line) for package in project.packages()
     }

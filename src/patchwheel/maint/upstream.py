@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from packaging.version import Version
 
 from .. import fetch, matrix_checks
-from ..config import Artifact, Overlay, ReleaseLine
+from ..config import Artifact, Project, ReleaseLine
 from ..errors import EnvironmentFailed, FetchError
 from ..matrix import (
     BEHAVIOUR_CODE,
@@ -81,18 +81,18 @@ class Judged:
                 lock.release()
 
 
-def companions(overlay: Overlay, line: ReleaseLine) -> list[tuple[str, Artifact]]:
+def companions(project: Project, line: ReleaseLine) -> list[tuple[str, Artifact]]:
     """The other packages a proof needs, pinned to their newest release line (deterministic until a rebase)."""
-    return [(pkg, overlay.lines[pkg][-1].wheel) for pkg in overlay.packages() if pkg != line.package]
+    return [(pkg, project.lines[pkg][-1].wheel) for pkg in project.packages() if pkg != line.package]
 
 
-def companion_pins(overlay: Overlay, line: ReleaseLine) -> list[str]:
+def companion_pins(project: Project, line: ReleaseLine) -> list[str]:
     """The companions as a line of the matrix records them: ``pkg==version``."""
-    return [f"{pkg}=={proofenv.wheel_version(a.filename)}" for pkg, a in companions(overlay, line)]
+    return [f"{pkg}=={proofenv.wheel_version(a.filename)}" for pkg, a in companions(project, line)]
 
 
 def check_line(
-    overlay: Overlay,
+    project: Project,
     line: ReleaseLine,
     selection: Selection,
     behaviour: Selection | None,
@@ -117,7 +117,7 @@ def check_line(
     wanted = [v for v, _, _ in releases if behaviour is not None and behaviour.wants(line.package, v)]
     result = LineMatrix(
         line.key,
-        companion_pins(overlay, line),
+        companion_pins(project, line),
         [Release(v, a.filename, a.sha256, y) for v, a, y in releases],
         [Row.of(p) for p in series],
     )
@@ -130,7 +130,7 @@ def check_line(
         return version, results
 
     def judge(version: str) -> dict[str, proofenv.ProofOutcome]:
-        wheels = [(line.package, artifacts[version])] + companions(overlay, line)
+        wheels = [(line.package, artifacts[version])] + companions(project, line)
         try:
             env = proofenv.release_env(fetch.cache_dir(), wheels)
         except (EnvironmentFailed, FetchError) as exc:  # e.g. its requirements cannot be met beside the companions
@@ -138,7 +138,7 @@ def check_line(
             progress.step(f"{line.key} vs {version}: {lost.detail}")
             return {p.name: FEATURE_OUTCOME if p.is_feature else lost for p in series}
         proofs = sorted({p.test_module for p in series if not p.is_feature})
-        run = functools.partial(proofenv.run_proofs, env, overlay.root, first_bug=True)
+        run = functools.partial(proofenv.run_proofs, env, project.root, first_bug=True)
         verdicts = judged.get_many(env, proofs, run)
         outcomes = {p.name: FEATURE_OUTCOME if p.is_feature else verdicts[p.test_module] for p in series}
         codes = " ".join(BEHAVIOUR_CODE[o.verdict] for o in outcomes.values())
@@ -195,7 +195,7 @@ def _run_plan(plan: bisection.Plan, pool: ThreadPoolExecutor, workers: int, judg
 
 
 def check_lines(
-    overlay: Overlay,
+    project: Project,
     selection: Selection,
     behaviour: Selection | None,
     *,
@@ -204,38 +204,38 @@ def check_lines(
     report: Reporter = CONSOLE,
 ) -> list[LineMatrix]:
     """Every line of the selected packages over the selected releases, in one run (one verdict cache)."""
-    check_selections(overlay, selection, behaviour)
+    check_selections(project, selection, behaviour)
     judged = Judged()
     return [
-        check_line(overlay, line, selection, behaviour, workers, judged, bisect=bisect, report=report)
-        for line in overlay.all_lines()
+        check_line(project, line, selection, behaviour, workers, judged, bisect=bisect, report=report)
+        for line in project.all_lines()
         if not selection.specs or line.package in selection.specs
     ]
 
 
-def record(overlay: Overlay, lines: list[LineMatrix], report: Reporter = CONSOLE) -> Matrix:
+def record(project: Project, lines: list[LineMatrix], report: Reporter = CONSOLE) -> Matrix:
     """`upstream run`'s second half: the cells :func:`check_lines` judged, merged into the committed matrix, which
     is written."""
-    matrix = (Matrix.load(overlay.status_json) or Matrix()).merged(lines, torch=proofenv.torch_version())
-    matrix.save(overlay.status_json)
-    report(f"wrote {overlay.status_json} and {overlay.status_json.with_suffix('.md')}")
+    matrix = (Matrix.load(project.status_json) or Matrix()).merged(lines, torch=proofenv.torch_version())
+    matrix.save(project.status_json)
+    report(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
     return matrix
 
 
 def check(
-    overlay: Overlay, selection: Selection, behaviour: Selection | None, *, workers: int, report: Reporter = CONSOLE
+    project: Project, selection: Selection, behaviour: Selection | None, *, workers: int, report: Reporter = CONSOLE
 ) -> tuple[list[str], int]:
     """`upstream check`: a fresh run of the selected cells (proofs on ``behaviour``'s releases, no bisection)
     against the committed matrix, which is not written. The differences, and how many releases were run."""
-    committed = Matrix.require(overlay.status_json)
-    lines = check_lines(overlay, selection, behaviour, workers=workers, bisect=False, report=report)
+    committed = Matrix.require(project.status_json)
+    lines = check_lines(project, selection, behaviour, workers=workers, bisect=False, report=report)
     return matrix_checks.compare(committed, lines), sum(len(ln.releases) for ln in lines)
 
 
-def rerender(overlay: Overlay) -> Matrix:
+def rerender(project: Project) -> Matrix:
     """`upstream rerender`: the committed matrix with each row's trailers and flags from the series as it is now
     (after a trailer was edited); nothing is run."""
-    matrix = Matrix.require(overlay.status_json)
-    matrix.rerendered(series_lookup(overlay))
-    matrix.save(overlay.status_json)
+    matrix = Matrix.require(project.status_json)
+    matrix.rerendered(series_lookup(project))
+    matrix.save(project.status_json)
     return matrix

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import fetch
-from ..config import Overlay, ReleaseLine, path_problem
+from ..config import Project, ReleaseLine, path_problem
 from ..distdir import current_wheel
 from ..errors import ConfigError, EnvironmentFailed
 from ..reporter import CONSOLE
@@ -238,12 +238,12 @@ def fixed_wheel(line: ReleaseLine, dist: Path) -> Path:
     return current_wheel(line, dist, hint)
 
 
-def environments(overlay: Overlay, line: ReleaseLine, wheel: Path) -> tuple[Path, Path]:
+def environments(project: Project, line: ReleaseLine, wheel: Path) -> tuple[Path, Path]:
     """(pristine, +fixed) environments on the torch base: the release's wheel or ``wheel``, the same pristine
     companions (every other package's newest line) and :data:`TEST_REQUIREMENTS`. Cached; the +fixed one is
     rebuilt when the wheel changes."""
     cache = fetch.cache_dir()
-    others = [(pkg, overlay.lines[pkg][-1].wheel) for pkg in overlay.packages() if pkg != line.package]
+    others = [(pkg, project.lines[pkg][-1].wheel) for pkg in project.packages() if pkg != line.package]
     tail = "".join(f"+{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in others)
     extra = {"companions": [a.sha256 for _, a in others], "tests": list(TEST_REQUIREMENTS)}
 
@@ -304,7 +304,7 @@ def run_pytest(env: Path, suite: Path, targets: list[str], work: Path, label: st
     return Run(parse_junit(junit.read_text()), seconds)
 
 
-def check_line(overlay: Overlay, line: ReleaseLine, dist: Path, work: Path) -> Comparison:
+def check_line(project: Project, line: ReleaseLine, dist: Path, work: Path) -> Comparison:
     """Run upstream's suite of one release line on both sides, re-run the differences alone, and compare."""
     wheel = fixed_wheel(line, dist)
     sdist = fetch.fetch(line.package, line.sdist, log=CONSOLE.warn) if line.sdist else None
@@ -312,7 +312,7 @@ def check_line(overlay: Overlay, line: ReleaseLine, dist: Path, work: Path) -> C
         raise ConfigError(f"{line.key} pins no sdist", f"add sdist = {{ ... }} to overlay/{line.package}/pins.toml")
     t0 = time.perf_counter()
     CONSOLE.warn(f"{line.key}: environments (pristine, +fixed) ...")
-    envs = dict(zip(("pristine", "fixed"), environments(overlay, line, wheel), strict=True))
+    envs = dict(zip(("pristine", "fixed"), environments(project, line, wheel), strict=True))
     CONSOLE.warn(f"{line.key}: environments ready ({time.perf_counter() - t0:.0f} s)")
     runs: dict[str, Run] = {}
     suites: dict[str, Path] = {}
@@ -342,10 +342,10 @@ def check_line(overlay: Overlay, line: ReleaseLine, dist: Path, work: Path) -> C
     return result
 
 
-def run(overlay: Overlay, select: list[str], dist: Path, out: Path | None = None, report=CONSOLE) -> bool:
+def run(project: Project, select: list[str], dist: Path, out: Path | None = None, report=CONSOLE) -> bool:
     """The command: every selected accelerate line (default: all), transformers reported as skipped. False when a
     test passes on pristine and fails on +fixed. ``out`` keeps the junit reports and logs."""
-    lines = overlay.select(select)
+    lines = project.select(select)
     for line in [ln for ln in lines if ln.package not in SUITE_PACKAGES]:
         reason = (
             skip_reason(fetch.fetch(line.package, line.sdist, log=CONSOLE.warn)) if line.sdist else "it pins no sdist"
@@ -356,7 +356,7 @@ def run(overlay: Overlay, select: list[str], dist: Path, out: Path | None = None
         tmp = Path(tempfile.mkdtemp(prefix="patchwheel-suite-"))
         try:
             work = out / line.key.replace("/", "-") if out else tmp
-            result = check_line(overlay, line, dist, work)
+            result = check_line(project, line, dist, work)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         report(render(line.key.replace("/", " "), result).rstrip("\n"))

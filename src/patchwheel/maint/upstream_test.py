@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from .. import fetch, gitops
-from ..config import Artifact, Overlay, ReleaseLine
+from ..config import Artifact, Project, ReleaseLine
 from . import proofenv
 from .submission import Expectation, Submission
 from .upstream import companions
@@ -34,11 +34,11 @@ _PLUGIN = Path(__file__).with_name("upstream_outcomes.py")
 _WORKER_LINE = r"^(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?{type}: (.*)$"
 
 
-def export_env(overlay: Overlay, line: ReleaseLine, newest: Artifact) -> Path:
+def export_env(project: Project, line: ReleaseLine, newest: Artifact) -> Path:
     """The cached environment of exports for this release (with its companion, on the shared torch), with a
     ``torchrun`` of its own: upstream's distributed tests start ``torchrun``, whose workers must import this
     environment's packages, not those of the environment torch was installed in."""
-    wheels = [(line.package, newest)] + companions(overlay, line)
+    wheels = [(line.package, newest)] + companions(project, line)
     name = "export-" + "+".join(f"{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in wheels)
     env = proofenv.env_on_base(
         fetch.cache_dir(),
@@ -159,13 +159,13 @@ def judge_patched(expect: tuple[Expectation, ...], cases: list[dict] | str) -> p
 
 
 def both_ways(
-    overlay: Overlay, line: ReleaseLine, newest: Artifact, patched: dict, sub: Submission
+    project: Project, line: ReleaseLine, newest: Artifact, patched: dict, sub: Submission
 ) -> tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]:
     """Upstream's test on the newest release as published, then with ``patched`` (wheel paths -> bytes, None:
     deleted) installed over it, in the export's own environment (no other check ever sees the patched files)."""
     from .mutants import mutated, reset
 
-    env = export_env(overlay, line, newest)
+    env = export_env(project, line, newest)
     site = proofenv.site_packages(env)
     # An export killed while the patched files were installed left them there: put the release's own bytes back.
     reset(site, fetch.fetch(line.package, newest), sorted(patched))

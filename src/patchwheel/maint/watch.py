@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import fetch
-from ..config import Overlay
+from ..config import Project
 from ..errors import MatrixError
 from ..matrix import FEATURE, TEXT_CODE, VERDICTS, Cell, LineMatrix, Matrix, Row, drop_when_met, flags
 from ..patches import Patch, load_series
@@ -64,13 +64,13 @@ FORGED_HINT = (
 )
 
 
-def list_new(overlay: Overlay) -> list[dict[str, str]]:
+def list_new(project: Project) -> list[dict[str, str]]:
     """Every (line, release) newer than the line that its committed matrix does not have yet (a new release, or a
     patch release of an older series published after a newer one), oldest first: what the watch has to check. Each
     cell names the release's wheel and its sha256 on the index, which the merge holds the cell's fragment to."""
-    committed = Matrix.require(overlay.status_json)
+    committed = Matrix.require(project.status_json)
     out = []
-    for line in overlay.all_lines():
+    for line in project.all_lines():
         known = set(ln.versions) if (ln := committed.line(line.key)) else set()
         for version, artifact, _ in fetch.releases(line.package):
             if Version(version) > Version(line.version) and version not in known:
@@ -79,7 +79,7 @@ def list_new(overlay: Overlay) -> list[dict[str, str]]:
     return out
 
 
-def read_cells(overlay: Overlay, path: Path) -> dict[tuple[str, str], dict[str, str]]:
+def read_cells(project: Project, path: Path) -> dict[tuple[str, str], dict[str, str]]:
     """The list step's cells (what ``watch list`` printed, saved to ``path``), by (line, release)."""
     hint = "pass the JSON that `patchwheel watch list` printed in the same run of the watch"
     try:
@@ -88,7 +88,7 @@ def read_cells(overlay: Overlay, path: Path) -> dict[tuple[str, str], dict[str, 
         raise MatrixError(f"cannot read the list of cells {path}: {exc}", hint) from exc
     if type(cells) is not list:
         raise MatrixError(f"the list of cells {path} is {_short(cells)}, not a list", hint)
-    lines = {line.key: line for line in overlay.all_lines()}
+    lines = {line.key: line for line in project.all_lines()}
     out: dict[tuple[str, str], dict[str, str]] = {}
     for i, cell in enumerate(cells):
         where = f"the list of cells {path}: [{i}]"
@@ -109,24 +109,24 @@ def read_cells(overlay: Overlay, path: Path) -> dict[tuple[str, str], dict[str, 
     return out
 
 
-def series_digest(overlay: Overlay, key: str) -> dict[str, str]:
+def series_digest(project: Project, key: str) -> dict[str, str]:
     """patch name -> sha256 of its file, for the line ``key`` (``pkg/version``)."""
     pkg, version = key.split("/")
-    return {p.name: hashlib.sha256(p.path.read_bytes()).hexdigest() for p in load_series(overlay.line(pkg, version))}
+    return {p.name: hashlib.sha256(p.path.read_bytes()).hexdigest() for p in load_series(project.line(pkg, version))}
 
 
 def write_fragment(
-    overlay: Overlay, line_key: str, release: str, out: Path, workers: int, report: Reporter = CONSOLE
+    project: Project, line_key: str, release: str, out: Path, workers: int, report: Reporter = CONSOLE
 ) -> None:
     """Check one cell (every patch of ``line_key`` against ``release``, proofs run) into the fragment ``out``."""
     pkg, version = _split(line_key)
-    line = overlay.line(pkg, version)
+    line = project.line(pkg, version)
     if Version(release) <= Version(version):
         raise MatrixError(
             f"{pkg} {release} is not newer than the line {line_key}", "name a release newer than the line"
         )
     selection = Selection.parse([f"{pkg}=={release}"])
-    result = upstream.check_line(overlay, line, selection, selection, workers, report=report)
+    result = upstream.check_line(project, line, selection, selection, workers, report=report)
     if not result.releases:
         raise MatrixError(
             f"{pkg} {release} is not a release with a py3-none-any wheel on the index",
@@ -135,7 +135,7 @@ def write_fragment(
     fragment = {
         "schema": FRAGMENT_SCHEMA,
         "torch": proofenv.torch_version(),
-        "series": series_digest(overlay, line_key),
+        "series": series_digest(project, line_key),
         "line": result.to_json(),
     }
     tmp = out.with_name(out.name + ".tmp")
@@ -178,7 +178,7 @@ def _shape(path: Path, where: str, value: object, keys: _Keys) -> dict:
     return value
 
 
-def read_fragment(overlay: Overlay, path: Path, cells: dict[tuple[str, str], dict[str, str]]) -> dict:
+def read_fragment(project: Project, path: Path, cells: dict[tuple[str, str], dict[str, str]]) -> dict:
     """The fragment at ``path``, checked against this checkout and the list step's ``cells`` (module doc)."""
     try:
         fragment = json.loads(path.read_text())
@@ -196,20 +196,20 @@ def read_fragment(overlay: Overlay, path: Path, cells: dict[tuple[str, str], dic
     except InvalidVersion:
         raise _forged(path, "torch", f"{_short(fragment['torch'])} is not a version") from None
     key = data["line"]
-    line = next((ln for ln in overlay.all_lines() if ln.key == key), None)
+    line = next((ln for ln in project.all_lines() if ln.key == key), None)
     if line is None:
         raise MatrixError(
             f"fragment {path}: line.line: {_short(key)} is not a release line of this checkout (gone since the cell "
             "ran?)",
             "run the watch again",
         )
-    if fragment["series"] != series_digest(overlay, key):
+    if fragment["series"] != series_digest(project, key):
         raise MatrixError(
             f"{path} was judged with another patch series of {key} than this checkout's",
             "the patches changed since the cell ran (a rebase or refresh landed): run the watch again",
         )
-    if data["companions"] != upstream.companion_pins(overlay, line):
-        companions = ", ".join(upstream.companion_pins(overlay, line)) or "none"
+    if data["companions"] != upstream.companion_pins(project, line):
+        companions = ", ".join(upstream.companion_pins(project, line)) or "none"
         raise _forged(path, "line.companions", f"{_short(data['companions'])} are not {key}'s ({companions})")
     if len(data["releases"]) != 1:
         raise _forged(path, "line.releases", f"{len(data['releases'])} releases, where a cell has one")
@@ -258,15 +258,15 @@ def _check_cell(path: Path, where: str, cell: object, patch: Patch, version: str
         raise _forged(path, f"{where}.flags", f"{_short(cell['flags'])} are not the flags of its verdict")
 
 
-def merge(overlay: Overlay, paths: list[Path], cells_path: Path) -> tuple[Matrix, list[str]]:
+def merge(project: Project, paths: list[Path], cells_path: Path) -> tuple[Matrix, list[str]]:
     """The committed matrix with the fragments merged in, and what needs a maintainer (see the module doc)."""
     if not paths:
         raise MatrixError("--merge needs at least one fragment", "pass the files the cell jobs wrote")
-    cells = read_cells(overlay, cells_path)
+    cells = read_cells(project, cells_path)
     fragments: list[dict] = []
     seen: dict[tuple[str, str], Path] = {}  # (line, release) -> the fragment of that cell
     for path in paths:
-        fragment = read_fragment(overlay, path, cells)
+        fragment = read_fragment(project, path, cells)
         cell = (fragment["line"]["line"], fragment["line"]["releases"][0]["version"])
         if cell in seen:
             raise _forged(
@@ -282,7 +282,7 @@ def merge(overlay: Overlay, paths: list[Path], cells_path: Path) -> tuple[Matrix
             f"the fragments were judged with different torch versions ({', '.join(sorted(torches))})",
             "run every cell with one TORCH_VERSION",
         )
-    committed = Matrix.require(overlay.status_json)
+    committed = Matrix.require(project.status_json)
     if committed.torch not in (None, *torches):
         raise MatrixError(
             f"the fragments were judged with torch {torches.pop()}, the committed matrix with torch {committed.torch}",
@@ -292,7 +292,7 @@ def merge(overlay: Overlay, paths: list[Path], cells_path: Path) -> tuple[Matrix
     for fragment in fragments:
         matrix = matrix.merged([LineMatrix.from_json(fragment["line"])], torch=fragment["torch"])
     new_lines = [LineMatrix.from_json(f["line"]) for f in fragments]
-    newest = {lines[-1].key for lines in overlay.lines.values()}
+    newest = {lines[-1].key for lines in project.lines.values()}
     return matrix, attention(committed, new_lines, newest)
 
 

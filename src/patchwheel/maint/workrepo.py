@@ -10,7 +10,7 @@ A scratch git repository outside any work tree (:func:`patchwheel.gitops.scratch
   for carrying the patches over by cherry-pick.
 
 ``textcheck`` and ``rebase`` classify and carry a series onto a new release, ``export`` carries one patch onto the
-newest release, ``rebase --refresh`` re-exports a series, ``refresh`` rewrites one patch from an edited vendored
+newest release, ``rebase --reexport`` re-exports a series, ``refresh`` rewrites one patch from an edited vendored
 module and ``new`` turns edits into a patch: all of them build this repository the same way, here.
 """
 
