@@ -148,7 +148,7 @@ def write_fragment(
 def _split(key: str) -> tuple[str, str]:
     pkg, sep, version = key.partition("/")
     if not sep or not version:
-        raise MatrixError(f"{key!r} is not a release line", "write it as <pkg>/<version>, e.g. transformers/5.23.0")
+        raise MatrixError(f"{key!r} is not a release line", "write it as <pkg>/<version>, e.g. transformers/5.24.0")
     return pkg, version
 
 
