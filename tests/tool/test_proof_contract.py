@@ -16,13 +16,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from patchwheel import config, matrix_checks, patches
+from patchwheel import config, patches
 from patchwheel.maint import proofenv
-from patchwheel.matrix import Matrix
 
 from conftest import CORE, GUARD, INIT, edit_greet, make_patch
 
@@ -303,46 +301,6 @@ def test_an_import_error_is_not_a_bug_and_features_are_not_proofs(project, other
     other_project.install("1.0.0", carries=feature)
     code, out, _ = other_project.pytest(feature)
     assert code == 1 and "FAILED: ModuleNotFoundError" in out, out  # on a build that carries it, it must pass
-
-
-def test_trailers_must_agree_with_the_matrix(demo_project):
-    """`Fixed-In` and `Drop-When` contradicted the committed matrix (⚠ cells) and nothing said so."""
-    line = demo_project.load().line("demo")
-    (patch,) = patches.load_series(line)
-    cell = {"text": "conflict", "behaviour": "fails", "behaviour_detail": "test_greet: BugSymptom: still wrong"}
-    raw: dict[str, Any] = {
-        "lines": [
-            {
-                "line": "demo/1.0.0",
-                "patches": [
-                    {
-                        "name": patch.name,
-                        "drop_when": "demo>=1.1.0",
-                        "upstream_status": "Pending",
-                        "cells": {"1.1.0": cell},
-                    }
-                ],
-            }
-        ]
-    }
-    problems = matrix_checks.problems(Matrix.from_json(raw), line.key, [patch])
-    assert problems and "⚠ Drop-When is met but the proof still fails" in problems[0], problems
-    assert "no trailer explains it" in problems[0]
-
-    def with_status(status):
-        text = patch.path.read_text().replace("Upstream-Status: Pending", f"Upstream-Status: {status}")
-        patch.path.write_text(text)
-        raw["lines"][0]["patches"][0]["upstream_status"] = status
-        return patches.load_series(line)[0]
-
-    fixed = with_status("Fixed-In 1.1.0")
-    problems = matrix_checks.problems(Matrix.from_json(raw), line.key, [fixed])
-    assert any("says Fixed-In 1.1.0, but the proof still fails there" in p for p in problems), problems
-    patch.path.write_text(patch.path.read_text().replace("Fixed-In 1.1.0", "Pending"))
-    partial = with_status("Partial-Fix-In 1.1.0 tests/proof/test_demo.py::test_greet")
-    assert matrix_checks.problems(Matrix.from_json(raw), line.key, [partial]) == []
-    raw["lines"][0]["patches"][0]["drop_when"] = "demo>=9"
-    assert "written with other trailers" in matrix_checks.problems(Matrix.from_json(raw), line.key, [partial])[0]
 
 
 def test_a_fix_upstream_turns_its_proof_into_a_regression_guard(project):

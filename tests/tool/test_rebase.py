@@ -7,12 +7,9 @@ import zipfile
 import pytest
 
 from patchwheel import build as build_mod
-from patchwheel import cli, gitops, patches, vendored
+from patchwheel import gitops, patches, vendored
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import rebase, textcheck, upstream
-from patchwheel.maint.selection import Selection
-from patchwheel.matrix import flags
-from patchwheel.reporter import silent
+from patchwheel.maint import rebase, textcheck
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
@@ -112,33 +109,3 @@ def test_rebase_refuses_bad_targets(demo_project):
         rebase.start(project, "demo", "7.0.0", behaviour=False)
     with pytest.raises(PatchwheelError, match="no rebase onto demo 1.1.0 is in progress"):
         rebase.resume(project, "demo", "1.1.0")
-
-
-def test_upstream_matrix_and_staleness_check(demo_project, capsys):
-    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
-    demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', FIX))
-    project = demo_project.load()
-    sel = Selection.parse([])
-    upstream.record(
-        project, upstream.check_lines(project, sel, None, workers=2, bisect=False, report=silent()), silent()
-    )
-    md = (demo_project.root / "patches" / "STATUS.md").read_text()
-    assert "| 0001-greet-comma | O · | U · |" in md, md
-    assert upstream.check(project, sel, None, workers=1, report=silent()) == ([], 2)
-    status = demo_project.root / "patches" / "STATUS.json"
-    status.write_text(status.read_text().replace('"text": "offset"', '"text": "clean"'))
-    diffs, _ = upstream.check(project, sel, None, workers=1, report=silent())
-    assert diffs == ["demo/1.0.0 0001-greet-comma.patch vs 1.1.0: text is offset, the committed matrix says clean"]
-    assert cli.main(["--root", str(demo_project.root), "upstream", "check", "--text-only"]) == 1
-    assert "vs 1.1.0: text is offset, the committed matrix says clean" in capsys.readouterr().out
-
-
-def test_drop_when_contradictions_are_flagged():
-    assert flags(True, "fails") and flags(False, "passes")
-    assert flags(True, "passes") == [] and flags(None, "fails") == []
-
-
-def test_selection_is_a_union_per_package():
-    sel = Selection.parse(["demo==1.1.0", "demo>=2", "other==1"])
-    assert [v for v in ("1.0.0", "1.1.0", "1.5", "2.0", "3.1") if sel.wants("demo", v)] == ["1.1.0", "2.0", "3.1"]
-    assert not sel.wants("third", "1.0") and Selection.parse([]).wants("third", "1.0")

@@ -333,13 +333,6 @@ def test_upstream_behaviour_outside_the_release_selection(demo_project):
         )
 
 
-def test_selection_names_are_canonical():
-    sel = Selection.parse(["Demo_Pkg==1.1.0"])
-    assert sel.wants("demo-pkg", "1.1.0") and not sel.wants("demo-pkg", "1.2.0")
-
-
-# --- 4. one place spawns and kills proof runs ---------------------------------------------------------------------
-
 REPORTING_CONFTEST = """
 import json, os
 from pathlib import Path

@@ -1,6 +1,6 @@
 """Every cell of the matrix judged, and the upstream watch that keeps it so in CI: the bisection over real (demo)
 releases, the listing of new cells, one fragment per cell, the merge into patches/STATUS.* with its verdict on what
-needs a maintainer, and the workflows that run those commands. Proof runs are faked (a verdict per release);
+needs a maintainer (the workflows that run those commands: test_workflows.py). Proof runs are faked (a verdict per release);
 everything else (index, wheels, text check, the CLI) is real."""
 
 from __future__ import annotations
@@ -9,23 +9,17 @@ import copy
 import functools
 import hashlib
 import json
-import os
-import re
-import shlex
-import subprocess
 import threading
 from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
 from patchwheel import cli, matrix_checks
 from patchwheel.maint import proofenv, watch
-from patchwheel.matrix import TEXT_CODE, VERDICTS, LineMatrix, Matrix, flags
-from patchwheel.matrix_md import render
+from patchwheel.matrix import TEXT_CODE, VERDICTS, LineMatrix, Matrix
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, stub_proof_runs
 
@@ -277,53 +271,6 @@ def test_merge_refuses_a_file_that_is_not_a_fragment(demo_project, tmp_path, cap
 # --- the workflows run the commands that exist ---------------------------------------------------------------------
 
 
-def workflow(name: str) -> dict:
-    return yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
-
-
-def patchwheel_commands(doc: dict) -> list[list[str]]:
-    out = []
-    for job in doc["jobs"].values():
-        for step in job.get("steps", []):
-            script = step.get("run", "").replace("\\\n", " ")
-            for line in script.splitlines():
-                if "python -m patchwheel" in line:
-                    words = shlex.split(line.split("python -m patchwheel", 1)[1].split(")")[0])
-                    out.append(words)
-    return out
-
-
-def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
-    doc = workflow("upstream-watch.yml")
-    commands = patchwheel_commands(doc)
-    assert [c[:2] for c in commands] == [
-        ["watch", "list"],
-        ["follow", "--pending"],
-        ["watch", "cell"],
-        ["watch", "merge"],
-        ["follow", "$PACKAGE"],
-    ]
-    for words in commands:
-        cli.parser().parse_args(words)  # every option the workflow passes exists (argparse exits otherwise)
-    keys = set(watch.CELL_KEYS)  # what `watch list` emits per cell (tested above)
-    cell = doc["jobs"]["cell"]
-    used = set(re.findall(r"\bmatrix\.(\w+)", json.dumps(cell)))
-    assert used <= keys, used - keys
-    assert doc["jobs"]["merge"]["needs"] == ["list", "cell"]
-    merging = next(step for step in doc["jobs"]["merge"]["steps"] if "watch merge" in step.get("run", ""))
-    assert merging["env"]["CELLS"] == "${{ needs.list.outputs.cells }}"  # the list job's cells, as it printed them
-    assert commands[3][-2:] == ["--cells", "$RUNNER_TEMP/cells.json"]
-    assert 'printf \'%s\\n\' "$CELLS" > "$RUNNER_TEMP/cells.json"' in merging["run"]
-    assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # yaml reads the key `on` as True
-
-
-def test_ci_workflow_runs_ci_run_on_pushes_and_pull_requests():
-    doc = workflow("ci.yml")
-    steps = doc["jobs"]["ci"]["steps"]
-    assert steps[-1]["run"] == "bash .ci/run"
-    assert {"push", "pull_request"} <= set(doc[True])
-
-
 def test_reinfer_does_not_infer_across_a_release_where_the_text_changes(demo_project, monkeypatch, tmp_path, capsys):
     """A merged run leaves 1.1.0 and 1.4.0 run and agreeing, but the patched code changed at 1.3.0 (a probe, never
     run): the cells between stay unjudged, as the bisection would have run 1.3.0."""
@@ -343,26 +290,6 @@ def test_reinfer_does_not_infer_across_a_release_where_the_text_changes(demo_pro
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert main(capsys, demo_project.root, "upstream", "run")[0] == 0  # the bisection runs the probe
     assert "1.3.0" in runs and row(demo_project)["1.2.0"].get("inferred_from") == ["1.1.0", "1.3.0"]
-
-
-def test_merge_keeps_a_run_verdict_over_a_new_inference():
-    def cell(behaviour, inferred=None):
-        c = {"text": "clean", "behaviour": behaviour, "behaviour_detail": behaviour, "drop_when_met": None}
-        return {**c, "inferred_from": inferred} if inferred else c
-
-    def line(cells):
-        return {
-            "line": "demo/1.0.0",
-            "companions": [],
-            "releases": [{"version": v, "wheel": "w", "sha256": "s", "yanked": False} for v in cells],
-            "patches": [{"name": "p", "drop_when": "proof-passes-upstream", "cells": cells}],
-        }
-
-    old = Matrix.from_json({"lines": [line({"1.1": cell("fails"), "1.3": cell("passes"), "1.5": cell("fails")})]})
-    new = LineMatrix.from_json(line({"1.1": cell("fails"), "1.3": cell("fails", ["1.1", "1.5"]), "1.5": cell("fails")}))
-    got = old.merged([new], torch="2.13.0").lines[0].patches[0].cells["1.3"]
-    assert got.behaviour == "passes" and got.inferred_from is None
-    assert old.lines[0].patches[0].cells["1.3"].behaviour == "passes"  # the input is not changed
 
 
 def test_merge_refuses_fragments_of_another_torch(demo_project, monkeypatch, tmp_path, capsys):
@@ -391,75 +318,6 @@ def test_list_new_lists_a_late_patch_release_of_an_older_series(demo_project, mo
     assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
     releases(demo_project, "1.1.1")  # published after 2.0.0
     assert list_cells(capsys, demo_project, tmp_path) == [listed(demo_project, "1.1.1")]
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["upstream", "run", "--line", "demo/1.0.0"], "unrecognized arguments: --line"),
-        (["upstream", "run", "--transitions"], "unrecognized arguments: --transitions"),
-        (["watch", "list", "demo==1.2.0"], "unrecognized arguments: demo==1.2.0"),
-        (["upstream", "run", "--every", "--text-only"], "--every runs proofs on every selected release"),
-    ],
-)
-def test_each_verb_takes_only_its_own_options(demo_project, capsys, args, message):
-    """The verbs replace the modes whose options were checked by hand: an option of another verb is an error."""
-    code: object
-    try:
-        code, _, err = main(capsys, demo_project.root, *args)
-    except SystemExit as exc:  # argparse's own refusal
-        code, err = exc.code, capsys.readouterr().err
-    assert code == 2 and message in err, err
-    assert not (demo_project.root / "patches" / "STATUS.json").exists()
-
-
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        (["upstream", "--list-new"], ["watch", "list"]),
-        (
-            ["upstream", "--line", "a/1", "a==2", "--fragment", "f"],
-            ["watch", "cell", "--line", "a/1", "a==2", "--fragment", "f"],
-        ),
-        (["upstream", "--merge", "f1", "f2", "--cells", "c"], ["watch", "merge", "f1", "f2", "--cells", "c"]),
-        (["upstream", "--check", "--transitions"], ["upstream", "check", "--transitions"]),
-        (["upstream", "--rerender"], ["upstream", "rerender"]),
-        (["upstream", "a==2", "--every"], ["upstream", "run", "a==2", "--every"]),
-        (["upstream"], ["upstream", "run"]),
-        (["--root", "r", "upstream", "--rerender"], ["--root", "r", "upstream", "rerender"]),
-        (["upstream", "check"], ["upstream", "check"]),
-        (["build", "--clean"], ["build", "--clean"]),
-    ],
-)
-def test_the_old_spellings_still_work_for_one_release(capsys, old, new):
-    assert cli.modernize(old) == new
-    said = capsys.readouterr().err
-    assert ("the old spelling goes in the next release" in said) == (old != new), said
-
-
-def test_progress_without_rich_prints_plain_lines(tmp_path):
-    """`patchwheel lint` and `export` import the upstream module in nox's own interpreter, which has no rich."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; sys.modules['rich'] = None\n"
-        "from patchwheel.reporter import Progress\n"
-        "with Progress('x', 2, sys.stdout) as p:\n"
-        "    p.step('one')\n"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
-    )
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("[1/2 ") and "ETA" in res.stdout and res.stdout.rstrip().endswith("] one")
-
-
-# --- the merge trusts nothing a cell job wrote ---------------------------------------------------------------------
 
 
 def forge(fragment: Path, edit) -> None:
@@ -526,47 +384,6 @@ def test_merge_refuses_a_forged_fragment_and_writes_nothing(demo_project, monkey
     assert err.startswith(f"error: fragment {fragment}: {message}"), err
     assert len(err.splitlines()) == 2 and err.splitlines()[1].startswith("  fix: "), err
     assert {p.name: p.read_bytes() for p in (demo_project.root / "patches").glob("STATUS.*")} == before
-
-
-def test_status_md_escapes_the_text_it_shows():
-    """A proof's detail is upstream's own message (``<class 'torch.Tensor'>``, a ``|``, backticks, a newline): in
-    STATUS.md it reads as written, never as HTML, a link, a new table column or a new block."""
-    detail = "expected <class 'torch.Tensor'> | got `None`\n# Heading [x](http://e) *b* \\ <script>"
-    cell = {"text": "clean", "behaviour": "fails", "behaviour_detail": detail, "drop_when_met": True}
-    cell["flags"] = flags(True, "fails")
-    matrix = {
-        "torch": "2.13.0",
-        "lines": [
-            {
-                "line": "demo/1.0.0",
-                "companions": ["other==1.0 <b>"],
-                "releases": [{"version": "1.2.0", "wheel": "w", "sha256": "s", "yanked": False}],
-                "patches": [
-                    {
-                        "name": "0001-a|b.patch",
-                        "drop_when": "demo>=1.1.0",
-                        "upstream_status": "Submitted `x` <y>",
-                        "proof_test": "tests/proof/test_demo.py::test_greet",
-                        "cells": {"1.2.0": cell},
-                    }
-                ],
-            }
-        ],
-    }
-    md = render(Matrix.from_json(matrix))
-    assert "Proofs ran with other==1.0 &lt;b&gt; and torch 2.13.0." in md
-    assert "| 0001-a\\|b | C ✗ ⚠ |" in md
-    assert (
-        "- 0001-a\\|b.patch: Drop-When `demo>=1.1.0`; Upstream-Status ``Submitted `x` <y>``; "
-        "test `tests/proof/test_demo.py::test_greet`"
-    ) in md
-    note = (
-        "- 0001-a\\|b.patch vs 1.2.0: Drop-When is met but the proof still fails: upstream's fix differs or is "
-        "partial (expected &lt;class 'torch.Tensor'&gt; \\| got \\`None\\` # Heading \\[x\\](http://e) \\*b\\* "
-        "\\\\ &lt;script&gt;)"
-    )
-    assert note in md.splitlines()
-    assert "<" not in md.replace("<y>", "")  # no HTML, but inside a code span
 
 
 def test_merge_takes_one_fragment_a_cell(demo_project, monkeypatch, tmp_path, capsys):
@@ -715,109 +532,3 @@ def watched(demo_project, monkeypatch, tmp_path, capsys):
 
 
 # --- the workflows: pinned actions, no stored credentials, hashed installs where a token can write ------------------
-
-WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
-#: `uses: owner/repo[/path]@<40 hex> # vX[.Y.Z]`: a tag can be moved, a commit cannot; the comment says which tag.
-PINNED = re.compile(r"^\s*(?:- )?uses: [\w.-]+/[\w.-]+(?:/[\w./-]+)?@[0-9a-f]{40} # v\d+(?:\.\d+)*$")
-
-
-def steps(doc: dict) -> list[tuple[str, dict]]:
-    return [(name, step) for name, job in doc["jobs"].items() for step in job.get("steps", [])]
-
-
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
-def test_every_action_is_pinned_by_commit_and_every_checkout_keeps_no_credentials(path):
-    lines = [line for line in path.read_text().splitlines() if re.match(r"^\s*(?:- )?uses:", line)]
-    used = [step["uses"] for _, step in steps(yaml.safe_load(path.read_text())) if "uses" in step]
-    assert len(lines) == len(used) > 0  # every step that uses an action is one `uses:` line
-    unpinned = [line.strip() for line in lines if not PINNED.match(line)]
-    assert not unpinned, f"not pinned by a commit sha with its tag in a comment: {unpinned}"
-    checkouts = [
-        step for _, step in steps(yaml.safe_load(path.read_text())) if "actions/checkout@" in step.get("uses", "")
-    ]
-    assert checkouts and all(step.get("with", {}).get("persist-credentials") is False for step in checkouts)
-
-
-def test_a_job_that_can_write_installs_only_hashed_requirements():
-    """A job whose token can write (the watch's merge: it pushes a branch and opens a pull request) installs only
-    what a lock file names, each file checked by its sha256, wheels only (no build code runs)."""
-    writers = 0
-    for path in WORKFLOWS:
-        doc = yaml.safe_load(path.read_text())
-        for job in doc["jobs"].values():
-            permissions = {**doc.get("permissions", {}), **job.get("permissions", {})}
-            if "write" not in permissions.values():
-                continue
-            writers += 1
-            installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
-            runs_the_tool = any("python" in s.get("run", "") for s in job["steps"])
-            assert installs or not runs_the_tool, "a job that runs the tool installs its requirements"
-            for script in installs:
-                words = shlex.split(script)
-                assert {"--require-hashes", "--only-binary", "--no-deps"} <= set(words), script
-                lock = ROOT / words[words.index("-r") + 1]
-                requirements = [r for r in lock.read_text().split("\n") if r and not r[0].isspace() and r[0] != "#"]
-                assert requirements and all(re.match(r"^[\w.-]+==[\w.]+ \\$", r) for r in requirements), requirements
-                assert lock.read_text().count("--hash=sha256:") >= len(requirements)
-            assert all("-e" not in shlex.split(s.get("run", "")) for s in job["steps"])  # nothing unhashed, no build
-    assert writers == 2  # the matrix's merge, and the pull request of a new line
-
-
-def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
-    """No cell job can replace another's fragment: each uploads one file under a name made of its line and release
-    (computed before any upstream code runs), and the merge downloads each artifact into its own folder."""
-    cell = workflow("upstream-watch.yml")["jobs"]["cell"]["steps"]
-    key = next(step for step in cell if step.get("id") == "key")
-    assert key["env"] == {"LINE": "${{ matrix.line }}", "RELEASE": "${{ matrix.release }}"}
-    assert key["run"] == 'echo "name=${LINE//\\//-}-$RELEASE" >> "$GITHUB_OUTPUT"'
-    assert cell.index(key) < min(i for i, step in enumerate(cell) if "python -m" in step.get("run", ""))
-    (upload,) = [step for step in cell if "actions/upload-artifact@" in step.get("uses", "")]
-    assert upload["with"]["name"] == "fragment-${{ steps.key.outputs.name }}"
-    assert upload["with"]["path"] == "fragments/${{ steps.key.outputs.name }}.json"
-    merge_job = workflow("upstream-watch.yml")["jobs"]["merge"]["steps"]
-    (download,) = [step for step in merge_job if "actions/download-artifact@" in step.get("uses", "")]
-    assert download["with"] == {"pattern": "fragment-*", "path": "fragments"}  # merge-multiple: false
-    merging = next(step for step in merge_job if "watch merge" in step.get("run", ""))
-    assert "shopt -s globstar nullglob" in merging["run"] and "watch merge fragments/**/*.json" in merging["run"]
-
-
-def test_follow_runs_read_only_and_its_pull_request_takes_only_patches_and_overlay(tmp_path):
-    """follow runs the new release's code, so its job cannot write; the job that can write applies its diff only
-    where follow writes, as regular files: the step's own script, run on a diff that reaches elsewhere."""
-    doc = workflow("upstream-watch.yml")
-    assert doc["jobs"]["follow"]["permissions"] == {"contents": "read"}
-    assert doc["jobs"]["follow"]["needs"] == ["list", "merge"]
-    apply = next(s for s in doc["jobs"]["propose"]["steps"] if "git apply --index" in s.get("run", ""))
-    repo = tmp_path / "repo"
-    (repo / "patches").mkdir(parents=True)
-    (repo / "patches" / "series").write_text("a\n")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], check=True)
-
-    def propose(change) -> subprocess.CompletedProcess:
-        change(repo)
-        subprocess.run([*git, "add", "-A"], check=True)
-        diff = subprocess.run([*git, "diff", "--cached", "--binary", "--no-renames"], capture_output=True).stdout
-        subprocess.run([*git, "reset", "-q", "--hard"], check=True)
-        subprocess.run([*git, "clean", "-qfd"], check=True)
-        (tmp_path / "follow").mkdir(exist_ok=True)
-        (tmp_path / "follow" / "follow.diff").write_bytes(diff)
-        env = {**os.environ, "RUNNER_TEMP": str(tmp_path)}
-        return subprocess.run(["bash", "-eo", "pipefail", "-c", apply["run"]], cwd=repo, env=env, capture_output=True)
-
-    def workflow_edit(repo):
-        (repo / ".github").mkdir()
-        (repo / ".github" / "evil.yml").write_text("on: push\n")
-
-    def link(repo):
-        (repo / "patches" / "link").symlink_to("/etc/passwd")
-
-    for bad in (workflow_edit, link):
-        ran = propose(bad)
-        assert ran.returncode == 1 and b"refused" in ran.stderr, ran
-        assert not (repo / ".github").exists() and not (repo / "patches" / "link").exists()
-    ran = propose(lambda repo: (repo / "patches" / "new.patch").write_text("x\n"))
-    assert ran.returncode == 0, ran
-    assert (repo / "patches" / "new.patch").read_text() == "x\n"

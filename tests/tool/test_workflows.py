@@ -1,0 +1,175 @@
+"""The GitHub workflows: they run commands that exist, pin every action by commit, keep no credentials, install
+only hashed requirements where a token can write, and keep each job's artifacts apart."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from patchwheel import cli
+from patchwheel.maint import watch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def workflow(name: str) -> dict:
+    return yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
+
+
+def patchwheel_commands(doc: dict) -> list[list[str]]:
+    out = []
+    for job in doc["jobs"].values():
+        for step in job.get("steps", []):
+            script = step.get("run", "").replace("\\\n", " ")
+            for line in script.splitlines():
+                if "python -m patchwheel" in line:
+                    words = shlex.split(line.split("python -m patchwheel", 1)[1].split(")")[0])
+                    out.append(words)
+    return out
+
+
+def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
+    doc = workflow("upstream-watch.yml")
+    commands = patchwheel_commands(doc)
+    assert [c[:2] for c in commands] == [
+        ["watch", "list"],
+        ["follow", "--pending"],
+        ["watch", "cell"],
+        ["watch", "merge"],
+        ["follow", "$PACKAGE"],
+    ]
+    for words in commands:
+        cli.parser().parse_args(words)  # every option the workflow passes exists (argparse exits otherwise)
+    keys = set(watch.CELL_KEYS)  # what `watch list` emits per cell (tested above)
+    cell = doc["jobs"]["cell"]
+    used = set(re.findall(r"\bmatrix\.(\w+)", json.dumps(cell)))
+    assert used <= keys, used - keys
+    assert doc["jobs"]["merge"]["needs"] == ["list", "cell"]
+    merging = next(step for step in doc["jobs"]["merge"]["steps"] if "watch merge" in step.get("run", ""))
+    assert merging["env"]["CELLS"] == "${{ needs.list.outputs.cells }}"  # the list job's cells, as it printed them
+    assert commands[3][-2:] == ["--cells", "$RUNNER_TEMP/cells.json"]
+    assert 'printf \'%s\\n\' "$CELLS" > "$RUNNER_TEMP/cells.json"' in merging["run"]
+    assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # yaml reads the key `on` as True
+
+
+def test_ci_workflow_runs_ci_run_on_pushes_and_pull_requests():
+    doc = workflow("ci.yml")
+    steps = doc["jobs"]["ci"]["steps"]
+    assert steps[-1]["run"] == "bash .ci/run"
+    assert {"push", "pull_request"} <= set(doc[True])
+
+
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+#: `uses: owner/repo[/path]@<40 hex> # vX[.Y.Z]`: a tag can be moved, a commit cannot; the comment says which tag.
+
+
+PINNED = re.compile(r"^\s*(?:- )?uses: [\w.-]+/[\w.-]+(?:/[\w./-]+)?@[0-9a-f]{40} # v\d+(?:\.\d+)*$")
+
+
+def steps(doc: dict) -> list[tuple[str, dict]]:
+    return [(name, step) for name, job in doc["jobs"].items() for step in job.get("steps", [])]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_by_commit_and_every_checkout_keeps_no_credentials(path):
+    lines = [line for line in path.read_text().splitlines() if re.match(r"^\s*(?:- )?uses:", line)]
+    used = [step["uses"] for _, step in steps(yaml.safe_load(path.read_text())) if "uses" in step]
+    assert len(lines) == len(used) > 0  # every step that uses an action is one `uses:` line
+    unpinned = [line.strip() for line in lines if not PINNED.match(line)]
+    assert not unpinned, f"not pinned by a commit sha with its tag in a comment: {unpinned}"
+    checkouts = [
+        step for _, step in steps(yaml.safe_load(path.read_text())) if "actions/checkout@" in step.get("uses", "")
+    ]
+    assert checkouts and all(step.get("with", {}).get("persist-credentials") is False for step in checkouts)
+
+
+def test_a_job_that_can_write_installs_only_hashed_requirements():
+    """A job whose token can write (the watch's merge: it pushes a branch and opens a pull request) installs only
+    what a lock file names, each file checked by its sha256, wheels only (no build code runs)."""
+    writers = 0
+    for path in WORKFLOWS:
+        doc = yaml.safe_load(path.read_text())
+        for job in doc["jobs"].values():
+            permissions = {**doc.get("permissions", {}), **job.get("permissions", {})}
+            if "write" not in permissions.values():
+                continue
+            writers += 1
+            installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+            runs_the_tool = any("python" in s.get("run", "") for s in job["steps"])
+            assert installs or not runs_the_tool, "a job that runs the tool installs its requirements"
+            for script in installs:
+                words = shlex.split(script)
+                assert {"--require-hashes", "--only-binary", "--no-deps"} <= set(words), script
+                lock = ROOT / words[words.index("-r") + 1]
+                requirements = [r for r in lock.read_text().split("\n") if r and not r[0].isspace() and r[0] != "#"]
+                assert requirements and all(re.match(r"^[\w.-]+==[\w.]+ \\$", r) for r in requirements), requirements
+                assert lock.read_text().count("--hash=sha256:") >= len(requirements)
+            assert all("-e" not in shlex.split(s.get("run", "")) for s in job["steps"])  # nothing unhashed, no build
+    assert writers == 2  # the matrix's merge, and the pull request of a new line
+
+
+def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
+    """No cell job can replace another's fragment: each uploads one file under a name made of its line and release
+    (computed before any upstream code runs), and the merge downloads each artifact into its own folder."""
+    cell = workflow("upstream-watch.yml")["jobs"]["cell"]["steps"]
+    key = next(step for step in cell if step.get("id") == "key")
+    assert key["env"] == {"LINE": "${{ matrix.line }}", "RELEASE": "${{ matrix.release }}"}
+    assert key["run"] == 'echo "name=${LINE//\\//-}-$RELEASE" >> "$GITHUB_OUTPUT"'
+    assert cell.index(key) < min(i for i, step in enumerate(cell) if "python -m" in step.get("run", ""))
+    (upload,) = [step for step in cell if "actions/upload-artifact@" in step.get("uses", "")]
+    assert upload["with"]["name"] == "fragment-${{ steps.key.outputs.name }}"
+    assert upload["with"]["path"] == "fragments/${{ steps.key.outputs.name }}.json"
+    merge_job = workflow("upstream-watch.yml")["jobs"]["merge"]["steps"]
+    (download,) = [step for step in merge_job if "actions/download-artifact@" in step.get("uses", "")]
+    assert download["with"] == {"pattern": "fragment-*", "path": "fragments"}  # merge-multiple: false
+    merging = next(step for step in merge_job if "watch merge" in step.get("run", ""))
+    assert "shopt -s globstar nullglob" in merging["run"] and "watch merge fragments/**/*.json" in merging["run"]
+
+
+def test_follow_runs_read_only_and_its_pull_request_takes_only_patches_and_overlay(tmp_path):
+    """follow runs the new release's code, so its job cannot write; the job that can write applies its diff only
+    where follow writes, as regular files: the step's own script, run on a diff that reaches elsewhere."""
+    doc = workflow("upstream-watch.yml")
+    assert doc["jobs"]["follow"]["permissions"] == {"contents": "read"}
+    assert doc["jobs"]["follow"]["needs"] == ["list", "merge"]
+    apply = next(s for s in doc["jobs"]["propose"]["steps"] if "git apply --index" in s.get("run", ""))
+    repo = tmp_path / "repo"
+    (repo / "patches").mkdir(parents=True)
+    (repo / "patches" / "series").write_text("a\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+
+    def propose(change) -> subprocess.CompletedProcess:
+        change(repo)
+        subprocess.run([*git, "add", "-A"], check=True)
+        diff = subprocess.run([*git, "diff", "--cached", "--binary", "--no-renames"], capture_output=True).stdout
+        subprocess.run([*git, "reset", "-q", "--hard"], check=True)
+        subprocess.run([*git, "clean", "-qfd"], check=True)
+        (tmp_path / "follow").mkdir(exist_ok=True)
+        (tmp_path / "follow" / "follow.diff").write_bytes(diff)
+        env = {**os.environ, "RUNNER_TEMP": str(tmp_path)}
+        return subprocess.run(["bash", "-eo", "pipefail", "-c", apply["run"]], cwd=repo, env=env, capture_output=True)
+
+    def workflow_edit(repo):
+        (repo / ".github").mkdir()
+        (repo / ".github" / "evil.yml").write_text("on: push\n")
+
+    def link(repo):
+        (repo / "patches" / "link").symlink_to("/etc/passwd")
+
+    for bad in (workflow_edit, link):
+        ran = propose(bad)
+        assert ran.returncode == 1 and b"refused" in ran.stderr, ran
+        assert not (repo / ".github").exists() and not (repo / "patches" / "link").exists()
+    ran = propose(lambda repo: (repo / "patches" / "new.patch").write_text("x\n"))
+    assert ran.returncode == 0, ran
+    assert (repo / "patches" / "new.patch").read_text() == "x\n"
