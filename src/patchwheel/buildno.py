@@ -110,7 +110,7 @@ def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
         log(f"{line.key}: build {line.build.number} records these inputs already")
         return line.build
     record = BuildRecord(line.build.number + 1 if line.build else 1, digest)
-    pins = project.root / "overlay" / line.package / "pins.toml"
+    pins = project.pins_file(line.package)
     write_record(pins, line.version, record)
     if config.load(project.root).line(line.package, line.version).build != record:  # what the next load reads
         raise ConfigError(

@@ -11,6 +11,7 @@ Layout (relative to the project root)::
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -156,6 +157,36 @@ class Project:
         """Where `build` writes by default, and the suite's sessions read."""
         return self.root / "dist"
 
+    @property
+    def cache(self) -> Path:
+        """The download and environment cache (:func:`cache_dir`)."""
+        return cache_dir()
+
+    @property
+    def sets_file(self) -> Path:
+        return self.root / "overlay" / "sets.toml"
+
+    @property
+    def notice(self) -> Path:
+        """overlay/NOTICE: where the vendored modules come from, and under which license."""
+        return self.root / "overlay" / "NOTICE"
+
+    @property
+    def exports(self) -> Path:
+        """Where `export` writes, a folder a fix."""
+        return self.root / "export"
+
+    def pins_file(self, package: str) -> Path:
+        return self.root / "overlay" / package / "pins.toml"
+
+    def series_dir(self, package: str, version: str) -> Path:
+        """patches/<pkg>/<version>/: a line's series, or where a new line's goes."""
+        return self.root / "patches" / package / version
+
+    def vendor_root(self, package: str) -> Path:
+        """overlay/<pkg>/: the package's pins and its lines' fixed modules."""
+        return self.root / "overlay" / package
+
     def packages(self) -> list[str]:
         return sorted(self.lines)
 
@@ -195,6 +226,14 @@ class Project:
                 self.line(name)  # validates the name
                 out.extend(self.lines[canonicalize_name(name)])
         return out
+
+
+def cache_dir() -> Path:
+    """Downloads (by sha256) and test environments: PATCHWHEEL_CACHE, else the user's cache folder."""
+    if env := os.environ.get("PATCHWHEEL_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "patchwheel"
 
 
 def _read_toml(path: Path) -> dict:

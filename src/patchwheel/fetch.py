@@ -23,7 +23,7 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-from .config import SHA256, Artifact, file_name_problem
+from .config import SHA256, Artifact, cache_dir, file_name_problem
 from .errors import FetchError, PatchwheelError
 from .reporter import CONSOLE
 from .staging import locked_tempfile, still_linked
@@ -36,13 +36,6 @@ MAX_DOWNLOAD = 512 << 20
 #: The name of a download in progress, beside its target in the cache.
 PART_PREFIX = ".part-"
 _UNTRUSTED_INDEX = "the index is broken or not trustworthy: point PATCHWHEEL_INDEX_URL at another PEP 503 index"
-
-
-def cache_dir() -> Path:
-    if env := os.environ.get("PATCHWHEEL_CACHE"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "patchwheel"
 
 
 def index_url() -> str:

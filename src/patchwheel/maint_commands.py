@@ -200,8 +200,7 @@ def cmd_upstream_suite(args) -> int:
 
 def cmd_base_env(args) -> int:
     """The shared torch environment of the test sessions, made when missing: its site-packages, on the last line."""
-    from . import fetch
     from .maint import proofenv
 
-    print(proofenv.site_packages(proofenv.base_env(fetch.cache_dir())))
+    print(proofenv.site_packages(proofenv.base_env(config.cache_dir())))
     return 0

@@ -231,7 +231,7 @@ def _stale_folders(project: Project) -> list[Path]:
     return [
         d
         for pkg in project.packages()
-        for d in sorted((project.root / "overlay" / pkg).iterdir())
+        for d in sorted(project.vendor_root(pkg).iterdir())
         if d.is_dir() and d not in pinned and not d.name.startswith(".")
     ]
 
@@ -346,7 +346,7 @@ def write(
         changed.append(_rel(project, stale) + "/")
         log(f"removed {_rel(project, stale)}/: that line is no longer pinned")
     text = notice(_records(project, made))
-    path = project.root / "overlay" / NOTICE
+    path = project.notice
     if not path.is_file() or path.read_bytes() != text:
         path.write_bytes(text)
         changed.append(_rel(project, path))
@@ -362,7 +362,7 @@ def check(project: Project, lines: list[ReleaseLine] | None = None) -> list[str]
         problems += [
             f"{_rel(project, d)}/ belongs to no pinned line: run `nox -s vendor`" for d in _stale_folders(project)
         ]
-        path = project.root / "overlay" / NOTICE
+        path = project.notice
         if not path.is_file() or path.read_bytes() != notice([json.loads(v.record) for v in made]):
             problems.append("overlay/NOTICE differs from what `nox -s vendor` writes: run it")
     return problems

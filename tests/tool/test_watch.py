@@ -1,7 +1,7 @@
 """Every cell of the matrix judged, and the upstream watch that keeps it so in CI: the bisection over real (demo)
 releases, the listing of new cells, one fragment per cell, the merge into patches/STATUS.* with its verdict on what
-needs a maintainer (the workflows that run those commands: test_workflows.py). Proof runs are faked (a verdict per release);
-everything else (index, wheels, text check, the CLI) is real."""
+needs a maintainer (the workflows that run those commands: test_workflows.py). Proof runs are faked (a verdict
+per release); everything else (index, wheels, text check, the CLI) is real."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ def export(
         files["PR.md"] = _description(project, line, patch, sub, carried, style, runs).encode()
     for name, data in files.items():
         export_commit.refuse_ours(data, name)
-    out = _write((out_root or project.root / "export") / patch.slug, files)
+    out = _write((out_root or project.exports) / patch.slug, files)
     ran = (
         f"upstream's test {', '.join(sub.tests)}: failed on pristine, passed patched"
         if runs

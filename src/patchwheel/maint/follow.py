@@ -172,7 +172,7 @@ def _carry_all(
         done.carried += [s for s in said if not s.startswith("  ")]
         project = config.load(root)
         if pkg in project.sets.get(LATEST, {}):
-            set_member(root / "overlay" / "sets.toml", LATEST, pkg, version)
+            set_member(project.sets_file, LATEST, pkg, version)
             done.moved = f"{LATEST}: {pkg} {done.newest} -> {version}"
             say(f"the set {LATEST} now names {pkg} {version}")
         done.retired += retire(config.load(root), say)
@@ -223,7 +223,7 @@ def _judge(
         problems.append(f"every patch of {line.key} is upstream in {version}: is a +fixed line still needed?")
     if not problems:
         return verdicts, None
-    env = proofenv.release_env_path(fetch.cache_dir(), [(line.package, artifact)] + upstream.companions(project, line))
+    env = proofenv.release_env_path(project.cache, [(line.package, artifact)] + upstream.companions(project, line))
     see = [f"{env}/bin/python -m pytest {test} --proof-expect=observe   # why it cannot judge" for test in unjudged]
     return verdicts, Stop("; ".join(problems), see + _by_hand(line.package, version))
 
@@ -241,7 +241,7 @@ def retire(project: Project, say: Callable[[str], None]) -> list[str]:
     gone = [line for line in project.all_lines() if line.key not in keep]
     for line in gone:
         shutil.rmtree(line.patch_dir)
-        remove_release(project.root / "overlay" / line.package / "pins.toml", line.version)
+        remove_release(project.pins_file(line.package), line.version)
         say(f"retired the line {line.key}: no consumer set names it, and it is not the newest")
     if gone:
         vendored.write(config.load(project.root), log=lambda m: None)  # removes their overlay/ folders, NOTICE

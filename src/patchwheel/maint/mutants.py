@@ -268,7 +268,7 @@ def summary(results: list[Result], seconds: float) -> str:
 def dist_wheel(project: Project, line: ReleaseLine) -> Path:
     """The line's +fixed wheel in ``<root>/dist``, checked to carry the line's current patches."""
     hint = "run `nox -s build` (or `python -m patchwheel build`) first: the check installs the wheels in dist/"
-    return current_wheel(line, project.root / "dist", hint)
+    return current_wheel(line, project.dist, hint)
 
 
 def _read(path: Path) -> bytes | None:
@@ -317,7 +317,7 @@ def check_line(project: Project, line: ReleaseLine, series: list[Patch], record,
     """Judge every hunk of one release line, handing each :class:`Result` to ``record``; returns warnings."""
     own = dist_wheel(project, line)
     others = [dist_wheel(project, project.lines[pkg][-1]) for pkg in project.packages() if pkg != line.package]
-    env = proofenv.fixed_env(fetch.cache_dir(), [own] + others)
+    env = proofenv.fixed_env(project.cache, [own] + others)
     site, python = proofenv._site(env), env / "bin" / "python"
     patched = patched_files(line, series)
     if repaired := reset(site, own, sorted(w for p in patched if (w := line.wheel_path(p)) is not None)):

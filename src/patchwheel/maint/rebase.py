@@ -111,7 +111,7 @@ def start(
     dropped: dict[str, str] = {}
     if behaviour:
         if judge is None:
-            env = proofenv.release_env(fetch.cache_dir(), [(package, wheel)] + companions(project, old))
+            env = proofenv.release_env(project.cache, [(package, wheel)] + companions(project, old))
             judge = lambda p: proofenv.run_proof(env, project.root, p.test_module)  # noqa: E731
         for p in series:
             if p.is_feature:
@@ -201,7 +201,7 @@ def _write_line(project: Project, work: Path, state: dict, log) -> None:
     repo = work / "repo"
     package, version = state["package"], state["to"]
     revs = gitops.git(repo, "rev-list", "--reverse", f"{state['onto']}..HEAD").decode().split()
-    target = project.root / "patches" / package / version
+    target = project.series_dir(package, version)
     tmp = target.with_name(f".{version}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -220,7 +220,7 @@ def _write_line(project: Project, work: Path, state: dict, log) -> None:
         lines.append(new_name)
     (tmp / "series").write_text("\n".join(lines) + "\n")
     tmp.replace(target)
-    pins = project.root / "overlay" / package / "pins.toml"
+    pins = project.pins_file(package)
     text = pins.read_text().rstrip("\n") + f'\n\n[release."{version}"]\n'
     text += f'wheel = {{ filename = "{state["wheel"][0]}", sha256 = "{state["wheel"][1]}" }}\n'
     if state["sdist"]:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import fetch, patches
+from .. import patches
 from ..config import Project, ReleaseLine
 from ..distdir import current_wheel
 from ..reporter import CONSOLE
@@ -45,7 +45,7 @@ def prove_set(
     project: Project, members: dict[str, ReleaseLine], dist: Path, log: Callable[[str], None] = CONSOLE
 ) -> list[Run]:
     """The set ``members`` (package -> line) proven both ways, its +fixed wheels taken from ``dist``."""
-    cache = fetch.cache_dir()
+    cache = project.cache
     lines = list(members.values())
     hint = "build them first (patchwheel build)"
     wheels = [current_wheel(line, dist, hint) for line in lines]

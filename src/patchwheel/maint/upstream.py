@@ -132,7 +132,7 @@ def check_line(
     def judge(version: str) -> dict[str, proofenv.ProofOutcome]:
         wheels = [(line.package, artifacts[version])] + companions(project, line)
         try:
-            env = proofenv.release_env(fetch.cache_dir(), wheels)
+            env = proofenv.release_env(project.cache, wheels)
         except (EnvironmentFailed, FetchError) as exc:  # e.g. its requirements cannot be met beside the companions
             lost = proofenv.ProofOutcome("error", "no environment: " + " ".join(exc.message.split())[:160])
             progress.step(f"{line.key} vs {version}: {lost.detail}")

@@ -242,7 +242,7 @@ def environments(project: Project, line: ReleaseLine, wheel: Path) -> tuple[Path
     """(pristine, +fixed) environments on the torch base: the release's wheel or ``wheel``, the same pristine
     companions (every other package's newest line) and :data:`TEST_REQUIREMENTS`. Cached; the +fixed one is
     rebuilt when the wheel changes."""
-    cache = fetch.cache_dir()
+    cache = project.cache
     others = [(pkg, project.lines[pkg][-1].wheel) for pkg in project.packages() if pkg != line.package]
     tail = "".join(f"+{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in others)
     extra = {"companions": [a.sha256 for _, a in others], "tests": list(TEST_REQUIREMENTS)}

@@ -41,7 +41,7 @@ def export_env(project: Project, line: ReleaseLine, newest: Artifact) -> Path:
     wheels = [(line.package, newest)] + companions(project, line)
     name = "export-" + "+".join(f"{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in wheels)
     env = proofenv.env_on_base(
-        fetch.cache_dir(),
+        project.cache,
         name,
         {"wheels": [a.sha256 for _, a in wheels]},
         lambda: [str(fetch.fetch(p, a)) for p, a in wheels],
