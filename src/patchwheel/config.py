@@ -138,6 +138,16 @@ class ReleaseLine:
         return rel if rel.split("/", 1)[0] == self.import_name else None
 
 
+#: Where the shared paths are, under the project root.
+PATHS = {
+    "status_json": "patches/STATUS.json",
+    "dist": "dist",
+    "sets_file": "overlay/sets.toml",
+    "notice": "overlay/NOTICE",
+    "exports": "export",
+}
+
+
 @dataclass(frozen=True)
 class Project:
     """The project's configuration, loaded and checked once: its root, its release lines (overlay/<pkg>/pins.toml
@@ -146,35 +156,21 @@ class Project:
     root: Path
     lines: dict[str, list[ReleaseLine]]  # package -> lines, oldest first
     sets: dict[str, dict[str, str]] = field(default_factory=dict)  # set name -> {package: version}
+    # The paths every tool shares, set from ``root`` once (PATHS says where each is):
+    status_json: Path = field(init=False)  # the committed matrix (its Markdown, STATUS.md, beside it)
+    dist: Path = field(init=False)  # where `build` writes by default, and the suite's sessions read
+    sets_file: Path = field(init=False)
+    notice: Path = field(init=False)  # where the vendored modules come from, and under which license
+    exports: Path = field(init=False)  # where `export` writes, a folder a fix
 
-    @property
-    def status_json(self) -> Path:
-        """The committed matrix (patches/STATUS.json; its Markdown is STATUS.md beside it): see patchwheel.matrix."""
-        return self.root / "patches" / "STATUS.json"
-
-    @property
-    def dist(self) -> Path:
-        """Where `build` writes by default, and the suite's sessions read."""
-        return self.root / "dist"
+    def __post_init__(self) -> None:
+        for name, rel in PATHS.items():
+            object.__setattr__(self, name, self.root / rel)
 
     @property
     def cache(self) -> Path:
         """The download and environment cache (:func:`cache_dir`)."""
         return cache_dir()
-
-    @property
-    def sets_file(self) -> Path:
-        return self.root / "overlay" / "sets.toml"
-
-    @property
-    def notice(self) -> Path:
-        """overlay/NOTICE: where the vendored modules come from, and under which license."""
-        return self.root / "overlay" / "NOTICE"
-
-    @property
-    def exports(self) -> Path:
-        """Where `export` writes, a folder a fix."""
-        return self.root / "export"
 
     def pins_file(self, package: str) -> Path:
         return self.root / "overlay" / package / "pins.toml"

@@ -308,5 +308,5 @@ def _by_hand(pkg: str, version: str) -> list[str]:
         f"nox -s rebase -- {pkg} {version} --continue   # after resolving it (git add)",
         f'set {pkg} = "{version}" in [set.{LATEST}] of overlay/sets.toml; remove the lines no set names',
         f"nox -s build && nox -s \"proof(pins='{LATEST}')\" && nox -s \"guards(pins='{LATEST}')\"",
-        f"nox -s upstream -- {pkg}=={version}      # the matrix",
+        f"nox -s upstream -- run {pkg}=={version}   # the matrix",
     ]
