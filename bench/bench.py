@@ -17,8 +17,8 @@
    bisection, the rest inferred) in a copy of the project, with both cores: warm (the wheels and environments
    cached) and, with --matrix cold, from an empty wheel, environment and uv cache as well.
 7. from "a release is on the index" to "its line is proven and written": `patchwheel follow transformers` in a copy
-   of the project whose overlay/ and patches/ are those of the commit before the newest transformers line was
-   added (this checkout's tool and tests), so the newest release is new to it again.
+   of the project whose transformers pins, lines and sets are those of the commit before the newest transformers
+   line was added (all else as it is now), so the newest release is new to it again.
 """
 
 from __future__ import annotations
@@ -224,8 +224,9 @@ def matrix_run(tmp: Path, env: dict[str, str]) -> tuple[float, str]:
 
 
 def follow_run(tmp: Path, package: str = "transformers") -> tuple[float, str] | None:
-    """`patchwheel follow <package>` in a copy of the project from before its newest line (None: no git history
-    here to find that commit, e.g. a shallow clone): the wall time, and what it did."""
+    """`patchwheel follow <package>` in a copy of the project where that package is as it was before its newest
+    line was added (its pins, lines and the set that names it, from git), everything else as it is now: the wall
+    time, and what it did (None: no git history here to find that commit, e.g. a shallow clone)."""
     project = config.load(ROOT)
     series = f"patches/{package}/{project.line(package).version}/series"
     git = ["git", "-C", str(ROOT)]
@@ -235,18 +236,20 @@ def follow_run(tmp: Path, package: str = "transformers") -> tuple[float, str] | 
         return None
     root = tmp / "follow-project"
     shutil.rmtree(root, ignore_errors=True)
-    root.mkdir()
-    tree = subprocess.run([*git, "archive", f"{commit}^", "overlay", "patches"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(root)], input=tree.stdout, check=True)
-    for part in ("tests", "src"):
+    for part in ("overlay", "patches", "tests", "src", "upstream-pr"):
         shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
     shutil.copy(ROOT / "pyproject.toml", root)
+    for part in (f"overlay/{package}", f"patches/{package}"):
+        shutil.rmtree(root / part)
+    before = [f"overlay/{package}", f"patches/{package}", "overlay/sets.toml"]
+    tree = subprocess.run([*git, "archive", f"{commit}^", *before], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(root)], input=tree.stdout, check=True)
     cmd = [sys.executable, "-m", "patchwheel", "--root", str(root), "follow", package]
     t = time.perf_counter()
     ran = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, capture_output=True, text=True)
     seconds = time.perf_counter() - t
-    said = ran.stdout.strip().splitlines()
-    return seconds, (said[-2] if len(said) > 1 else f"exit {ran.returncode}: {ran.stderr.strip()[-200:]}")
+    said = [ln for ln in ran.stdout.splitlines() if ln.startswith(f"{package}: ")]
+    return seconds, (said[-1] if said and ran.returncode == 0 else f"exit {ran.returncode}: {ran.stdout[-300:]}")
 
 
 def main() -> int:
