@@ -55,6 +55,9 @@ def modernize(argv: list[str]) -> list[str]:
     if argv[at : at + 1] != ["upstream"] or argv[at + 1 : at + 2] in (["run"], ["check"], ["rerender"]):
         return argv
     head, rest = argv[:at], argv[at + 1 :]
+    if any(a in ("-h", "--help") for a in rest):  # `upstream --help` lists the verbs
+        return argv
+    rest = [p for a in rest for p in (a.split("=", 1) if a.split("=", 1)[0] in OLD_SPELLINGS else [a])]
     flag = next((f for f in OLD_SPELLINGS if f in rest), None)
     command, verb = OLD_SPELLINGS[flag] if flag else ("upstream", "run")
     if flag in ("--check", "--rerender", "--list-new", "--merge"):  # a mode: the flag itself goes

@@ -136,7 +136,7 @@ def cmd_follow(args) -> int:
         for line in followreport.summary(done):
             print(line)
     if args.report:
-        body = "\n".join(followreport.markdown(done) for done in results if done.releases)
+        body = "\n".join(followreport.markdown(done) for done in results if done.releases or done.stop)
         Path(args.report).write_text(body or "Nothing new upstream.\n")
     return 1 if any(done.stop for done in results) else 0
 

@@ -52,6 +52,12 @@ def test_each_verb_takes_only_its_own_options(demo_project, capsys, args, messag
         (["--root", "r", "upstream", "--rerender"], ["--root", "r", "upstream", "rerender"]),
         (["upstream", "check"], ["upstream", "check"]),
         (["build", "--clean"], ["build", "--clean"]),
+        (["upstream", "--merge=f1", "--cells", "c"], ["watch", "merge", "f1", "--cells", "c"]),
+        (
+            ["upstream", "--line", "a/1", "a==2", "--fragment=f"],
+            ["watch", "cell", "--line", "a/1", "a==2", "--fragment", "f"],
+        ),
+        (["upstream", "--help"], ["upstream", "--help"]),
     ],
 )
 def test_the_old_spellings_still_work_for_one_release(capsys, old, new):

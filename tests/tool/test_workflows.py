@@ -111,7 +111,7 @@ def test_a_job_that_can_write_installs_only_hashed_requirements():
                 requirements = [r for r in lock.read_text().split("\n") if r and not r[0].isspace() and r[0] != "#"]
                 assert requirements and all(re.match(r"^[\w.-]+==[\w.]+ \\$", r) for r in requirements), requirements
                 assert lock.read_text().count("--hash=sha256:") >= len(requirements)
-            assert all("-e" not in shlex.split(s.get("run", "")) for s in job["steps"])  # nothing unhashed, no build
+            assert all("-e" not in shlex.split(s.get("run", ""), comments=True) for s in job["steps"])  # no build
     assert writers == 2  # the matrix's merge, and the pull request of a new line
 
 
@@ -133,43 +133,60 @@ def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
     assert "shopt -s globstar nullglob" in merging["run"] and "watch merge fragments/**/*.json" in merging["run"]
 
 
-def test_follow_runs_read_only_and_its_pull_request_takes_only_patches_and_overlay(tmp_path):
+def test_follow_runs_read_only_and_its_pull_request_takes_only_its_new_line(tmp_path):
     """follow runs the new release's code, so its job cannot write; the job that can write applies its diff only
-    where follow writes, as regular files: the step's own script, run on a diff that reaches elsewhere."""
+    where a new line of that package is written, as regular text files, and holds what the index then holds to
+    the same paths: the step's own script, run on diffs that reach elsewhere (a rename from a workflow, found by
+    review, once passed: git apply --numstat names only a rename's new path)."""
     doc = workflow("upstream-watch.yml")
     assert doc["jobs"]["follow"]["permissions"] == {"contents": "read"}
     assert doc["jobs"]["follow"]["needs"] == ["list", "merge"]
     apply = next(s for s in doc["jobs"]["propose"]["steps"] if "git apply --index" in s.get("run", ""))
+    assert apply["env"] == {"PACKAGE": "${{ matrix.package }}"}
     repo = tmp_path / "repo"
-    (repo / "patches").mkdir(parents=True)
-    (repo / "patches" / "series").write_text("a\n")
+    for rel in ("patches/demo/series", "patches/other/series", "overlay/demo/pins.toml", ".github/workflows/w.yml"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(f"{rel}\n" * 20)
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "base"], check=True)
 
-    def propose(change) -> subprocess.CompletedProcess:
+    def propose(change, *flags: str) -> subprocess.CompletedProcess:
         change(repo)
         subprocess.run([*git, "add", "-A"], check=True)
-        diff = subprocess.run([*git, "diff", "--cached", "--binary", "--no-renames"], capture_output=True).stdout
+        diff = subprocess.run([*git, "diff", "--cached", "--binary", *flags], capture_output=True).stdout
         subprocess.run([*git, "reset", "-q", "--hard"], check=True)
         subprocess.run([*git, "clean", "-qfd"], check=True)
         (tmp_path / "follow").mkdir(exist_ok=True)
         (tmp_path / "follow" / "follow.diff").write_bytes(diff)
-        env = {**os.environ, "RUNNER_TEMP": str(tmp_path)}
+        (tmp_path / "follow" / "report.md").write_text("## the report\n")
+        env = {**os.environ, "RUNNER_TEMP": str(tmp_path), "PACKAGE": "demo"}
         return subprocess.run(["bash", "-eo", "pipefail", "-c", apply["run"]], cwd=repo, env=env, capture_output=True)
 
     def workflow_edit(repo):
-        (repo / ".github").mkdir()
-        (repo / ".github" / "evil.yml").write_text("on: push\n")
+        (repo / ".github" / "workflows" / "w.yml").write_text("on: push\n")
 
     def link(repo):
-        (repo / "patches" / "link").symlink_to("/etc/passwd")
+        (repo / "patches" / "demo" / "link").symlink_to("/etc/passwd")
 
-    for bad in (workflow_edit, link):
-        ran = propose(bad)
-        assert ran.returncode == 1 and b"refused" in ran.stderr, ran
-        assert not (repo / ".github").exists() and not (repo / "patches" / "link").exists()
-    ran = propose(lambda repo: (repo / "patches" / "new.patch").write_text("x\n"))
+    def rename_a_workflow_into_the_line(repo):
+        (repo / ".github" / "workflows" / "w.yml").rename(repo / "patches" / "demo" / "notes.txt")
+
+    def another_package(repo):
+        (repo / "patches" / "other" / "series").write_text("changed\n")
+
+    def binary(repo):
+        (repo / "patches" / "demo" / "blob").write_bytes(b"\x00\x01" * 50)
+
+    cases = [(workflow_edit, ()), (link, ()), (rename_a_workflow_into_the_line, ("-M",)), (another_package, ()),
+             (binary, ())]  # fmt: skip
+    for bad, flags in cases:
+        ran = propose(bad, *flags)
+        assert ran.returncode == 1 and b"refused" in ran.stderr, (bad.__name__, ran)
+        status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout
+        assert status == "", (bad.__name__, status)
+    ran = propose(lambda repo: (repo / "patches" / "demo" / "0001-x.patch").write_text("x\n"), "--no-renames")
     assert ran.returncode == 0, ran
-    assert (repo / "patches" / "new.patch").read_text() == "x\n"
+    assert (repo / "patches" / "demo" / "0001-x.patch").read_text() == "x\n"
+    assert (tmp_path / "body.md").read_text().endswith("## the report\n")

@@ -9,7 +9,8 @@ For each package, each final release newer than its newest line (oldest first; y
    whose proof still fails, a conflict (found by the rebase), a series that would be left empty;
 3. **rebase** onto it with those verdicts (:func:`rebase.start`: a patch whose proof passes is dropped with that
    evidence, the rest carried by text), which writes the series, the pin, the first build record and the vendored
-   modules; move the set ``latest`` to the new line; **retire** the lines the retention rule no longer keeps;
+   modules; move the set ``latest`` to the new line; **retire** the package's lines the retention rule no longer
+   keeps;
 4. refresh the matrix (every kept line of the package judged on the new releases), lint, **build**, and **prove**
    the set ``latest`` both ways (its proofs on the pristine pins must fail with their bugs, on the +fixed builds
    pass) with its guards (pristine recorded, +fixed compared); a failure stops it.
@@ -33,7 +34,7 @@ from packaging.version import Version
 from .. import config, fetch, patches, vendored
 from ..build import build
 from ..config import Artifact, Project, ReleaseLine
-from ..errors import PatchwheelError
+from ..errors import MatrixError, PatchwheelError
 from ..lint import line_problems
 from ..matrix import Matrix
 from ..patches import Patch
@@ -90,14 +91,20 @@ class Followed:
         return self.releases[-1] if self.releases else self.newest
 
 
+def packages_of(project: Project, packages: list[str] | None = None) -> list[str]:
+    """The packages named (checked), or every package."""
+    return [project.line(p).package for p in packages] if packages else project.packages()
+
+
+def newer(project: Project, pkg: str) -> list[tuple[str, Artifact]]:
+    """A package's final, not yanked releases newer than its newest line, oldest first."""
+    newest = Version(project.line(pkg).version)
+    return [(v, a) for v, a, yanked in fetch.releases(pkg) if Version(v) > newest and not yanked]
+
+
 def pending(project: Project, packages: list[str] | None = None) -> dict[str, list[tuple[str, Artifact]]]:
-    """Per package (all, or those named): its final, not yanked releases newer than its newest line."""
-    names = [project.line(p).package for p in packages] if packages else project.packages()
-    out: dict[str, list[tuple[str, Artifact]]] = {}
-    for pkg in names:
-        newest = Version(project.line(pkg).version)
-        out[pkg] = [(v, a) for v, a, yanked in fetch.releases(pkg) if Version(v) > newest and not yanked]
-    return out
+    """Per package (all, or those named): its releases newer than its newest line."""
+    return {pkg: newer(project, pkg) for pkg in packages_of(project, packages)}
 
 
 def follow(
@@ -106,15 +113,24 @@ def follow(
     """Follow every package (or those named), one after the other: a later one sees what an earlier one wrote
     (a new companion). A package that stops does not stop the others."""
     out = []
-    for pkg, releases in pending(project, packages).items():
+    for pkg in packages_of(project, packages):
         project = config.load(project.root)
+        newest = project.line(pkg).version
+        try:
+            releases = newer(project, pkg)
+        except PatchwheelError as exc:  # the index cannot be read: this package stops, the others go on
+            out.append(Followed(pkg, newest, stop=Stop(_said(exc), [f"nox -s follow -- {pkg}   # once it can"])))
+            continue
         if not releases:
-            newest = project.line(pkg).version
             log(f"{pkg}: nothing newer than the line {newest} on {fetch.index_url()}; nothing changed")
             out.append(Followed(pkg, newest))
             continue
         out.append(_follow_package(project, pkg, releases, prove, log))
     return out
+
+
+def _said(exc: PatchwheelError) -> str:
+    return exc.message + (f" ({exc.hint})" if exc.hint else "")
 
 
 def _follow_package(
@@ -128,20 +144,23 @@ def _follow_package(
 
     say(f"{', '.join(v for v, _ in releases)} newer than the line {done.newest}")
     judged = upstream.Judged()  # one proof run per (release, module), shared by the line's steps and the matrix
-    with Scratch(project.root) as work:
-        try:
+    scratch = ""
+    try:
+        with Scratch(project.root) as work:
+            scratch = str(work.root)
             done.stop = _carry_all(work.root, pkg, releases, judged, done, say)
             if done.stop is None:
                 done.stop = _prove(config.load(work.root), pkg, judged, done, prove, say, work)
             if done.stop is None:
                 done.written = work.commit()
                 say(f"wrote {len(done.written)} file(s) of overlay/ and patches/")
-        except TreeChanged as exc:
-            done.stop = Stop(
-                exc.message, [f"nox -s follow -- {pkg}   # again, once your change is committed or stashed"]
-            )
-        except PatchwheelError as exc:
-            done.stop = Stop(f"{exc.message}" + (f" ({exc.hint})" if exc.hint else ""), _by_hand(pkg, done.line))
+    except TreeChanged as exc:
+        done.stop = Stop(exc.message, [f"nox -s follow -- {pkg}   # again, once your change is committed or stashed"])
+    except PatchwheelError as exc:
+        done.stop = Stop(_said(exc), _by_hand(pkg, done.line))
+    if done.stop is not None and scratch:  # what it says names the project's files, not the scratch copy's
+        done.stop.why = done.stop.why.replace(scratch, str(project.root))
+        done.stop.commands = [c.replace(scratch, str(project.root)) for c in done.stop.commands]
     done.seconds = time.perf_counter() - t0
     return done
 
@@ -158,8 +177,8 @@ def _carry_all(
         project = config.load(root)
         line = project.line(pkg)
         say(f"judging {version} (the line {line.version}'s patches: text, and proofs on the pristine release)")
+        done.releases.append(version)  # before the judging, which may stop it: the report names the release
         verdicts, stop = _judge(project, line, version, artifact, judged)
-        done.releases.append(version)
         done.verdicts[version] = verdicts
         for v in verdicts:
             say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
@@ -175,7 +194,7 @@ def _carry_all(
             set_member(project.sets_file, LATEST, pkg, version)
             done.moved = f"{LATEST}: {pkg} {done.newest} -> {version}"
             say(f"the set {LATEST} now names {pkg} {version}")
-        done.retired += retire(config.load(root), say)
+        done.retired += retire(config.load(root), pkg, say)
     return None
 
 
@@ -202,6 +221,11 @@ def _judge(
         elif patch.is_feature:
             upstream_has = v.text == "already-upstream"
             v.decision = "dropped: upstream has the change" if upstream_has else f"carried ({v.text})"
+        elif v.behaviour == "passes" and cell.drop_when_met is False:
+            problems.append(
+                f"{patch.name}: its proof passes on {line.package} {version}, before its Drop-When "
+                f"({patch.trailers.get('Drop-When')}): upstream fixed it earlier, or the proof is too weak here"
+            )
         elif v.behaviour == "passes":
             v.decision = f"dropped: its proof passes on pristine {line.package} {version} ({v.detail})"
         elif v.behaviour == "fails" and cell.drop_when_met:
@@ -234,11 +258,12 @@ def retained(project: Project) -> set[str]:
     return named | {lines[-1].key for lines in project.lines.values()}
 
 
-def retire(project: Project, say: Callable[[str], None]) -> list[str]:
-    """Remove the lines the retention rule does not keep: series, pin, vendored modules. Their wheels, once
-    published, stay on the index; git keeps the files."""
+def retire(project: Project, pkg: str, say: Callable[[str], None]) -> list[str]:
+    """Remove the lines of ``pkg`` the retention rule does not keep: series, pin, vendored modules (another
+    package's lines are its own follow's business). Their wheels, once published, stay on the index; git keeps
+    the files."""
     keep = retained(project)
-    gone = [line for line in project.all_lines() if line.key not in keep]
+    gone = [line for line in project.lines[pkg] if line.key not in keep]
     for line in gone:
         shutil.rmtree(line.patch_dir)
         remove_release(project.pins_file(line.package), line.version)
@@ -279,11 +304,17 @@ def refresh_matrix(project: Project, pkg: str, releases: list[str], judged: upst
     """The committed matrix: every line of ``pkg`` judged on ``releases`` (bisecting as the upstream check does), the
     rows of retired lines removed."""
     committed = Matrix.load(project.status_json) or Matrix()
+    torch = proofenv.torch_version()
+    if committed.torch not in (None, torch):
+        raise MatrixError(
+            f"the committed matrix was judged with torch {committed.torch}, this run's proofs use torch {torch}",
+            f"follow with TORCH_VERSION={committed.torch}, or re-run the whole matrix with torch {torch} first",
+        )
     selection = Selection.parse([f"{pkg}=={v}" for v in releases])
     lines = [
         upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in project.lines[pkg]
     ]
-    matrix = committed.merged(lines, torch=committed.torch or proofenv.torch_version())
+    matrix = committed.merged(lines, torch=torch)
     matrix.keep_lines({line.key for line in project.all_lines()})
     matrix.save(project.status_json)
 

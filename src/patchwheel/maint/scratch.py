@@ -94,32 +94,47 @@ class Scratch(TempFolder):
                 "commit or stash what you changed, then run follow again",
             )
         changed, removed = self.changes()
-        with held_interrupts():
+        staged: dict[str, str] = {}
+        try:  # first every new file beside its target (a full disk stops it here, with nothing replaced) ...
             for rel in sorted(changed):
-                _replace(self.root / rel, self.project / rel)
-            for rel in removed:
-                (self.project / rel).unlink()
-                _prune(self.project / rel, self.project)
+                staged[rel] = _stage(self.root / rel, self.project / rel)
+            with held_interrupts():  # ... then renames and removals only, which an interrupt does not cut
+                for rel in sorted(changed):
+                    os.replace(staged.pop(rel), self.project / rel)
+                for rel in removed:
+                    (self.project / rel).unlink()
+                    _prune(self.project / rel, self.project)
+        finally:
+            for tmp in staged.values():
+                os.unlink(tmp)
         return sorted(changed) + removed
 
 
-def _replace(source: Path, target: Path) -> None:
+def _stage(source: Path, target: Path) -> str:
+    """``source``'s bytes in a new file beside ``target``, to be renamed over it."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".follow")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(source.read_bytes())
         os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)
         raise
+    return tmp
 
 
 def _prune(path: Path, root: Path) -> None:
-    """Remove the folders above a removed file that it left empty, up to (not including) the WRITES folders."""
+    """Remove the folders above a removed file that it left empty, up to (not including) the WRITES folders. What
+    the copy never held there is only caches (``__pycache__``, ``.pyc``), which go with their folder: a retired
+    line's folder leaves nothing behind."""
     folder = path.parent
-    while folder != root and folder.parent != root and not any(folder.iterdir()):
+    while folder != root and folder.parent != root:
+        for entry in list(folder.iterdir()):
+            if _SKIP(str(folder), [entry.name]) and not entry.is_symlink():
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        if any(folder.iterdir()):
+            return
         folder.rmdir()
         folder = folder.parent
 
@@ -197,9 +212,11 @@ def remove_release(pins: Path, version: str) -> None:
     if span is None:
         raise PatchwheelError(f'{pins} has no [release."{version}"] table', "remove it by hand")
     start, end = span
-    while end > start + 1 and not lines[end - 1].strip():  # the blank lines before the next table stay
-        end -= 1
-    while start > 0 and not lines[start - 1].strip():  # and those before this one go with it
+    while end > start + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1  # the blank lines and comments just above the next table are the next table's
+    while start > 0 and lines[start - 1].lstrip().startswith("#"):
+        start -= 1  # the comments just above this table are its own
+    while start > 0 and not lines[start - 1].strip():
         start -= 1
     text = "".join(lines[:start] + lines[end:]).rstrip("\n") + "\n"
 
