@@ -51,18 +51,14 @@ def _consumer_line(name: str, members: dict[str, str], wheels: list[DistWheel], 
 
 
 def cmd_lint(args) -> int:
-    from .lint import line_problems
     from .maint import submission
     from .matrix import Matrix
 
     project = config.load(root(args))
     matrix = Matrix.load(project.status_json)
-    newest = {project.lines[pkg][-1].key for pkg in project.packages()}
     bad = 0
     for line in project.select(args.lines):
-        problems = line_problems(project, line, matrix)
-        if not problems and line.key in newest:  # what export sends upstream: upstream-pr/<pkg>/<slug>/
-            problems = submission.line_problems(project.root, line)
+        problems = submission.lint_line(project, line, matrix)
         n = len(patches.series_names(line)) if not problems else "?"
         print(f"{line.key}: {'ok' if not problems else 'FAILED'} ({n} patch(es))")
         for p in problems:

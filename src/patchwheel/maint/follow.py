@@ -35,7 +35,6 @@ from .. import config, fetch, patches, vendored
 from ..build import build
 from ..config import Artifact, Project, ReleaseLine
 from ..errors import MatrixError, PatchwheelError
-from ..lint import line_problems
 from ..matrix import Matrix
 from ..patches import Patch
 from ..reporter import CONSOLE
@@ -322,13 +321,7 @@ def refresh_matrix(project: Project, pkg: str, releases: list[str], judged: upst
 def lint(project: Project) -> list[str]:
     """What `nox -s lint` checks of the series, the matrix, the build records and the vendored modules."""
     matrix = Matrix.load(project.status_json)
-    newest = {lines[-1].key for lines in project.lines.values()}
-    out = []
-    for line in project.all_lines():
-        problems = line_problems(project, line, matrix)
-        if not problems and line.key in newest:  # what export sends upstream for the newest line's fixes
-            problems = submission.line_problems(project.root, line)
-        out += [f"{line.key}: {p}" for p in problems]
+    out = [f"{line.key}: {p}" for line in project.all_lines() for p in submission.lint_line(project, line, matrix)]
     return out + vendored.check(project)
 
 

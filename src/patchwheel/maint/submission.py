@@ -29,6 +29,8 @@ from pathlib import Path
 
 from ..config import Project, ReleaseLine, path_problem
 from ..errors import PatchError
+from ..lint import line_problems as line_problems_of_pipeline
+from ..matrix import Matrix
 from ..patches import Patch
 
 FOLDER = "upstream-pr"
@@ -173,6 +175,15 @@ def line_problems(root: Path, line: ReleaseLine) -> list[str]:
     from ..patches import load_series
 
     return [why for p in load_series(line) for why in check(folder(root, line.package, p.slug), p)]
+
+
+def lint_line(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
+    """Everything `patchwheel lint` asks of a line: its series, the matrix and its build record
+    (:func:`patchwheel.lint.line_problems`), then, on a package's newest line, what export sends upstream."""
+    problems = line_problems_of_pipeline(project, line, matrix)
+    if not problems and line.key == project.lines[line.package][-1].key:
+        problems = line_problems(project.root, line)
+    return problems
 
 
 def lint(project: Project) -> dict[str, list[str]]:
