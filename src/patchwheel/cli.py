@@ -19,6 +19,7 @@ from .commands import (
 from .errors import PatchwheelError
 from .maint_commands import (
     cmd_base_env,
+    cmd_derive,
     cmd_export,
     cmd_follow,
     cmd_mutants,
@@ -98,6 +99,8 @@ HELP = {
     "watch merge": f"merge the cells' fragments into {WHERE}",
     "follow": "carry each package's newest line onto the newer upstream releases, where nothing needs judgement "
     "(exit 1: a package stopped, with the commands a maintainer runs)",
+    "derive": "make a release line for a release users run, from the nearest line, proven both ways "
+    "(exit 1: it stopped, with the commands a maintainer runs)",
     "vendor": "write overlay/<pkg>/<version>/: the fixed modules, from the pinned wheel and the series",
     "rebase": "write patches/<pkg>/<version>/ from the newest line of <pkg>",
     "refresh": "fold the edits of overlay/<pkg>/<version>/ into one patch (message and trailers kept)",
@@ -168,6 +171,13 @@ def _maintenance_commands(sub) -> None:
     follow.add_argument("packages", nargs="*", help="e.g. transformers (default: every package)")
     follow.add_argument("--report", metavar="FILE", help="also write what it did as Markdown (a pull request's body)")
     follow.add_argument("--pending", action="store_true", help="print the packages with a newer release, as JSON")
+    derive = _command(sub, cmd_derive, "derive")
+    derive.add_argument("release", help="pkg==version, e.g. transformers==4.57.6")
+    derive.add_argument("--from", dest="source", metavar="VERSION", help="the line to carry (default: the nearest)")
+    derive.add_argument("--set", dest="set_name", help="the consumer set naming the line (default: v<major>.<minor>)")
+    then = derive.add_mutually_exclusive_group()
+    then.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
+    then.add_argument("--abort", action="store_true", help="drop the work folder a conflict left")
     rebase = _command(sub, cmd_rebase, "rebase", line=True)
     rebase.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     rebase.add_argument("--text-only", action="store_true", help="do not drop patches whose proof passes upstream")

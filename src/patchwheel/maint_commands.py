@@ -141,6 +141,24 @@ def cmd_follow(args) -> int:
     return 1 if any(done.stop for done in results) else 0
 
 
+def cmd_derive(args) -> int:
+    from .maint import derive, followreport, setruns
+
+    project = config.load(root(args))
+    if (args.cont or args.abort) and (args.source or args.set_name):
+        raise ConfigError("--from and --set are the start's: a derive in progress keeps its own", "leave them out")
+    if args.abort:
+        print(f"removed {derive.abort(project, args.release)}")
+        return 0
+    if args.cont:
+        done = derive.resume(project, args.release, setruns.prove_set)
+    else:
+        done = derive.derive(project, args.release, setruns.prove_set, source=args.source, set_name=args.set_name)
+    for line in followreport.derived(done):
+        print(line)
+    return 1 if done.stop else 0
+
+
 def cmd_rebase(args) -> int:
     from .maint import rebase
 

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from patchwheel import gitops  # noqa: E402
+from patchwheel.maint import proofenv  # noqa: E402
+from patchwheel.maint.setruns import Run  # noqa: E402
 from patchwheel.rewrite import record_hash  # noqa: E402
 
 CORE = b'''"""demo core."""
@@ -288,3 +290,57 @@ def stub_proof_runs(monkeypatch, tmp_path: Path, run_proof) -> None:
         "run_proofs",
         lambda env, root, files, timeout=900, first_bug=False: {f: run_proof(env, root, f) for f in files},
     )
+
+
+# --- follow and derive: the tree they may not change when they stop, and the proof runs they are given ------------
+
+#: What a faked set proof returns when it went through.
+PROVEN = [
+    Run("proofs on the pristine pins", True, "1 xfailed"),
+    Run("proofs on the +fixed builds", True, "1 passed"),
+]
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file of patches/, overlay/ and dist/ with its sha256: what follow may not change when it stops."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for top in ("patches", "overlay", "dist")
+        for p in sorted((root / top).rglob("*"))
+        if p.is_file()
+    }
+
+
+def proofs(monkeypatch, tmp_path, passes_from: dict[str, str] | None = None, verdict: str | None = None) -> list:
+    """Each proof module fails on every demo release, or passes from the release ``passes_from`` names for it;
+    ``verdict`` forces one outcome. The (release, module) pairs judged, in order."""
+    judged: list = []
+
+    def run_proof(env, root, proof, timeout=900, first_bug=False):
+        release = Path(env).name.split("+")[0].split("-", 1)[1]
+        judged.append((release, proof))
+        if verdict is not None:
+            return proofenv.ProofOutcome(verdict, f"{verdict}: forced by the test")
+        fixed = (
+            passes_from
+            and proof in passes_from
+            and tuple(map(int, release.split("."))) >= tuple(map(int, passes_from[proof].split(".")))
+        )
+        return proofenv.ProofOutcome("passes", "1 passed") if fixed else proofenv.ProofOutcome("fails", "BugSymptom")
+
+    stub_proof_runs(monkeypatch, tmp_path, run_proof)
+    return judged
+
+
+class Prover:
+    """Stands in for setruns.prove_set: records what it was asked to prove and gives ``runs``."""
+
+    def __init__(self, runs=PROVEN, action=None) -> None:
+        self.runs, self.action = runs, action
+        self.calls: list[tuple[dict[str, str], list[str]]] = []
+
+    def __call__(self, project, members, dist, log):
+        self.calls.append(({p: line.version for p, line in members.items()}, sorted(x.name for x in dist.iterdir())))
+        if self.action is not None:
+            self.action(project)
+        return self.runs

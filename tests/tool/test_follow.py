@@ -4,33 +4,20 @@ was. The proof runs are faked: the text check, the rebase, the vendoring, the bu
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import follow, followreport, proofenv
+from patchwheel.maint import follow, followreport
 from patchwheel.maint.scratch import remove_release, set_member
 from patchwheel.maint.setruns import Run
 
-from conftest import CORE, INIT, SUBMISSION, TRAILERS, edit_greet, make_patch, stub_proof_runs
+from conftest import CORE, INIT, PROVEN, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
 
 FIX = b'"hello, " + name'
 TRAILERS_KEPT = {**TRAILERS, "Drop-When": "proof-passes-upstream"}
-PROVEN = [Run("proofs on the pristine pins", True, "1 xfailed"), Run("proofs on the +fixed builds", True, "1 passed")]
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every file of patches/, overlay/ and dist/ with its sha256: what follow may not change when it stops."""
-    return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for top in ("patches", "overlay", "dist")
-        for p in sorted((root / top).rglob("*"))
-        if p.is_file()
-    }
 
 
 def latest_only(demo, drop_when: str = "proof-passes-upstream") -> None:
@@ -40,41 +27,6 @@ def latest_only(demo, drop_when: str = "proof-passes-upstream") -> None:
     files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
     demo.set_series(("0001-greet-comma.patch", make_patch(files, edit_greet, "Greet with a comma",
                                                           {**TRAILERS, "Drop-When": drop_when})))  # fmt: skip
-
-
-def proofs(monkeypatch, tmp_path, passes_from: dict[str, str] | None = None, verdict: str | None = None) -> list:
-    """Each proof module fails on every demo release, or passes from the release ``passes_from`` names for it;
-    ``verdict`` forces one outcome. The (release, module) pairs judged, in order."""
-    judged: list = []
-
-    def run_proof(env, root, proof, timeout=900, first_bug=False):
-        release = Path(env).name.split("+")[0].split("-", 1)[1]
-        judged.append((release, proof))
-        if verdict is not None:
-            return proofenv.ProofOutcome(verdict, f"{verdict}: forced by the test")
-        fixed = (
-            passes_from
-            and proof in passes_from
-            and tuple(map(int, release.split("."))) >= tuple(map(int, passes_from[proof].split(".")))
-        )
-        return proofenv.ProofOutcome("passes", "1 passed") if fixed else proofenv.ProofOutcome("fails", "BugSymptom")
-
-    stub_proof_runs(monkeypatch, tmp_path, run_proof)
-    return judged
-
-
-class Prover:
-    """Stands in for setruns.prove_set: records what it was asked to prove and gives ``runs``."""
-
-    def __init__(self, runs=PROVEN, action=None) -> None:
-        self.runs, self.action = runs, action
-        self.calls: list[tuple[dict[str, str], list[str]]] = []
-
-    def __call__(self, project, members, dist, log):
-        self.calls.append(({p: line.version for p, line in members.items()}, sorted(x.name for x in dist.iterdir())))
-        if self.action is not None:
-            self.action(project)
-        return self.runs
 
 
 def test_a_release_the_series_carries_onto_becomes_the_latest_line(demo_project, monkeypatch, tmp_path, capsys):

@@ -177,14 +177,14 @@ def _carry_all(
         line = project.line(pkg)
         say(f"judging {version} (the line {line.version}'s patches: text, and proofs on the pristine release)")
         done.releases.append(version)  # before the judging, which may stop it: the report names the release
-        verdicts, stop = _judge(project, line, version, artifact, judged)
+        verdicts, stop = judge(project, line, version, artifact, judged)
         done.verdicts[version] = verdicts
         for v in verdicts:
             say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
         if stop is not None:
             return stop
         said: list[str] = []
-        if not rebase.start(project, pkg, version, judge=_as_judged(verdicts), log=said.append):
+        if not rebase.start(project, pkg, version, judge=as_judged(verdicts), log=said.append):
             conflict = next((s for s in said if "CONFLICT" in s), "a conflict")
             return Stop(f"{pkg} {version}: {conflict}: the patch must be carried by hand", _by_hand(pkg, version))
         done.carried += [s for s in said if not s.startswith("  ")]
@@ -197,18 +197,25 @@ def _carry_all(
     return None
 
 
-def _as_judged(verdicts: list[Verdict]) -> Callable[[Patch], proofenv.ProofOutcome]:
+def as_judged(verdicts: list[Verdict]) -> Callable[[Patch], proofenv.ProofOutcome]:
     """The rebase's judge: the verdicts follow already has, so no proof runs twice."""
     outcomes = {v.patch: proofenv.ProofOutcome(v.behaviour, v.detail) for v in verdicts}
     return lambda patch: outcomes[patch.name]
 
 
-def _judge(
-    project: Project, line: ReleaseLine, version: str, artifact: Artifact, judged: upstream.Judged
+def judge(
+    project: Project,
+    line: ReleaseLine,
+    version: str,
+    artifact: Artifact,
+    judged: upstream.Judged,
+    by_hand: Callable[[str, str], list[str]] | None = None,
 ) -> tuple[list[Verdict], Stop | None]:
-    """The verdicts of the line's patches on ``version``, with follow's decision each, or the stop."""
+    """The verdicts of the line's patches on ``version`` (newer or older than the line), with the decision each,
+    or the stop: the one policy of `follow` and `derive`. ``by_hand(pkg, version)``: the commands a stop names
+    (default: follow's, a rebase by hand)."""
     selection = Selection.parse([f"{line.package}=={version}"])
-    judged_line = upstream.check_line(project, line, selection, selection, judged=judged)
+    judged_line = upstream.check_line(project, line, selection, selection, judged=judged, older=True)
     verdicts: list[Verdict] = []
     problems: list[str] = []
     unjudged: list[str] = []
@@ -248,7 +255,7 @@ def _judge(
         return verdicts, None
     env = proofenv.release_env_path(project.cache, [(line.package, artifact)] + upstream.companions(project, line))
     see = [f"{env}/bin/python -m pytest {test} --proof-expect=observe   # why it cannot judge" for test in unjudged]
-    return verdicts, Stop("; ".join(problems), see + _by_hand(line.package, version))
+    return verdicts, Stop("; ".join(problems), see + (by_hand or _by_hand)(line.package, version))
 
 
 def retained(project: Project) -> set[str]:
@@ -278,17 +285,28 @@ def _prove(project: Project, pkg: str, judged, done: Followed, prove: Prove, say
     problems = lint(project)
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(pkg, done.line))
-    members = _proven_set(project, pkg)
+    done.runs = build_and_prove(project, _proven_set(project, pkg), work, prove, say)
+    return proof_stop(f"{pkg} {done.line}", done.runs, _by_hand(pkg, done.line))
+
+
+def build_and_prove(
+    project: Project, members: dict[str, ReleaseLine], work: Scratch, prove: Prove, say: Callable[[str], None]
+) -> list[Run]:
+    """Build the set ``members`` into the scratch copy's dist/ and prove it both ways, with its guards."""
     dist = work.root / "dist"
     build(project, dist, select=[f"{line.package}=={line.version}" for line in members.values()], log=lambda m: None)
     said = ", ".join(f"{line.package} {line.version}" for line in members.values())
     say(f"built {said}; proving it both ways, with its guards")
-    done.runs = prove(project, members, dist, say)
-    failed = [r for r in done.runs if not r.ok]
-    if failed:
-        why = "; ".join(f"{r.name} failed ({r.summary})" for r in failed)
-        return Stop(f"{pkg} {done.line}: {why}\n{failed[0].tail}".rstrip(), _by_hand(pkg, done.line))
-    return None
+    return prove(project, members, dist, say)
+
+
+def proof_stop(what: str, runs: list[Run], commands: list[str]) -> Stop | None:
+    """The stop when a proof or guard run failed (its output's end in the message), else None."""
+    failed = [r for r in runs if not r.ok]
+    if not failed:
+        return None
+    why = "; ".join(f"{r.name} failed ({r.summary})" for r in failed)
+    return Stop(f"{what}: {why}\n{failed[0].tail}".rstrip(), commands)
 
 
 def _proven_set(project: Project, pkg: str) -> dict[str, ReleaseLine]:
@@ -302,18 +320,25 @@ def _proven_set(project: Project, pkg: str) -> dict[str, ReleaseLine]:
 def refresh_matrix(project: Project, pkg: str, releases: list[str], judged: upstream.Judged) -> None:
     """The committed matrix: every line of ``pkg`` judged on ``releases`` (bisecting as the upstream check does), the
     rows of retired lines removed."""
+    selection = Selection.parse([f"{pkg}=={v}" for v in releases])
+    judge_into_matrix(project, project.lines[pkg], selection, judged)
+
+
+def judge_into_matrix(
+    project: Project, lines: list[ReleaseLine], selection: Selection, judged: upstream.Judged
+) -> None:
+    """Judge ``lines`` on the selected releases newer than each (bisecting as the upstream check does) into the
+    committed matrix, the rows of lines no longer pinned removed; refused when the matrix was judged with another
+    torch than this run's proofs use."""
     committed = Matrix.load(project.status_json) or Matrix()
     torch = proofenv.torch_version()
     if committed.torch not in (None, torch):
         raise MatrixError(
             f"the committed matrix was judged with torch {committed.torch}, this run's proofs use torch {torch}",
-            f"follow with TORCH_VERSION={committed.torch}, or re-run the whole matrix with torch {torch} first",
+            f"run it with TORCH_VERSION={committed.torch}, or re-run the whole matrix with torch {torch} first",
         )
-    selection = Selection.parse([f"{pkg}=={v}" for v in releases])
-    lines = [
-        upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in project.lines[pkg]
-    ]
-    matrix = committed.merged(lines, torch=torch)
+    judged_lines = [upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in lines]
+    matrix = committed.merged(judged_lines, torch=torch)
     matrix.keep_lines({line.key for line in project.all_lines()})
     matrix.save(project.status_json)
 

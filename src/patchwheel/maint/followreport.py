@@ -1,4 +1,5 @@
-"""What `follow` did, for people: a few lines on the terminal, and Markdown for the pull request the watch opens.
+"""What `follow` and `derive` did, for people: a few lines on the terminal, and Markdown for the pull request the
+watch opens.
 
 The Markdown shows text a proof run printed (upstream's own messages): it goes through the matrix's escaping
 (:func:`matrix_md.md_text`), as the matrix's Markdown does.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from ..matrix import WHERE
 from ..matrix_md import md_code, md_text
+from .derive import Derived
 from .follow import LATEST, Followed
 
 
@@ -87,3 +89,21 @@ def markdown(done: Followed) -> str:
     )
     out.append(f"- {len(done.written)} file(s) of overlay/ and patches/ written")
     return "\n".join(out) + "\n"
+
+
+def derived(done: Derived) -> list[str]:
+    """The closing lines of a derive."""
+    what = f"{done.package} {done.version}"
+    if done.stop is not None:
+        where = f"; the work repository waits in {done.waiting}" if done.waiting else ""
+        out = [f"{what}: STOPPED, nothing of the project written{where}: {done.stop.why}"]
+        return out + ["  a maintainer takes it from here:"] + [f"    {c}" for c in done.stop.commands]
+    kept = sum(not v.decision.startswith("dropped") for v in done.verdicts)
+    parts = [f"{what}+fixed derived from the line {done.source} in {done.seconds:.0f} s"]
+    parts.append(f"{kept} patch(es) kept, {len(done.verdicts) - kept} dropped")
+    parts.append(done.set_change)
+    if done.retired:
+        parts.append("retired " + ", ".join(done.retired))
+    parts.append("proofs and guards passed both ways" if done.runs else "nothing to prove")
+    parts.append(f"{len(done.written)} file(s) written")
+    return ["; ".join(parts), "next: review and commit them (git status); `nox -s build` puts the wheels into dist/"]

@@ -27,12 +27,13 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from .. import buildno, config, fetch, gitops, vendored
-from ..config import Artifact, Project
+from ..config import Artifact, Project, ReleaseLine
 from ..errors import ConfigError
 from ..names import patch_name, slug_of
 from ..patches import Patch, load_series, parse_patch
 from ..reporter import CONSOLE
 from . import proofenv
+from .scratch import add_release
 from .textcheck import carry
 from .upstream import companions
 from .workrepo import WorkRepo, release_files, touched
@@ -90,28 +91,50 @@ def start(
     log=CONSOLE,
     judge: Callable[[Patch], proofenv.ProofOutcome] | None = None,
 ) -> bool:
-    """Start a rebase: True when the new line was written, False when a patch stopped at a conflict (it is left in
-    the work repository, with the commands to go on). ``judge``: a patch's proof verdict on the pristine new release
-    (default: run it in a cached environment)."""
+    """Start a rebase of the newest line onto a newer release: True when the new line was written, False when a
+    patch stopped at a conflict (it is left in the work repository, with the commands to go on). ``judge``: a
+    patch's proof verdict on the pristine new release (default: run it in a cached environment)."""
     version = _version(version)
     old = project.line(package)
     if Version(version) <= Version(old.version):
-        raise ConfigError(f"{version} is not newer than the newest line {old.key}", "rebase onto a newer release")
-    target = old.patch_dir.parent / version
+        raise ConfigError(
+            f"{version} is not newer than the newest line {old.key}",
+            f"rebase onto a newer release; for an older one, `nox -s derive -- {package}=={version}`",
+        )
+    return carry_line(project, old, version, behaviour=behaviour, log=log, judge=judge)
+
+
+def carry_line(
+    project: Project,
+    source: ReleaseLine,
+    version: str,
+    *,
+    behaviour: bool = True,
+    log=CONSOLE,
+    judge: Callable[[Patch], proofenv.ProofOutcome] | None = None,
+    by: str = "rebase",
+) -> bool:
+    """Carry the line ``source`` onto the upstream release ``version``, newer or older than it (``rebase`` and
+    ``derive`` both start here): True when the new line was written, False at a conflict, which is left in the
+    work repository ``.rebase/<pkg>-<version>/`` with the commands to go on (``by`` names the command)."""
+    package = source.package
+    target = project.series_dir(package, version)
     if target.exists():
-        raise ConfigError(f"{target} already exists", f"remove it to rebase again (git rm -r {target})")
+        raise ConfigError(
+            f"{target} already exists", f"remove it to carry a line onto {version} again (git rm -r {target})"
+        )
     work = _work(project, package, version)
     if work.exists():
         raise ConfigError(
             f"a rebase onto {package} {version} is in progress in {work}",
-            f"finish it with `nox -s rebase -- {package} {version} --continue`, or delete {work}",
+            f"finish it with `{_continue(by, package, version)}`, or delete {work}",
         )
     wheel, sdist = release_artifacts(package, version)
-    series = load_series(old)
+    series = load_series(source)
     dropped: dict[str, str] = {}
     if behaviour:
         if judge is None:
-            env = proofenv.release_env(project.cache, [(package, wheel)] + companions(project, old))
+            env = proofenv.release_env(project.cache, [(package, wheel)] + companions(project, source))
             judge = lambda p: proofenv.run_proof(env, project.root, p.test_module)  # noqa: E731
         for p in series:
             if p.is_feature:
@@ -122,25 +145,44 @@ def start(
             if outcome.verdict == "passes":
                 dropped[p.name] = f"its proof passes on pristine {package} {version}"
     keep = [p for p in series if p.name not in dropped]
-    new_files = release_files(old, touched(series), wheel)
+    new_files = release_files(source, touched(series), wheel)
     work.mkdir(parents=True)
+    # The source line's patch files, copied: the work folder holds everything a --continue needs, wherever the
+    # project (or a scratch copy of it) is then.
+    (work / "source").mkdir()
+    for p in series:
+        (work / "source" / p.name).write_bytes(p.path.read_bytes())
     # The whole series: a kept patch may build on a dropped one (its diff is against that state).
-    repo = WorkRepo.of_line(old, series, at=work / "repo")
+    repo = WorkRepo.of_line(source, series, at=work / "repo")
     gitops.git(repo.path, "branch", "-q", "series")
     onto = repo.branch("rebased", repo.base, new_files, f"pristine {package} {version}")
     commits = repo.commits
     state = {
         "package": package,
-        "from": old.version,
+        "from": source.version,
         "to": version,
+        "by": by,
         "onto": onto,
         "wheel": [wheel.filename, wheel.sha256],
         "sdist": [sdist.filename, sdist.sha256] if sdist else None,
-        "todo": [[p.name, commits[p.name], str(p.path)] for p in keep],
+        "todo": [[p.name, commits[p.name], f"source/{p.name}"] for p in keep],
         "done": {},
         "dropped": dropped,
     }
     return _proceed(project, work, state, log)
+
+
+def _continue(by: str, package: str, version: str) -> str:
+    """The command that goes on after a conflict is resolved, for the command that stopped there."""
+    if by == "derive":
+        return f"nox -s derive -- {package}=={version} --continue"
+    return f"nox -s rebase -- {package} {version} --continue"
+
+
+def in_progress(project: Project, package: str, version: str) -> dict | None:
+    """The state of the carry onto ``package`` ``version`` waiting in ``.rebase/``, or None."""
+    state_file = _work(project, package, version) / "state.json"
+    return json.loads(state_file.read_text()) if state_file.is_file() else None
 
 
 def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool:
@@ -153,6 +195,8 @@ def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool
             f"start one with `nox -s rebase -- {package} {version}`",
         )
     state = json.loads(state_file.read_text())
+    if not state["todo"]:  # every patch carried, the line not written yet (a later step stopped): write it
+        return _proceed(project, work, state, log)
     repo = work / "repo"
     unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
     if unmerged:
@@ -172,7 +216,7 @@ def _proceed(project: Project, work: Path, state: dict, log) -> bool:
     repo = work / "repo"
     while state["todo"]:
         name, commit, path = state["todo"][0]
-        result = carry(repo, parse_patch(Path(path)), commit)
+        result = carry(repo, parse_patch(work / path), commit)  # older states: an absolute path
         if result.status == "conflict":
             # Leave the conflict in the work tree for a human.
             gitops.try_git(repo, "cherry-pick", commit)
@@ -181,8 +225,8 @@ def _proceed(project: Project, work: Path, state: dict, log) -> bool:
             log(f"  resolve it in {repo}/{result.conflicts[0]} (conflict markers), keeping the patch's intent;")
             log(f"  then: git -C {repo} add {' '.join(result.conflicts)}")
             log(f"        (to describe the fix anew for {state['to']}: git -C {repo} commit, and edit the message)")
-            log(f"        nox -s rebase -- {state['package']} {state['to']} --continue")
-            log(f"  the original patch: {path}")
+            log(f"        {_continue(state.get('by', 'rebase'), state['package'], state['to'])}")
+            log(f"  the original patch: {work / path}")
             return False
         if result.status == "already-upstream":
             state["dropped"][name] = f"its text is already in {state['package']} {state['to']} ({result.detail})"
@@ -211,7 +255,9 @@ def _write_line(project: Project, work: Path, state: dict, log) -> None:
             f"{len(revs)} commits in {repo} but {len(names)} carried patches",
             "the work repository was changed by hand beyond the conflict; start over",
         )
-    lines = [f"# Patch series for {package} {version}, rebased from {state['from']} by `patchwheel rebase`."]
+    by = state.get("by", "rebase")
+    how = "derived" if by == "derive" else "rebased"
+    lines = [f"# Patch series for {package} {version}, {how} from {state['from']} by `patchwheel {by}`."]
     for name, why in state["dropped"].items():
         lines.append(f"# dropped {name}: {why}")
     for i, (rev, name) in enumerate(zip(revs, names, strict=True), 1):  # lengths checked above
@@ -221,11 +267,11 @@ def _write_line(project: Project, work: Path, state: dict, log) -> None:
     (tmp / "series").write_text("\n".join(lines) + "\n")
     tmp.replace(target)
     pins = project.pins_file(package)
-    text = pins.read_text().rstrip("\n") + f'\n\n[release."{version}"]\n'
-    text += f'wheel = {{ filename = "{state["wheel"][0]}", sha256 = "{state["wheel"][1]}" }}\n'
+    table = f'[release."{version}"]\n'
+    table += f'wheel = {{ filename = "{state["wheel"][0]}", sha256 = "{state["wheel"][1]}" }}\n'
     if state["sdist"]:
-        text += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
-    pins.write_text(text)
+        table += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
+    add_release(pins, version, table)
     wrote, pinned = target.relative_to(project.root), pins.relative_to(project.root)
     log(f"wrote {wrote}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pinned}")
     fresh = config.load(project.root)  # with the new pin

@@ -7,8 +7,8 @@ which the proof runs read from the same root), so that a stop or an interrupt le
 :meth:`Scratch.commit` writes into the project: the files of ``overlay/`` and ``patches/`` that differ, checked first
 to be as they were when copied (nothing edited meanwhile is overwritten), with interrupts held until it is done.
 
-Also here: the two text edits of the configuration that follow makes (a set's member, a release's pin table), each
-written only when the file reads back as intended.
+Also here: the text edits of the configuration that follow and derive make (a set's member, a new set, a release's
+pin table added or removed), each written only when the file reads back as intended.
 """
 
 from __future__ import annotations
@@ -205,6 +205,20 @@ def set_member(sets_file: Path, set_name: str, package: str, version: str) -> No
     _write_checked(sets_file, "".join(lines), reads_back, f'set {package} = "{version}" in [set.{quoted}] by hand')
 
 
+def add_set(sets_file: Path, name: str, members: dict[str, str]) -> None:
+    """A new ``[set.<name>]`` table at the end of overlay/sets.toml, every other line kept."""
+    text = sets_file.read_text() if sets_file.is_file() else ""
+    quoted = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
+    table = f"# Made by `patchwheel derive` for users who pin {next(iter(members))} {next(iter(members.values()))}.\n"
+    table += f"[set.{quoted}]\n" + "".join(f'{p} = "{v}"\n' for p, v in members.items())
+    new = (text.rstrip("\n") + "\n\n" if text.strip() else "") + table
+    if tomllib.loads(new).get("set", {}).get(name) != members:
+        raise PatchwheelError(f"{sets_file}: the tool cannot add [set.{quoted}] to it", f"add it by hand: {table}")
+    tmp = sets_file.with_name(f".{sets_file.name}.follow")
+    tmp.write_text(new)
+    os.replace(tmp, sets_file)
+
+
 def remove_release(pins: Path, version: str) -> None:
     """Remove the ``[release."<version>"]`` table (and the blank lines before it) from a pins.toml."""
     lines = pins.read_text().splitlines(keepends=True)
@@ -224,3 +238,33 @@ def remove_release(pins: Path, version: str) -> None:
         return version not in data["release"]
 
     _write_checked(pins, text, reads_back, f'remove the [release."{version}"] table by hand')
+
+
+def add_release(pins: Path, version: str, table: str) -> None:
+    """Add the ``[release."<version>"]`` table ``table`` to a pins.toml, before the first release table of a newer
+    version (so the file lists its lines oldest first, as the tool reads them), every other line kept."""
+    from packaging.version import InvalidVersion, Version
+
+    lines = pins.read_text().splitlines(keepends=True)
+    at = len(lines)
+    for i, line in enumerate(lines):
+        name = _table_name(line)
+        if name is None or not name.startswith('release."'):
+            continue
+        try:
+            newer = Version(name[len('release."') : -1]) > Version(version)
+        except InvalidVersion:
+            continue
+        if newer:
+            at = i
+            while at > 0 and lines[at - 1].lstrip().startswith("#"):
+                at -= 1  # the comments just above that table are its own
+            break
+    head = "".join(lines[:at]).rstrip("\n")
+    tail = "".join(lines[at:])
+    text = (head + "\n\n" if head else "") + table.rstrip("\n") + "\n" + ("\n" + tail if tail else "")
+
+    def reads_back(data: dict) -> bool:
+        return version in data["release"] and tomllib.loads(table)["release"][version] == data["release"][version]
+
+    _write_checked(pins, text, reads_back, f'add the [release."{version}"] table by hand')

@@ -100,16 +100,20 @@ def check_line(
     judged: Judged | None = None,
     bisect: bool = False,
     report: Reporter = CONSOLE,
+    older: bool = False,
 ) -> LineMatrix:
     """The matrix of one release line over the selected newer releases. ``behaviour``: the releases to run proofs
     on; with ``bisect``, those are only where the verdicts can change (see maint/bisection.py) and every other cell
-    is inferred. ``judged``: the run's verdict cache, shared by its lines (a fresh one when not given)."""
+    is inferred. ``judged``: the run's verdict cache, shared by its lines (a fresh one when not given). ``older``:
+    selected releases older than the line count too (what `derive` asks of a line it carries backwards; the
+    committed matrix has only newer ones)."""
     judged = judged if judged is not None else Judged()
     series = load_series(line)
     releases = [
         (v, a, y)
         for v, a, y in fetch.releases(line.package)
-        if Version(v) > Version(line.version) and selection.wants(line.package, v)
+        if (Version(v) > Version(line.version) or (older and Version(v) < Version(line.version)))
+        and selection.wants(line.package, v)
     ]
     paths = touched(series)
     old = {p: d for p, d in release_files(line, paths).items() if d is not None}

@@ -1,0 +1,269 @@
+"""`patchwheel derive` on the demo package: a line for a release older than every line (backwards), one between
+two lines (forwards, from the older), a conflict that stops it and a resume after the maintainer resolved it, the
+fixes another line carries, and interrupts that must leave the project (and a waiting work folder) as they were.
+The proof runs are faked; the judging, the rebase, the vendoring, the build, the matrix and lint are real."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from patchwheel import buildno, cli, config, gitops, vendored
+from patchwheel.errors import PatchwheelError
+from patchwheel.maint import derive, follow, followreport, rebase
+from patchwheel.maint.setruns import Run
+
+from conftest import CORE, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
+
+CONFLICTING = CORE.replace(b'"hello " + name', b'"hi " + name')
+KEPT = {**TRAILERS, "Drop-When": "proof-passes-upstream"}
+
+
+def kept_by_proof(demo) -> None:
+    """The demo's patch is judged by its proof alone (its own Drop-When, demo>=1.1.0, would hold on 1.1.0+)."""
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    demo.set_series(("0001-greet-comma.patch", make_patch(files, edit_greet, "Greet with a comma", KEPT)))
+
+
+def work_tree(root: Path) -> dict[str, str]:
+    """Every file under .rebase/ (the git objects included) with its sha256."""
+    base = root / ".rebase"
+    return {
+        p.relative_to(base).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(base.rglob("*"))
+        if p.is_file()
+    }
+
+
+def second_line(demo, version: str = "2.0.0", core: bytes = CORE) -> None:
+    """A newer line of demo, made as a maintainer makes one (rebase), that the set ``latest`` names."""
+    demo.add_release(version, core)
+    assert rebase.start(demo.load(), "demo", version, behaviour=False, log=lambda m: None)
+    (demo.root / "overlay" / "sets.toml").write_text(
+        f'[set.default]\ndemo = "1.0.0"\n\n[set.latest]\ndemo = "{version}"\n'
+    )
+
+
+def test_a_derive_backwards_makes_the_line_its_set_and_its_matrix(demo_project, monkeypatch, tmp_path):
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", b"# an older first line\n" + CORE)  # the patch applies with an offset
+    judged = proofs(monkeypatch, tmp_path)
+    prover = Prover()
+    done = derive.derive(demo_project.load(), "demo==0.9.0", prover, log=print)
+    assert done.stop is None, done.stop
+    assert done.source == "1.0.0" and done.set_name == "v0.9"
+    project = config.load(demo_project.root)
+    assert [ln.version for ln in project.lines["demo"]] == ["0.9.0", "1.0.0"]
+    pins = (demo_project.root / "overlay" / "demo" / "pins.toml").read_text()
+    assert pins.index('[release."0.9.0"]') < pins.index('[release."1.0.0"]'), "the pins list the lines oldest first"
+    assert project.sets == {"default": {"demo": "1.0.0"}, "v0.9": {"demo": "0.9.0"}}
+    line = project.line("demo", "0.9.0")
+    assert line.build is not None and line.build.number == 1
+    series = (line.patch_dir / "series").read_text()
+    assert series.startswith("# Patch series for demo 0.9.0, derived from 1.0.0 by `patchwheel derive`.")
+    assert b'"hello, " + name' in (demo_project.root / "overlay" / "demo" / "0.9.0" / "demo" / "core.py").read_bytes()
+    assert ("0.9.0", "tests/proof/test_demo.py") in judged, "judged by its proof on the pristine release"
+    assert [v.decision for v in done.verdicts] == ["carried (offset): its proof still fails"]
+    status = json.loads((demo_project.root / "patches" / "STATUS.json").read_text())
+    assert [ln["line"] for ln in status["lines"]] == ["demo/0.9.0"], "the new line judged on the newer releases"
+    assert [r["version"] for r in status["lines"][0]["releases"]] == ["1.0.0"]
+    assert [members for members, _ in prover.calls] == [{"demo": "0.9.0"}]
+    assert "demo-0.9.0+fixed-py3-none-any.whl" in prover.calls[0][1]
+    assert not (demo_project.root / "dist").exists() and not (demo_project.root / ".rebase").exists()
+    assert follow.lint(project) == []
+    assert "demo 0.9.0+fixed derived from the line 1.0.0" in followreport.derived(done)[0]
+
+
+def test_a_derive_forwards_carries_the_nearest_line_and_keeps_the_others(demo_project, monkeypatch, tmp_path):
+    kept_by_proof(demo_project)
+    second_line(demo_project, "2.0.0", b"# moved\n# twice\n" + CORE)
+    demo_project.add_release("1.1.0", b"# moved\n" + CORE)
+    proofs(monkeypatch, tmp_path)
+    prover = Prover()
+    done = derive.derive(demo_project.load(), "demo==1.1.0", prover, set_name="v1", log=lambda m: None)
+    assert done.stop is None, done.stop
+    assert done.source == "1.0.0", "1.0.0 is one release away, 2.0.0 two"
+    project = config.load(demo_project.root)
+    assert [ln.version for ln in project.lines["demo"]] == ["1.0.0", "1.1.0", "2.0.0"]
+    assert project.sets["v1"] == {"demo": "1.1.0"} and project.sets["latest"] == {"demo": "2.0.0"}
+    assert project.line("demo").version == "2.0.0", "the newest line stays what follow carries"
+    assert "derived from 1.0.0" in (project.line("demo", "1.1.0").patch_dir / "series").read_text()
+    status = json.loads((demo_project.root / "patches" / "STATUS.json").read_text())
+    mine = next(ln for ln in status["lines"] if ln["line"] == "demo/1.1.0")
+    assert [r["version"] for r in mine["releases"]] == ["2.0.0"]
+    # From the newer line instead, when asked: the same line, carried backwards.
+    (tmp_path / "again").mkdir()
+    with pytest.raises(PatchwheelError, match="is a release line already"):
+        derive.derive(project, "demo==1.1.0", prover, source="2.0.0")
+
+
+def test_a_conflict_stops_it_then_continue_finishes_it(demo_project, monkeypatch, tmp_path, capsys):
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", CONFLICTING)
+    proofs(monkeypatch, tmp_path)
+    before = tree(demo_project.root)
+    prover = Prover()
+    assert cli.main(["--root", str(demo_project.root), "derive", "demo==0.9.0", "--set", "old"]) == 1
+    out = capsys.readouterr().out
+    repo = demo_project.root / ".rebase" / "demo-0.9.0" / "repo"
+    assert "CONFLICT in src/demo/core.py" in out and f"git -C {repo} add src/demo/core.py" in out, out
+    assert "nox -s derive -- demo==0.9.0 --continue" in out and "patchwheel-follow-" not in out
+    assert tree(demo_project.root) == before, "nothing of the project is written at a conflict"
+    assert (repo.parent / derive.STATE).is_file() and b"<<<<<<<" in (repo / "src/demo/core.py").read_bytes()
+
+    waiting = work_tree(demo_project.root)
+    done = derive.resume(demo_project.load(), "demo==0.9.0", prover, log=lambda m: None)
+    assert done.stop is not None and "still unresolved" in done.stop.why, done.stop
+    assert work_tree(demo_project.root) == waiting and tree(demo_project.root) == before
+
+    (repo / "src/demo/core.py").write_bytes(CONFLICTING.replace(b'"hi " + name', b'"hi, " + name'))
+    gitops.git(repo, "add", "src/demo/core.py")
+    done = derive.resume(demo_project.load(), "demo==0.9.0", prover, log=lambda m: None)
+    assert done.stop is None, done.stop
+    project = config.load(demo_project.root)
+    assert project.sets["old"] == {"demo": "0.9.0"}, "the set given at the start"
+    patch = (project.line("demo", "0.9.0").patch_dir / "0001-greet-comma.patch").read_bytes()
+    assert b'+    return "hi, " + name' in patch and b"Drop-When: proof-passes-upstream" in patch
+    assert not (demo_project.root / ".rebase").exists(), "the work folder went into the line"
+    assert prover.calls and prover.calls[-1][0] == {"demo": "0.9.0"}
+    assert follow.lint(project) == []
+
+
+def test_a_failed_proof_after_continue_keeps_the_resolution_waiting(demo_project, monkeypatch, tmp_path):
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", CONFLICTING)
+    proofs(monkeypatch, tmp_path)
+    assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is not None
+    repo = demo_project.root / ".rebase" / "demo-0.9.0" / "repo"
+    (repo / "src/demo/core.py").write_bytes(CONFLICTING.replace(b'"hi " + name', b'"hi! " + name'))  # a wrong fix
+    gitops.git(repo, "add", "src/demo/core.py")
+    before, waiting = tree(demo_project.root), work_tree(demo_project.root)
+    failed = [Run("proofs on the +fixed builds", False, "1 failed", "E   BugSymptom: no comma")]
+    done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(failed), log=lambda m: None)
+    assert done.stop is not None and "proofs on the +fixed builds failed (1 failed)" in done.stop.why
+    assert tree(demo_project.root) == before and work_tree(demo_project.root) == waiting
+    # Resolved again, properly: --continue takes the resolution as it is now.
+    (repo / "src/demo/core.py").write_bytes(CONFLICTING.replace(b'"hi " + name', b'"hi, " + name'))
+    gitops.git(repo, "add", "src/demo/core.py")
+    assert derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is None
+
+
+def test_an_interrupt_leaves_the_project_and_the_waiting_work_as_they_were(demo_project, monkeypatch, tmp_path):
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    before = tree(demo_project.root)
+
+    def interrupt(project):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        derive.derive(demo_project.load(), "demo==0.9.0", Prover(action=interrupt), log=lambda m: None)
+    assert tree(demo_project.root) == before and not (demo_project.root / ".rebase").exists()
+
+    demo_project.add_release("0.8.0", CONFLICTING)
+    assert derive.derive(demo_project.load(), "demo==0.8.0", Prover(), log=lambda m: None).stop is not None
+    repo = demo_project.root / ".rebase" / "demo-0.8.0" / "repo"
+    (repo / "src/demo/core.py").write_bytes(CONFLICTING.replace(b'"hi " + name', b'"hi, " + name'))
+    gitops.git(repo, "add", "src/demo/core.py")
+    before, waiting = tree(demo_project.root), work_tree(demo_project.root)
+    with pytest.raises(KeyboardInterrupt):
+        derive.resume(demo_project.load(), "demo==0.8.0", Prover(action=interrupt), log=lambda m: None)
+    assert tree(demo_project.root) == before and work_tree(demo_project.root) == waiting
+    assert derive.resume(demo_project.load(), "demo==0.8.0", Prover(), log=lambda m: None).stop is None
+
+
+def test_a_bug_another_line_fixes_stops_it_with_the_line_to_derive_from(demo_project, monkeypatch, tmp_path):
+    """The newer line carries a fix the source line does not: its bug is still in the release, so a line carried
+    from the source alone would ship without it."""
+    kept_by_proof(demo_project)
+    second_line(demo_project, "2.0.0")
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    shout = make_patch(
+        edit_greet(dict(files)),
+        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b'"hello, "', b'"HELLO, "')},
+        "Shout the greeting",
+        {**KEPT, "Proof-Test": "tests/proof/test_shout.py"},
+    )
+    (demo_project.root / "tests" / "proof" / "test_shout.py").write_text("def test_shout():\n    pass\n")
+    gitops.write_files(demo_project.root / "upstream-pr" / "demo" / "shout", SUBMISSION)  # the newest line's
+    line = demo_project.load().line("demo", "2.0.0")
+    (line.patch_dir / "0002-shout.patch").write_bytes(shout)
+    with (line.patch_dir / "series").open("a") as fh:
+        fh.write("0002-shout.patch\n")
+    buildno.bump(demo_project.load(), line, log=lambda m: None)  # as `nox -s new` records a new patch
+    vendored.write(demo_project.load(), [line], log=lambda m: None)
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    before = tree(demo_project.root)
+    done = derive.derive(demo_project.load(), "demo==1.1.0", Prover(), log=lambda m: None)
+    assert done.stop is not None and "0002-shout.patch of demo/2.0.0: its bug is still in demo 1.1.0" in done.stop.why
+    assert "(--from 2.0.0)" in done.stop.why
+    assert tree(demo_project.root) == before
+    # Where the other line's bug is gone from the release, its proof passes and nothing stops.
+    proofs(monkeypatch, tmp_path, passes_from={"tests/proof/test_shout.py": "1.1.0"})
+    done = derive.derive(demo_project.load(), "demo==1.1.0", Prover(), log=lambda m: None)
+    assert done.stop is None, done.stop
+    assert [v.decision for v in done.others] == ["nothing to carry: its proof passes on pristine demo 1.1.0"]
+
+
+def test_a_set_it_moves_retires_the_line_no_set_names(demo_project, monkeypatch, tmp_path):
+    kept_by_proof(demo_project)
+    second_line(demo_project, "2.0.0")
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    done = derive.derive(demo_project.load(), "demo==1.1.0", Prover(), set_name="default", log=lambda m: None)
+    assert done.stop is None, done.stop
+    assert done.set_change == "the set default: demo 1.0.0 -> 1.1.0" and done.retired == ["demo/1.0.0"]
+    project = config.load(demo_project.root)
+    assert [ln.version for ln in project.lines["demo"]] == ["1.1.0", "2.0.0"]
+    assert not (demo_project.root / "patches" / "demo" / "1.0.0").exists()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["demo"], "'demo' is not <package>==<version>"),
+        (["demo==1.0.0; rm -rf /"], "is not <package>==<version>"),
+        (["demo==1.0.0"], "demo 1.0.0 is a release line already"),
+        (["demo==0.5.0"], "demo 0.5.0 is not a final release on"),
+        (["demo==0.9.0", "--set", "a b"], "'a b' is not a plain set name"),
+        (["other==1.0.0"], "unknown package 'other'"),
+        (["demo==0.9.0", "--from", "7.0"], "no release line demo 7.0"),
+        (["demo==0.9.0", "--abort"], "no derive of demo 0.9.0 is waiting"),
+        (["demo==0.9.0", "--continue"], "no derive of demo 0.9.0 is waiting"),
+        (["demo==0.9.0", "--continue", "--set", "x"], "--from and --set are the start's"),
+    ],
+)
+def test_bad_input_is_refused_with_what_to_do(demo_project, capsys, args, message):
+    demo_project.add_release("0.9.0", CORE)
+    before = tree(demo_project.root)
+    assert cli.main(["--root", str(demo_project.root), "derive", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert tree(demo_project.root) == before
+
+
+def test_a_release_newer_than_the_newest_line_is_follow_s(demo_project, capsys):
+    demo_project.add_release("1.1.0", CORE)
+    assert cli.main(["--root", str(demo_project.root), "derive", "demo==1.1.0"]) == 2
+    assert "`nox -s follow -- demo` carries the newest line" in capsys.readouterr().err
+
+
+def test_abort_removes_only_a_derive_s_work_folder(demo_project, monkeypatch, tmp_path, capsys):
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", CONFLICTING)
+    proofs(monkeypatch, tmp_path)
+    assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is not None
+    with pytest.raises(PatchwheelError, match="is waiting in"):
+        derive.derive(demo_project.load(), "demo==0.9.0", Prover())
+    assert cli.main(["--root", str(demo_project.root), "derive", "demo==0.9.0", "--abort"]) == 0
+    assert not (demo_project.root / ".rebase").exists()
+    # A rebase's folder is the rebase's: derive neither continues nor removes it.
+    demo_project.add_release("1.1.0", CONFLICTING)
+    assert rebase.start(demo_project.load(), "demo", "1.1.0", behaviour=False, log=lambda m: None) is False
+    assert cli.main(["--root", str(demo_project.root), "derive", "demo==1.1.0", "--abort"]) == 2
+    assert "that is `nox -s rebase`'s" in capsys.readouterr().err
+    assert (demo_project.root / ".rebase" / "demo-1.1.0" / "repo").is_dir()
