@@ -25,8 +25,14 @@ def _fixed_builds(project: Project, package: str) -> list[str]:
     return [line.fixed_version for line in project.lines.get(package, [])]
 
 
+def derive_command(package: str, version: str) -> str:
+    """What the project's maintainers run to make a +fixed line of a release it has none of."""
+    return f"nox -s derive -- {package}=={version}"
+
+
 def for_package(project: Project, matrix: Matrix | None, package: str, version: str) -> dict:
-    """``{"bugs": [...], "measured": bool, "install": str | None, "fixed_builds": [...]}`` for a pristine release."""
+    """``{"bugs": [...], "measured": bool, "install": str | None, "fixed_builds": [...], "derive": str | None}`` for
+    a pristine release: ``derive`` is the command that makes a line of it, where the project has none."""
     own = next((line for line in project.lines.get(package, []) if line.version == version), None)
     bugs: list[dict] = []
     if own is not None:
@@ -45,7 +51,8 @@ def for_package(project: Project, matrix: Matrix | None, package: str, version: 
                     "suite",
                 }
             )
-        return {"bugs": bugs, "measured": True, "install": f"{package}=={own.fixed_version}", "fixed_builds": []}
+        install = f"{package}=={own.fixed_version}"
+        return {"bugs": bugs, "measured": True, "install": install, "fixed_builds": [], "derive": None}
     measured = False
     seen: dict[str, dict] = {}
     judged: set[str] = set()  # fixes a newer line's proof judged on this release: its verdict stands
@@ -80,6 +87,7 @@ def for_package(project: Project, matrix: Matrix | None, package: str, version: 
         "measured": measured,
         "install": None,
         "fixed_builds": _fixed_builds(project, package),
+        "derive": derive_command(package, version),
     }
 
 
@@ -108,6 +116,7 @@ def render(report: dict) -> str:
                 f"  {name} {version}: not measured by this project (no proof ran on it); "
                 f"+fixed builds: {', '.join(known['fixed_builds']) or 'none'}"
             )
+            out.append(f"      a +fixed line of {version}, judged and proven, is made with: {known['derive']}")
             continue
         if not known["bugs"]:
             out.append(f"  {name} {version}: no known bug (every proof run on it passes)")
@@ -123,4 +132,5 @@ def render(report: dict) -> str:
         else:
             builds = ", ".join(known["fixed_builds"]) or "none"
             out.append(f"      no +fixed build of {version}; +fixed builds: {builds}")
+            out.append(f"      its maintainers make one for {version} with: {known['derive']}")
     return ("known bugs (this project's proofs):\n" + "\n".join(out)) if out else ""

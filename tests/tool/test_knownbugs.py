@@ -57,7 +57,7 @@ def test_a_release_line_of_the_project_has_the_bugs_its_proofs_show(demo_project
     rep = knownbugs.annotate(demo_project.load(), None, _report("1.0.0"))
     known = rep["packages"][0]["known"]
     assert [b["fix"] for b in known["bugs"]] == ["greet-comma"]  # the feature is not a bug
-    assert known["install"] == "demo==1.0.0+fixed" and knownbugs.affected(rep)
+    assert known["install"] == "demo==1.0.0+fixed" and knownbugs.affected(rep) and known["derive"] is None
     assert known["bugs"][0]["upstream_issue"] == TRAILERS["Upstream-Issue"]
     text = knownbugs.render(rep)
     assert "greet-comma: Greet with a comma" in text and "pip install 'demo==1.0.0+fixed'" in text
@@ -77,10 +77,13 @@ def test_other_releases_are_judged_by_the_committed_matrix_only(demo_project):
     assert bug["fix"] == "greet-comma" and "BugSymptom: no comma" in bug["evidence"]
     assert bug["upstream_issue"] == TRAILERS["Upstream-Issue"]  # from the series that carries the fix
     assert "no +fixed build of 1.1.0; +fixed builds: 1.0.0+fixed" in knownbugs.render(rep)
+    assert "its maintainers make one for 1.1.0 with: nox -s derive -- demo==1.1.0" in knownbugs.render(rep)
+    assert rep["packages"][0]["known"]["derive"] == "nox -s derive -- demo==1.1.0"
     fixed = knownbugs.annotate(project, matrix, _report("1.2.0"))
     assert not knownbugs.affected(fixed) and "no known bug" in knownbugs.render(fixed)
     unmeasured = knownbugs.annotate(project, matrix, _report("1.3.0"))
     assert not knownbugs.affected(unmeasured) and "not measured by this project" in knownbugs.render(unmeasured)
+    assert "is made with: nox -s derive -- demo==1.3.0" in knownbugs.render(unmeasured)
 
 
 def test_the_newest_line_s_verdict_stands(demo_project):
