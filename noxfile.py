@@ -8,6 +8,7 @@
     nox -s refresh -- <pkg> <version> <patch>   fold an edit of those modules into the patch
     nox -s new -- <pkg> <version> <slug>        make the edits a new patch, with a proof-test stub
     nox -s follow         carry each package's newest line onto newer upstream releases
+    nox -s derive -- <pkg>==<version>           a line for a release users run, from the nearest line
 
 TORCH_VERSION (default 2.13.0) pins torch in every test environment; a bare `torch` would pull the newest
 release with several GB of CUDA packages. Test sessions take torch from one shared environment the tool makes
@@ -216,6 +217,13 @@ def follow(session: nox.Session) -> None:
     overlay, build, proofs both ways, guards, `latest`, the matrix; or stop with the commands (args: pkg ...,
     --report FILE, --pending)."""
     maint(session, "follow", *session.posargs)
+
+
+@nox.session
+def derive(session: nox.Session) -> None:
+    """Make a release line for a release users run (pkg==version), from the nearest line, proven both ways with its
+    guards; or stop with the commands (args: pkg==version [--from VERSION] [--set NAME], --continue, --abort)."""
+    maint(session, "derive", *session.posargs)
 
 
 @nox.session(venv_backend="none")
