@@ -25,18 +25,30 @@ from pathlib import Path
 
 import nox
 
+ROOT = Path(__file__).parent
+TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
+TOOL_ENV = {"PYTHONPATH": str(ROOT / "src")}
+_SETS_TOML = tomllib.loads((ROOT / "overlay" / "sets.toml").read_text())
+#: Every consumer set: `nox -s proof guards` proves them all (the sets workflow does, daily and on each change).
+SETS = sorted(_SETS_TOML["set"])
+#: The sets the default suite proves: [suite] of overlay/sets.toml (lint: `latest` and the newest line of each
+#: major version), or every set where it has none.
+SUITE = _SETS_TOML.get("suite", {}).get("sets", SETS)
+
 # The suite's sessions, the longest first. `nox -j 4` (the README's test command) runs four at a time on any
 # machine: each has its own environment, and a session leaves its core idle part of the time (a rank test's parent
 # waits, an install waits on an index): on 2 cores, warm, two at a time took 6 min 7 s, three 5 min 37 s to
 # 6 min 29 s, four 4 min 52 s to 6 min 38 s. Their output is printed whole as each ends.
-nox.options.sessions = ["tests", "guards", "e2e", "proof", "upstream_check", "lint"]
+nox.options.sessions = [
+    "tests",
+    *(f"guards(pins='{name}')" for name in SUITE),
+    "e2e",
+    *(f"proof(pins='{name}', flavor='{flavor}')" for flavor in ("pristine", "fixed") for name in SUITE),
+    "upstream_check",
+    "lint",
+]
 nox.options.error_on_missing_interpreters = True
 nox.options.default_venv_backend = "uv|virtualenv"
-
-ROOT = Path(__file__).parent
-TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
-TOOL_ENV = {"PYTHONPATH": str(ROOT / "src")}
-SETS = sorted(tomllib.loads((ROOT / "overlay" / "sets.toml").read_text())["set"])
 
 
 def tool(session: nox.Session, *args: str, **kw) -> str | bool:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import buildno, config, patches, status, trailers
+from . import buildno, config, lint, patches, status, trailers
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -64,6 +64,12 @@ def cmd_lint(args) -> int:
         for p in problems:
             print(f"  - {p}")
         bad += len(problems)
+    if not args.lines:  # the whole project: the sets the default suite proves, too
+        suite = lint.suite_problems(project)
+        print(f"overlay/sets.toml [suite]: {'ok' if not suite else 'FAILED'}")
+        for p in suite:
+            print(f"  - {p}")
+        bad += len(suite)
     return 1 if bad else 0
 
 

@@ -27,7 +27,9 @@ _LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*$")
 #: The keys each file may have: anything else is a typo that would otherwise be ignored, leaving a default in place.
 PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release")
 RELEASE_KEYS = ("wheel", "sdist", "build")
-SETS_KEYS = ("set",)
+SETS_KEYS = ("set", "suite")
+#: The consumer set of what new users install: `follow` moves it to each new line, and the default suite proves it.
+LATEST = "latest"
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -156,6 +158,7 @@ class Project:
     root: Path
     lines: dict[str, list[ReleaseLine]]  # package -> lines, oldest first
     sets: dict[str, dict[str, str]] = field(default_factory=dict)  # set name -> {package: version}
+    suite: tuple[str, ...] | None = None  # the sets the default suite proves ([suite] sets); None: every set
     # The paths every tool shares, set from ``root`` once (PATHS says where each is):
     status_json: Path = field(init=False)  # the committed matrix (its Markdown, STATUS.md, beside it)
     dist: Path = field(init=False)  # where `build` writes by default, and the suite's sessions read
@@ -353,6 +356,7 @@ def load(root: Path | str) -> Project:
                 f'add [release."{pkg_dir.name}"] there or remove the folder',
             )
     sets: dict[str, dict[str, str]] = {}
+    suite: tuple[str, ...] | None = None
     sets_file = overlay_dir / "sets.toml"
     if sets_file.is_file():
         data = _read_toml(sets_file)
@@ -376,4 +380,23 @@ def load(root: Path | str) -> Project:
             for pkg, version in members.items():
                 ov.line(pkg, str(version))  # raises a clear error when unknown
             sets[name] = {canonicalize_name(k): str(v) for k, v in members.items()}
-    return Project(root, lines, sets)
+        suite = _suite(sets_file, data.get("suite"), sets)
+    return Project(root, lines, sets, suite)
+
+
+def _suite(sets_file: Path, raw: object, sets: dict[str, dict[str, str]]) -> tuple[str, ...] | None:
+    """``[suite] sets = [...]``: the sets `nox` proves on every run (every set, when there is no such table)."""
+    if raw is None:
+        return None
+    hint = 'e.g. [suite] sets = ["latest", "v4"]: sets of this file'
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{sets_file}: 'suite' must be a table", hint)
+    check_keys(sets_file, raw, ("sets",), "[suite] ")
+    names = raw.get("sets")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{sets_file}: [suite] sets must be a list of set names", hint)
+    unknown = [n for n in names if n not in sets]
+    if unknown or len(set(names)) != len(names):
+        what = f"names no set {', '.join(map(repr, unknown))}" if unknown else "names a set twice"
+        raise ConfigError(f"{sets_file}: [suite] sets {what}", hint)
+    return tuple(names)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,47 @@ def test_unknown_set_member(demo_project):
     (demo_project.root / "overlay" / "sets.toml").write_text('[set.default]\ndemo = "2.0"\n')
     with pytest.raises(PatchwheelError, match="no release line demo 2.0"):
         demo_project.load()
+
+
+# --- [suite] of overlay/sets.toml: the sets the default suite proves ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "suite,message",
+    [
+        ('suite = ["default"]', "'suite' must be a table"),
+        ("[suite]\nset = []", "[suite] unknown key 'set' (did you mean 'sets'?)"),
+        ("[suite]\nsets = []", "[suite] sets must be a list of set names"),
+        ('[suite]\nsets = "default"', "[suite] sets must be a list of set names"),
+        ('[suite]\nsets = ["default", "nope"]', "[suite] sets names no set 'nope'"),
+        ('[suite]\nsets = ["default", "default"]', "[suite] sets names a set twice"),
+    ],
+)
+def test_a_suite_table_that_is_not_a_list_of_sets_is_refused(demo_project, suite, message):
+    sets = demo_project.root / "overlay" / "sets.toml"
+    sets.write_text(suite + "\n\n" + sets.read_text())  # first: a bare key after a table would be the table's
+    with pytest.raises(PatchwheelError, match=re.escape(message)):
+        demo_project.load()
+
+
+def test_the_suite_proves_latest_and_the_newest_line_of_each_major(demo_project):
+    from patchwheel.lint import suite_problems
+    from patchwheel.maint import rebase
+
+    demo_project.add_release("2.0.0", CORE)
+    assert rebase.start(demo_project.load(), "demo", "2.0.0", behaviour=False, log=lambda m: None)
+    sets = demo_project.root / "overlay" / "sets.toml"
+    members = '[set.default]\ndemo = "1.0.0"\n\n[set.latest]\ndemo = "2.0.0"\n'
+    sets.write_text(members)
+    assert suite_problems(demo_project.load()) == [], "no [suite]: the default suite proves every set"
+    sets.write_text(members + '\n[suite]\nsets = ["latest", "default"]\n')
+    assert suite_problems(demo_project.load()) == []
+    sets.write_text(members + '\n[suite]\nsets = ["latest"]\n')
+    assert suite_problems(demo_project.load()) == [
+        "overlay/sets.toml: [suite] sets proves no set naming demo/1.0.0, the newest line of demo 1.x: add default "
+        "to it"
+    ]
+    sets.write_text(members + '\n[suite]\nsets = ["default"]\n')
+    assert suite_problems(demo_project.load())[0] == (
+        "overlay/sets.toml: [suite] sets leaves out latest, what new users install: add it"
+    )

@@ -62,6 +62,46 @@ def test_sessions_that_read_dist_require_the_build_and_do_not_build_themselves(n
     suite = list(nox.options.sessions or [])
     assert suite, "the noxfile names the default sessions"
     for name in suite:
-        assert sessions[name].allow_parallel, name
+        assert sessions[name.split("(")[0]].allow_parallel, name
     text = (ROOT / "noxfile.py").read_text()
     assert text.count('tool(session, "build")') == 1  # the dist session's (the build session passes its args)
+
+
+@pytest.mark.parametrize(
+    "suite,proven",
+    [
+        ("", ["a", "b", "latest"]),  # no [suite]: every set
+        ('\n[suite]\nsets = ["latest", "b"]\n', ["b", "latest"]),
+    ],
+)
+def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven):
+    """`nox` (the README's test command) proves the sets [suite] names, both ways with their guards; `nox -s proof
+    guards` proves every set (the sets workflow). Asked of nox itself: the sessions it selects by default."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "overlay").mkdir()
+    sets = "".join(f'[set.{name}]\ndemo = "1.0"\n' for name in ("a", "b", "latest"))
+    (tmp_path / "overlay" / "sets.toml").write_text(sets + suite)
+    (tmp_path / "noxfile.py").write_bytes((ROOT / "noxfile.py").read_bytes())
+    listed = subprocess.run(
+        [sys.executable, "-m", "nox", "-l", "--json", "-f", str(tmp_path / "noxfile.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    selected = json.loads(listed.stdout)
+    by_kind: dict[str, set[str]] = {}
+    for s in selected:
+        if s["name"] in ("proof", "guards"):
+            by_kind.setdefault(s["name"] + s["call_spec"].get("flavor", ""), set()).add(s["call_spec"]["pins"])
+    assert by_kind == {kind: set(proven) for kind in ("prooffixed", "proofpristine", "guards")}
+    everything = subprocess.run(
+        [sys.executable, "-m", "nox", "-l", "--json", "-f", str(tmp_path / "noxfile.py"), "-s", "proof", "guards"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    proving = [s for s in json.loads(everything.stdout) if s["name"] in ("proof", "guards")]
+    assert len(proving) == 3 * 3, "proof both ways and guards, for every set"

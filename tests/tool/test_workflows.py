@@ -190,3 +190,17 @@ def test_follow_runs_read_only_and_its_pull_request_takes_only_its_new_line(tmp_
     assert ran.returncode == 0, ran
     assert (repo / "patches" / "demo" / "0001-x.patch").read_text() == "x\n"
     assert (tmp_path / "body.md").read_text().endswith("## the report\n")
+
+
+def test_every_set_is_proven_daily_and_on_each_change_by_a_read_only_job():
+    """The default suite proves only the sets of [suite] (overlay/sets.toml); the sets workflow proves every set
+    (`nox -s proof guards`: every parametrization), every day and on each change of what a verdict depends on."""
+    doc = workflow("sets.yml")
+    on = doc[True]
+    assert re.fullmatch(r"\d+ \d+ \* \* \*", on["schedule"][0]["cron"]), "every day"
+    for event in ("push", "pull_request"):
+        assert {"patches/**", "overlay/**", "tests/proof/**", "tests/guards/**", "src/**"} <= set(on[event]["paths"])
+    assert doc["permissions"] == {"contents": "read"} and "permissions" not in doc["jobs"]["sets"]
+    (job,) = doc["jobs"].values()
+    words = shlex.split(job["steps"][-1]["run"])
+    assert words[0].endswith("nox") and words[words.index("-s") + 1 :] == ["proof", "guards"]

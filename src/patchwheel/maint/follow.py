@@ -35,6 +35,7 @@ from .. import config, fetch, patches, vendored
 from ..build import build
 from ..config import Artifact, Project, ReleaseLine
 from ..errors import MatrixError, PatchwheelError
+from ..lint import suite_problems
 from ..matrix import Matrix
 from ..patches import Patch
 from ..reporter import CONSOLE
@@ -44,7 +45,7 @@ from .selection import Selection
 from .setruns import Run
 
 #: The consumer set follow moves to each new line: what new users install.
-LATEST = "latest"
+LATEST = config.LATEST
 
 
 #: ``prove(project, members, dist, log)``: the runs that prove the set ``members`` (package -> line) both ways,
@@ -344,10 +345,11 @@ def judge_into_matrix(
 
 
 def lint(project: Project) -> list[str]:
-    """What `nox -s lint` checks of the series, the matrix, the build records and the vendored modules."""
+    """What `nox -s lint` checks of the series, the matrix, the build records, the suite's sets and the vendored
+    modules."""
     matrix = Matrix.load(project.status_json)
     out = [f"{line.key}: {p}" for line in project.all_lines() for p in submission.lint_line(project, line, matrix)]
-    return out + vendored.check(project)
+    return out + suite_problems(project) + vendored.check(project)
 
 
 def _by_hand(pkg: str, version: str) -> list[str]:
