@@ -20,7 +20,13 @@ the warm-up at all (``CouldNotObserve``: upstream renamed or removed it), which 
 The plan shards weights only under tensor parallelism, yet the warm-up applies it whenever ``torch.distributed`` is
 initialised. ``test_warmup_reserves_whole_model_without_tensor_parallelism`` loads a normal Llama (``post_init()``
 gives it a non-empty plan) one replica per rank, as DDP does: a warm-up with the plan's tensors at 1/2 is the same
-symptom (``BugSymptom``), on pristine builds and on a fix that only handled the empty plan.
+symptom (``BugSymptom``), on pristine builds and on a fix that only handled the empty plan. Its class declares no
+tied weights, as its config ties none: 4.57's warm-up skips every weight a class declares tied (``lm_head``), whatever
+the config, which would make "the whole model" depend on the release.
+
+On 4.57 the sharding code reads a ``None`` plan as empty, so ``tp_plan="auto"`` of a model that skips
+``post_init()`` no longer fails: it shards nothing and every rank holds the whole model, which
+``test_tensor_parallel_load_of_a_model_that_skips_post_init`` reports as the bug's symptom (``BugSymptom``).
 
 transformers 5 requires ``post_init()`` of every model: it sets up what loading reads (``all_tied_weights_keys``),
 so a class that skips it cannot load at all, even on one process and without tensor parallelism
@@ -48,6 +54,8 @@ pytestmark = pytest.mark.proof(
         ("BugSymptom", r"warm-up reserved \d+ bytes, 1/2 of the \d+-byte model"),
         # the sharding code, reached with an explicit tp_plan="auto" once the warm-up no longer crashes
         ("TypeError", r"^argument of type 'NoneType' is not iterable$"),
+        # 4.57's sharding code reads a None plan as empty: tp_plan="auto" then shards nothing, silently
+        ("BugSymptom", r"tp_plan=\"auto\" sharded none of the weights"),
     ],
 )
 # What transformers 4.50's tensor-parallel loading raises on a machine without an accelerator, after the plan is read.
@@ -138,7 +146,12 @@ def _load_llama_without_tensor_parallelism(rank, world_size, ckpt):
     process, as DDP does; return the warm-up's bytes, the plan and the weights."""
     from transformers import LlamaForCausalLM
 
-    model, warmup_bytes = _load_watching_warmup(LlamaForCausalLM, ckpt)
+    class UntiedLlama(LlamaForCausalLM):
+        # The config unties lm_head from the embeddings; say so in the class too: the warm-up of 4.57 skips every
+        # weight a class declares tied, whatever the config (lm_head here), which is not this bug.
+        _tied_weights_keys = None
+
+    model, warmup_bytes = _load_watching_warmup(UntiedLlama, ckpt)
     assert not getattr(model, "_tp_size", None), "the test must load without tensor parallelism"
     return {
         "warmup_bytes": warmup_bytes,
@@ -237,4 +250,9 @@ def test_tensor_parallel_load_of_a_model_that_skips_post_init(tmp_path):
         raise
     for rank, result in enumerate(results):
         _check_loaded(result, reference)
+        if not result["sharded"]:
+            raise BugSymptom(
+                f'rank {rank}: tp_plan="auto" sharded none of the weights: every rank holds the whole model '
+                "(the model's tensor-parallel plan was None, read as empty)"
+            )
         assert "model.layers.0.self_attn.q_proj.weight" in result["sharded"], f"rank {rank}: {result['sharded']}"
