@@ -73,9 +73,9 @@ def _tiny_checkpoint(path):
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def _load_watching_warmup(model_class, ckpt):
-    """``model_class.from_pretrained(ckpt, device_map="cpu")`` on this rank; returns the model and the byte sizes of
-    the allocations ``caching_allocator_warmup`` made."""
+def _load_watching_warmup(model_class, ckpt, **load):
+    """``model_class.from_pretrained(ckpt, device_map="cpu")`` (or with ``load`` instead) on this rank; returns the
+    model and the byte sizes of the allocations ``caching_allocator_warmup`` made."""
     import torch
 
     assert torch.distributed.is_initialized()
@@ -98,7 +98,7 @@ def _load_watching_warmup(model_class, ckpt):
 
     torch.empty = spy_empty
     try:
-        model = model_class.from_pretrained(ckpt, device_map="cpu")
+        model = model_class.from_pretrained(ckpt, **(load or {"device_map": "cpu"}))
     finally:
         torch.empty = real_empty
     return model, warmup_bytes
@@ -141,9 +141,7 @@ def _load_without_post_init(rank, world_size, ckpt):
     return {"warmup_bytes": warmup_bytes, "state": {k: v.clone() for k, v in model.state_dict().items()}}
 
 
-def _load_llama_without_tensor_parallelism(rank, world_size, ckpt):
-    """On each rank: load a normal Llama (post_init() gives it a non-empty tensor-parallel plan) one replica per
-    process, as DDP does; return the warm-up's bytes, the plan and the weights."""
+def _untied_llama():
     from transformers import LlamaForCausalLM
 
     class UntiedLlama(LlamaForCausalLM):
@@ -151,13 +149,32 @@ def _load_llama_without_tensor_parallelism(rank, world_size, ckpt):
         # weight a class declares tied, whatever the config (lm_head here), which is not this bug.
         _tied_weights_keys = None
 
-    model, warmup_bytes = _load_watching_warmup(UntiedLlama, ckpt)
+    return UntiedLlama
+
+
+def _load_llama_without_tensor_parallelism(rank, world_size, ckpt):
+    """On each rank: load a normal Llama (post_init() gives it a non-empty tensor-parallel plan) one replica per
+    process, as DDP does; return the warm-up's bytes, the plan and the weights."""
+    model, warmup_bytes = _load_watching_warmup(_untied_llama(), ckpt)
     assert not getattr(model, "_tp_size", None), "the test must load without tensor parallelism"
     return {
         "warmup_bytes": warmup_bytes,
         "tp_plan": dict(model._tp_plan or {}),
         "state": {k: v.clone() for k, v in model.state_dict().items()},
     }
+
+
+def _load_llama_tensor_parallel(rank, world_size, ckpt):
+    """On each rank: ``from_pretrained(ckpt, tp_plan="auto")`` of a normal Llama; return the warm-up's bytes and the
+    plan."""
+    model, warmup_bytes = _load_watching_warmup(_untied_llama(), ckpt, tp_plan="auto")
+    return {"warmup_bytes": warmup_bytes, "tp_plan": dict(model._tp_plan or {})}
+
+
+def _planned_bytes(reference, plan) -> int:
+    """The bytes of the weights a tensor-parallel plan names (its keys, with ``*`` for a layer's number)."""
+    names = re.compile("|".join(re.escape(name) for name in plan))
+    return sum(t.numel() * t.element_size() for n, t in reference.items() if names.search(re.sub(r"\.\d+\.", ".*.", n)))
 
 
 def _check_loaded(result, reference):
@@ -201,12 +218,7 @@ def test_warmup_reserves_whole_model_without_tensor_parallelism(tmp_path):
         _check_loaded(result, reference)
         if not result["tp_plan"]:
             raise CouldNotObserve(f"rank {rank}: the loaded Llama has no tensor-parallel plan to misapply")
-        planned_names = re.compile("|".join(re.escape(name) for name in result["tp_plan"]))
-        planned = sum(
-            t.numel() * t.element_size()
-            for name, t in reference.items()
-            if planned_names.search(re.sub(r"\.\d+\.", ".*.", name))
-        )
+        planned = _planned_bytes(reference, result["tp_plan"])
         if not planned:
             raise CouldNotObserve(f"rank {rank}: the tensor-parallel plan names none of the model's tensors")
         reserved = result["warmup_bytes"]  # the warm-up allocates float16 elements: bytes rounded down to even
@@ -256,3 +268,30 @@ def test_tensor_parallel_load_of_a_model_that_skips_post_init(tmp_path):
                 "(the model's tensor-parallel plan was None, read as empty)"
             )
         assert "model.layers.0.self_attn.q_proj.weight" in result["sharded"], f"rank {rank}: {result['sharded']}"
+
+
+@pytest.mark.regression
+@pytest.mark.may_skip(reason="a release that cannot shard onto a CPU mesh (4.50 needs an accelerator)")
+def test_tensor_parallel_warmup_reserves_each_rank_s_shards(tmp_path):
+    """Where the load is tensor-parallel the plan does shard the weights, and the warm-up reserves each rank's part
+    of them: the planned weights at 1/world_size, the others whole, on pristine releases and with the fix alike."""
+    reference = _tiny_checkpoint(tmp_path)
+    whole = sum(t.numel() * t.element_size() for t in reference.values())
+    try:
+        results = run_ranks(_load_llama_tensor_parallel, 2, str(tmp_path))
+    except RankFailed as exc:
+        if exc.exc_type == "RuntimeError" and exc.exc_message == NO_CPU_MESH:
+            pytest.skip(f"this release cannot shard onto a CPU mesh ({exc.exc_message})")
+        raise
+    for rank, result in enumerate(results):
+        planned = _planned_bytes(reference, result["tp_plan"])
+        if not planned:
+            raise CouldNotObserve(f"rank {rank}: the tensor-parallel plan names none of the model's tensors")
+        reserved = result["warmup_bytes"]  # the warm-up allocates float16 elements: bytes rounded down to even
+        if not reserved:
+            raise CouldNotObserve(f"rank {rank}: the spy saw no warm-up allocation (was the warm-up renamed?)")
+        shards = (whole - planned + planned // 2) // 2 * 2
+        assert reserved == [shards], (
+            f"rank {rank}: a tensor-parallel warm-up reserved {reserved} bytes, not the {shards} bytes of this rank's "
+            f"shards ({planned} of the {whole}-byte model's bytes are planned)"
+        )
