@@ -380,14 +380,12 @@ def load(root: Path | str) -> Project:
             for pkg, version in members.items():
                 ov.line(pkg, str(version))  # raises a clear error when unknown
             sets[name] = {canonicalize_name(k): str(v) for k, v in members.items()}
-        suite = _suite(sets_file, data.get("suite"), sets)
+        suite = _suite(sets_file, data["suite"], sets) if "suite" in data else None
     return Project(root, lines, sets, suite)
 
 
-def _suite(sets_file: Path, raw: object, sets: dict[str, dict[str, str]]) -> tuple[str, ...] | None:
+def _suite(sets_file: Path, raw: object, sets: dict[str, dict[str, str]]) -> tuple[str, ...]:
     """``[suite] sets = [...]``: the sets `nox` proves on every run (every set, when there is no such table)."""
-    if raw is None:
-        return None
     hint = 'e.g. [suite] sets = ["latest", "v4"]: sets of this file'
     if not isinstance(raw, dict):
         raise ConfigError(f"{sets_file}: 'suite' must be a table", hint)
