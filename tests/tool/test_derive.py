@@ -267,3 +267,21 @@ def test_abort_removes_only_a_derive_s_work_folder(demo_project, monkeypatch, tm
     assert cli.main(["--root", str(demo_project.root), "derive", "demo==1.1.0", "--abort"]) == 2
     assert "that is `nox -s rebase`'s" in capsys.readouterr().err
     assert (demo_project.root / ".rebase" / "demo-1.1.0" / "repo").is_dir()
+
+
+def test_a_new_set_goes_after_the_other_sets_and_before_suite(tmp_path):
+    from patchwheel.maint.scratch import add_set
+
+    sets = tmp_path / "sets.toml"
+    head = '# sets\n[set.latest]\ndemo = "2.0.0"\n'
+    suite = '# The sets nox proves.\n[suite]\nsets = ["latest"]\n'
+    sets.write_text(head + "\n" + suite)
+    add_set(sets, "v1", {"demo": "1.1.0", "other": "3.0"})
+    new = '# Made by `patchwheel derive` for users who pin demo 1.1.0.\n[set.v1]\ndemo = "1.1.0"\nother = "3.0"\n'
+    assert sets.read_text() == head + "\n" + new + "\n" + suite
+    plain = tmp_path / "plain.toml"
+    plain.write_text(head)
+    add_set(plain, "v1.1", {"demo": "1.1.0"})
+    assert plain.read_text().endswith(
+        '\n\n# Made by `patchwheel derive` for users who pin demo 1.1.0.\n[set."v1.1"]\ndemo = "1.1.0"\n'
+    )

@@ -206,17 +206,23 @@ def set_member(sets_file: Path, set_name: str, package: str, version: str) -> No
 
 
 def add_set(sets_file: Path, name: str, members: dict[str, str]) -> None:
-    """A new ``[set.<name>]`` table at the end of overlay/sets.toml, every other line kept."""
-    text = sets_file.read_text() if sets_file.is_file() else ""
+    """A new ``[set.<name>]`` table after the other sets of overlay/sets.toml (before ``[suite]`` and the comments
+    above it, where the file has one), every other line kept."""
+    lines = (sets_file.read_text() if sets_file.is_file() else "").splitlines(keepends=True)
     quoted = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
     table = f"# Made by `patchwheel derive` for users who pin {next(iter(members))} {next(iter(members.values()))}.\n"
     table += f"[set.{quoted}]\n" + "".join(f'{p} = "{v}"\n' for p, v in members.items())
-    new = (text.rstrip("\n") + "\n\n" if text.strip() else "") + table
-    if tomllib.loads(new).get("set", {}).get(name) != members:
-        raise PatchwheelError(f"{sets_file}: the tool cannot add [set.{quoted}] to it", f"add it by hand: {table}")
-    tmp = sets_file.with_name(f".{sets_file.name}.follow")
-    tmp.write_text(new)
-    os.replace(tmp, sets_file)
+    span = _table(lines, "suite")
+    at = len(lines) if span is None else span[0]
+    while span is not None and at > 0 and lines[at - 1].lstrip().startswith("#"):
+        at -= 1  # the comments just above [suite] are its own
+    head, tail = "".join(lines[:at]).rstrip("\n"), "".join(lines[at:])
+    new = (head + "\n\n" if head.strip() else "") + table + ("\n" + tail if tail else "")
+
+    def reads_back(data: dict) -> bool:
+        return data["set"][name] == members
+
+    _write_checked(sets_file, new, reads_back, f"add it by hand: {table}")
 
 
 def remove_release(pins: Path, version: str) -> None:
