@@ -247,6 +247,16 @@ def _load_tensor_parallel_without_post_init(rank, world_size, ckpt):
     return {"sharded": sharded, "state": whole}
 
 
+def _tensor_parallel_ranks(load, ckpt):
+    """``load`` on two ranks; a skip where the release cannot shard onto a CPU mesh at all (4.50)."""
+    try:
+        return run_ranks(load, 2, str(ckpt))
+    except RankFailed as exc:
+        if exc.exc_type == "RuntimeError" and exc.exc_message == NO_CPU_MESH:
+            pytest.skip(f"this release cannot shard onto a CPU mesh ({exc.exc_message})")
+        raise
+
+
 @pytest.mark.may_skip(
     reason="a release that cannot shard onto a CPU mesh (4.50 needs an accelerator), or " + POST_INIT_REQUIRED
 )
@@ -254,12 +264,7 @@ def test_tensor_parallel_load_of_a_model_that_skips_post_init(tmp_path):
     """With an explicit ``tp_plan="auto"`` the submodules' plans shard the model, as they do after post_init()."""
     reference = _tiny_checkpoint(tmp_path)
     _skip_where_post_init_is_required(tmp_path)
-    try:
-        results = run_ranks(_load_tensor_parallel_without_post_init, 2, str(tmp_path))
-    except RankFailed as exc:
-        if exc.exc_type == "RuntimeError" and exc.exc_message == NO_CPU_MESH:
-            pytest.skip(f"this release cannot shard onto a CPU mesh ({exc.exc_message})")
-        raise
+    results = _tensor_parallel_ranks(_load_tensor_parallel_without_post_init, tmp_path)
     for rank, result in enumerate(results):
         _check_loaded(result, reference)
         if not result["sharded"]:
@@ -277,12 +282,7 @@ def test_tensor_parallel_warmup_reserves_each_rank_s_shards(tmp_path):
     of them: the planned weights at 1/world_size, the others whole, on pristine releases and with the fix alike."""
     reference = _tiny_checkpoint(tmp_path)
     whole = sum(t.numel() * t.element_size() for t in reference.values())
-    try:
-        results = run_ranks(_load_llama_tensor_parallel, 2, str(tmp_path))
-    except RankFailed as exc:
-        if exc.exc_type == "RuntimeError" and exc.exc_message == NO_CPU_MESH:
-            pytest.skip(f"this release cannot shard onto a CPU mesh ({exc.exc_message})")
-        raise
+    results = _tensor_parallel_ranks(_load_llama_tensor_parallel, tmp_path)
     for rank, result in enumerate(results):
         planned = _planned_bytes(reference, result["tp_plan"])
         if not planned:
