@@ -285,3 +285,36 @@ def test_a_new_set_goes_after_the_other_sets_and_before_suite(tmp_path):
     assert plain.read_text().endswith(
         '\n\n# Made by `patchwheel derive` for users who pin demo 1.1.0.\n[set."v1.1"]\ndemo = "1.1.0"\n'
     )
+
+
+def test_a_work_folder_edited_by_hand_is_refused_not_followed(demo_project, monkeypatch, tmp_path):
+    """The work folder's state names the patches to carry: a name that is a path (out of the folder) is refused,
+    as is a state that is not JSON; nothing of the project is written."""
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", CONFLICTING)
+    proofs(monkeypatch, tmp_path)
+    second = make_patch(
+        edit_greet({"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}),
+        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"a + b", b"b + a")},
+        "Add the other way round",
+        KEPT,
+    )
+    first = (demo_project.patch_dir / "0001-greet-comma.patch").read_bytes()
+    demo_project.set_series(("0001-greet-comma.patch", first), ("0002-swap.patch", second))
+    assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is not None
+    work = demo_project.root / ".rebase" / "demo-0.9.0"
+    (work / "repo" / "src/demo/core.py").write_bytes(CONFLICTING.replace(b'"hi " + name', b'"hi, " + name'))
+    gitops.git(work / "repo", "add", "src/demo/core.py")
+    state = json.loads((work / "state.json").read_text())
+    outside = tmp_path / "outside.patch"
+    outside.write_bytes(second)
+    state["todo"][1][0] = f"../../../../{outside.relative_to(outside.anchor)}"
+    (work / "state.json").write_text(json.dumps(state))
+    before = tree(demo_project.root)
+    done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
+    assert done.stop is not None and "holds no patch file source/../" in done.stop.why, done.stop
+    assert tree(demo_project.root) == before
+    (work / "state.json").write_text("{not json")
+    with pytest.raises(PatchwheelError, match="cannot read .*state.json") as refused:
+        derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
+    assert "start over" in str(refused.value) and tree(demo_project.root) == before

@@ -182,7 +182,28 @@ def _continue(by: str, package: str, version: str) -> str:
 def in_progress(project: Project, package: str, version: str) -> dict | None:
     """The state of the carry onto ``package`` ``version`` waiting in ``.rebase/``, or None."""
     state_file = _work(project, package, version) / "state.json"
-    return json.loads(state_file.read_text()) if state_file.is_file() else None
+    return _state(state_file) if state_file.is_file() else None
+
+
+def _state(state_file: Path) -> dict:
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {state_file}: {exc}", f"start over: remove {state_file.parent}") from exc
+    if not isinstance(state, dict):
+        raise ConfigError(f"{state_file} is not a rebase's state", f"start over: remove {state_file.parent}")
+    return state
+
+
+def _source_patch(work: Path, name: str) -> Path:
+    """The source line's patch ``name`` as the work folder holds it (a plain file name, never a path)."""
+    path = work / "source" / name
+    if "/" in name or name in (".", "..") or not path.is_file() or path.is_symlink():
+        raise ConfigError(
+            f"{work} holds no patch file source/{name}",
+            f"the work folder was made by an older patchwheel or changed by hand: start over (remove {work})",
+        )
+    return path
 
 
 def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool:
@@ -194,7 +215,7 @@ def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool
             f"no rebase onto {package} {version} is in progress",
             f"start one with `nox -s rebase -- {package} {version}`",
         )
-    state = json.loads(state_file.read_text())
+    state = _state(state_file)
     if not state["todo"]:  # every patch carried, the line not written yet (a later step stopped): write it
         return _proceed(project, work, state, log)
     repo = work / "repo"
@@ -215,8 +236,8 @@ def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool
 def _proceed(project: Project, work: Path, state: dict, log) -> bool:
     repo = work / "repo"
     while state["todo"]:
-        name, commit, path = state["todo"][0]
-        result = carry(repo, parse_patch(work / path), commit)  # older states: an absolute path
+        name, commit, _ = state["todo"][0]
+        result = carry(repo, parse_patch(_source_patch(work, name)), commit)
         if result.status == "conflict":
             # Leave the conflict in the work tree for a human.
             gitops.try_git(repo, "cherry-pick", commit)
@@ -226,7 +247,7 @@ def _proceed(project: Project, work: Path, state: dict, log) -> bool:
             log(f"  then: git -C {repo} add {' '.join(result.conflicts)}")
             log(f"        (to describe the fix anew for {state['to']}: git -C {repo} commit, and edit the message)")
             log(f"        {_continue(state.get('by', 'rebase'), state['package'], state['to'])}")
-            log(f"  the original patch: {work / path}")
+            log(f"  the original patch: {_source_patch(work, name)}")
             return False
         if result.status == "already-upstream":
             state["dropped"][name] = f"its text is already in {state['package']} {state['to']} ({result.detail})"
