@@ -82,6 +82,12 @@ def problem(line: ReleaseLine) -> str | None:
             f'{pins} [release."{line.version}"] records no build number for its inputs: run `{_bump_command(line)}` '
             f'(it writes build = {{ number = 1, inputs = "{digest}" }})'
         )
+    if line.build.number <= line.retired_build:
+        return (
+            f"{line.key} records build {line.build.number}, but a retired line of {line.version} recorded build "
+            f"{line.retired_build} ([retired] in {pins}), whose wheels may be published: a line made again starts "
+            f'above it; write build = {{ number = {line.retired_build + 1}, inputs = "{digest}" }}'
+        )
     if line.build.inputs != digest:
         return (
             f"the inputs of {line.key} (patches/{line.key}/, or its upstream pin or settings in {pins}) changed "
@@ -109,7 +115,7 @@ def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
     if line.build is not None and line.build.inputs == digest:
         log(f"{line.key}: build {line.build.number} records these inputs already")
         return line.build
-    record = BuildRecord(line.build.number + 1 if line.build else 1, digest)
+    record = BuildRecord(line.build.number + 1 if line.build else line.retired_build + 1, digest)
     pins = project.pins_file(line.package)
     write_record(pins, line.version, record)
     if config.load(project.root).line(line.package, line.version).build != record:  # what the next load reads

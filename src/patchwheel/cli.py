@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from .commands import (
@@ -68,8 +69,15 @@ def modernize(argv: list[str]) -> list[str]:
     return head + [command, verb] + rest
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM (a CI runner's cancel, `kill`) ends the command as Ctrl-C does: what it made goes (a scratch copy, a
+    half-staged folder), and a step that holds interrupts finishes first."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(modernize(list(sys.argv[1:] if argv is None else argv)))
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.func(args)
     except PatchwheelError as exc:
@@ -78,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # only build promises something about dist/ (it swaps dist/ in one step, at its end)
         print("interrupted; dist/ is unchanged" if args.cmd == "build" else "interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 #: What each command does, as `patchwheel --help` lists it.

@@ -21,48 +21,16 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .errors import ConfigError
-from .names import SHA256, wheel_name_version
+from .names import SHA256, file_name_problem, path_problem, wheel_name_version
 
 _LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*$")
 #: The keys each file may have: anything else is a typo that would otherwise be ignored, leaving a default in place.
-PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release")
+PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release", "retired")
 RELEASE_KEYS = ("wheel", "sdist", "build")
 SETS_KEYS = ("set", "suite")
 #: The consumer set of what new users install: `follow` moves it to each new line, and the default suite proves it.
 LATEST = "latest"
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def path_problem(path: str) -> str | None:
-    """Why ``path`` cannot name a file of upstream's tree or of a wheel; None when it is a plain relative path.
-
-    Paths in patches and wheels are input. An absolute one, or one that climbs out with '..', would make git or an
-    installer write outside the tree (zip slip); '.git' reaches into a repository; a backslash is a separator on
-    Windows; empty and '.' components make one file look like two.
-    """
-    if not path:
-        return "is empty"
-    if "\x00" in path:
-        return "contains a NUL character"
-    if "\\" in path:
-        return "contains a backslash"
-    if path.startswith("/"):
-        return "is absolute"
-    for part in path.split("/"):
-        if not part:
-            return "has an empty component"
-        if part in (".", ".."):
-            return f"has a {part!r} component"
-        if part.lower() == ".git":
-            return "has a '.git' component"
-    return None
-
-
-def file_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a plain file name (it becomes part of a cache path); None when it is one."""
-    if not name or name == "." or ".." in name or any(c in name for c in "/\\\x00"):
-        return "is not a plain file name (no '/', '\\' or '..')"
-    return None
 
 
 def check_keys(path: Path, table: dict, known: tuple[str, ...], where: str = "") -> None:
@@ -112,6 +80,7 @@ class ReleaseLine:
     import_name: str
     source_root: str
     build: BuildRecord | None = None
+    retired_build: int = 0  # the highest build a retired line of this release recorded ([retired]): start above it
 
     @property
     def fixed_version(self) -> str:
@@ -274,6 +243,17 @@ def _artifact(path: Path, version: str, kind: str, raw: object) -> Artifact:
     return Artifact(filename, sha)
 
 
+def _retired(path: Path, raw: object) -> dict[str, int]:
+    """``[retired] "X" = N``: the highest build number each retired line recorded (its wheels may be published)."""
+    hint = '[retired] "5.23.0" = 1: a version and the highest build number its retired line recorded'
+    if not isinstance(raw, dict) or not all(type(n) is int and n >= 1 for n in raw.values()):
+        raise ConfigError(f"{path}: [retired] must map versions to build numbers (1 or more)", hint)
+    try:
+        return {str(Version(v)): n for v, n in raw.items()}
+    except InvalidVersion as exc:
+        raise ConfigError(f"{path}: [retired] {exc}", hint) from exc
+
+
 def _build_record(path: Path, version: str, raw: object) -> BuildRecord | None:
     if raw is None:
         return None
@@ -315,6 +295,7 @@ def load(root: Path | str) -> Project:
         releases = data.get("release")
         if not isinstance(releases, dict) or not releases:
             raise ConfigError(f'{pins}: no [release."X"] table', "pin at least one upstream release")
+        retired = _retired(pins, data.get("retired", {}))
         pkg_lines = []
         for version, raw in releases.items():
             try:
@@ -344,6 +325,7 @@ def load(root: Path | str) -> Project:
                     import_name=import_name,
                     source_root=source_root,
                     build=_build_record(pins, version, raw.get("build")),
+                    retired_build=retired.get(str(Version(version)), 0),
                 )
             )
         lines[package] = sorted(pkg_lines, key=lambda ln: Version(ln.version))

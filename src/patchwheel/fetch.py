@@ -23,8 +23,9 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
-from .config import SHA256, Artifact, cache_dir, file_name_problem
+from .config import SHA256, Artifact, cache_dir
 from .errors import FetchError, PatchwheelError
+from .names import file_name_problem
 from .reporter import CONSOLE
 from .staging import locked_tempfile, still_linked
 

@@ -1,5 +1,6 @@
 """The project's naming rules, each written once: patch file names and how a patch is looked up, the sha256 form,
-a unified diff's hunk header, the record files the tool writes, and wheel file names read as the wheel spec says.
+a unified diff's hunk header, the record files the tool writes, wheel file names read as the wheel spec says, and
+which paths and file names from input the tool accepts at all.
 
 Standard library and ``packaging`` only (the build runs in nox's own interpreter)."""
 
@@ -80,3 +81,35 @@ def wheel_name_version(filename: str, *, where: str = "", hint: str = WHEEL_NAME
     except InvalidWheelFilename as exc:
         raise ConfigError(f"{where}{filename!r} is not a valid wheel file name ({exc})", hint) from exc
     return str(name), str(version)
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` cannot name a file of upstream's tree or of a wheel; None when it is a plain relative path.
+
+    Paths in patches and wheels are input. An absolute one, or one that climbs out with '..', would make git or an
+    installer write outside the tree (zip slip); '.git' reaches into a repository; a backslash is a separator on
+    Windows; empty and '.' components make one file look like two.
+    """
+    if not path:
+        return "is empty"
+    if "\x00" in path:
+        return "contains a NUL character"
+    if "\\" in path:
+        return "contains a backslash"
+    if path.startswith("/"):
+        return "is absolute"
+    for part in path.split("/"):
+        if not part:
+            return "has an empty component"
+        if part in (".", ".."):
+            return f"has a {part!r} component"
+        if part.lower() == ".git":
+            return "has a '.git' component"
+    return None
+
+
+def file_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a plain file name (it becomes part of a cache path); None when it is one."""
+    if not name or name == "." or ".." in name or any(c in name for c in "/\\\x00"):
+        return "is not a plain file name (no '/', '\\' or '..')"
+    return None

@@ -17,10 +17,10 @@ from email.parser import HeaderParser
 from pathlib import Path
 
 from . import gitops
-from .config import ReleaseLine, path_problem
+from .config import ReleaseLine
 from .errors import PatchError, PatchwheelError
 from .gitops import FORMAT_PATCH_FLAGS
-from .names import HUNK, PATCH_NAME, slug_of
+from .names import HUNK, PATCH_NAME, path_problem, slug_of
 from .trailers import test_refs, validate_trailers
 
 _TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.+)$")

@@ -24,9 +24,9 @@ import zlib
 from dataclasses import dataclass
 
 from . import buildno
-from .config import ReleaseLine, path_problem
+from .config import ReleaseLine
 from .errors import VerifyError
-from .names import FIXES_MANIFEST, wheel_name_version
+from .names import FIXES_MANIFEST, path_problem, wheel_name_version
 
 COMPRESSLEVEL = 6
 

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from . import fetch, rewrite
 from .apply import apply_line
-from .config import Project, ReleaseLine, path_problem
+from .config import Project, ReleaseLine
 from .errors import OverlayError
-from .names import VENDOR_RECORD
+from .names import VENDOR_RECORD, path_problem
 from .patches import Patch, load_series
 from .reporter import CONSOLE
 

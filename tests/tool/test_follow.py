@@ -249,7 +249,7 @@ def test_a_stop_before_the_first_verdict_is_reported_for_its_release(demo_projec
 
 def test_a_stop_names_the_project_s_files_not_the_scratch_copy_s(demo_project, monkeypatch, tmp_path):
     latest_only(demo_project)
-    (demo_project.root / "overlay" / "sets.toml").write_text('[set.latest]\n"demo" = "1.0.0"\n')  # no line to edit
+    (demo_project.root / "overlay" / "sets.toml").write_text('set = { latest = { demo = "1.0.0" } }\n')  # no line
     demo_project.add_release("1.1.0", CORE)
     proofs(monkeypatch, tmp_path)
     (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)

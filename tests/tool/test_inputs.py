@@ -358,7 +358,7 @@ def test_unknown_pins_key_is_refused_with_a_suggestion(demo_project):
         demo_project.load()
     assert err.value.message == (
         f"{pins}: unknown key 'local_label' (did you mean 'local-label'?); known keys: "
-        "package, local-label, import-name, source-root, release"
+        "package, local-label, import-name, source-root, release, retired"
     )
     pins.write_text('colour = "blue"\n' + pins.read_text().replace("local_label", "local-label"))
     with pytest.raises(PatchwheelError, match=r"unknown key 'colour'; known keys: package, local-label"):

@@ -1,31 +1,27 @@
 """Derive a release line for a release users run: ``patchwheel derive <pkg>==<version>``.
 
 `follow` carries a package's newest line onto the releases after it; `derive` makes a line for any other final
-release a team pins (the last 4.x, a release between two lines), from the nearest line the project carries, older
-or newer (``--from`` picks another), with follow's policy and guarantees:
+release a team pins, from the nearest line (``--from`` picks another), with follow's policy and guarantees:
 
-1. **judge** the release: the source line's patches by text and by their proofs on the pristine release (follow's
-   own judging, :func:`follow.judge`), and the proofs of the fixes only other lines carry (the neighbour on the
-   other side may carry a fix the source dropped, or not yet needs): where such a bug is still there, it stops;
-2. **carry** the series onto it (:func:`rebase.carry_line`: a patch whose proof passes is dropped, the series says
-   why; the rest clean, with offsets or by a 3-way merge), which writes the series, the pin (in version order),
-   the first build record and the vendored modules; name the line in a consumer set (``--set``, default
-   ``v<major>.<minor>``; a new set takes the other packages' newest lines), and retire a line that set named
-   before when no set names it any more (follow's retention rule);
-3. judge the new line on every release newer than it for the matrix, lint the tree, **build** the set and
-   **prove** it both ways with its guards.
+1. **judge** the release: the source line's patches by text and by proofs on the pristine release
+   (:func:`follow.judge`), and the proofs of the fixes only other lines carry (one may carry a fix the source
+   dropped, or not yet needs): where such a bug is still there, it stops;
+2. **carry** the series (:func:`rebase.carry_line`: a patch whose proof passes is dropped, the series says why),
+   which writes the series, the pin (in version order), the first build record (above a retired line's of the
+   release) and the vendored modules; name the line in a consumer set (``--set``, default ``v<major>.<minor>``,
+   never ``latest``; a new set takes the other packages' newest lines), and in ``[suite]`` when it is the newest
+   line of its major version; retire the line a moved set named, if no set names it any more;
+3. judge the new line on every newer release for the matrix, lint, **build** the set, **prove** it both ways with
+   its guards.
 
-Everything happens in a scratch copy (:class:`scratch.Scratch`) and is written back in one step only when every
-step went through. On a conflict nothing is written but the work repository, moved to ``.rebase/<pkg>-<version>/``
-(git-ignored) with the commands: the maintainer resolves it there (``git add``, or a ``git commit`` with a message
-written for the new release), then ``--continue`` carries the rest and goes on, on a copy of that work repository
-again (a stop or an interrupt leaves it as it was); ``--abort`` removes it.
+All of it in a scratch copy, written back in one step only when every step went through. A conflict writes only
+the work folder (:mod:`waiting`), where the maintainer resolves it; ``--continue`` goes on from a copy of it,
+``--abort`` removes it.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import hashlib
 import re
 import shutil
 import time
@@ -41,21 +37,18 @@ from .. import config, fetch, gitops, patches
 from ..config import Artifact, Project, ReleaseLine
 from ..errors import ConfigError, PatchwheelError
 from ..reporter import CONSOLE
-from . import follow, proofenv, rebase, upstream
+from . import follow, proofenv, rebase, upstream, waiting
 from .follow import Prove, Stop, Verdict
-from .scratch import Scratch, TreeChanged, add_set, held_interrupts, set_member
+from .scratch import Scratch, add_set, held_interrupts, set_member, suite_add
 from .selection import Selection
 from .setruns import Run
 
-#: What a derive in progress keeps beside the rebase's own state, in its work folder.
-STATE = "derive.json"
 _SPEC = re.compile(r"(?P<pkg>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][0-9A-Za-z.+!-]*)")
 
 
 @dataclass
 class Derived:
-    """What derive did for one release, or why it stopped (then nothing of the project was written but, at a
-    conflict, the work repository in ``.rebase/``)."""
+    """What derive did for one release, or why it stopped (nothing of the project written but the work folder)."""
 
     package: str
     version: str
@@ -71,6 +64,8 @@ class Derived:
     stop: Stop | None = None
     waiting: str = ""  # the work repository a conflict left for the maintainer
     seconds: float = 0.0
+    copied: str | None = None  # with --continue: the digest the waiting folder had when it was copied
+    source_series: dict[str, str] = field(default_factory=dict)  # the source line's files at the start: sha256s
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -114,13 +109,8 @@ def derive(
     """Make the release line of ``spec`` (``pkg==version``): see the module's docstring."""
     package, version = parse_spec(spec)
     newest = project.line(package)  # checks the package
-    if version in {line.version for line in project.lines[package]}:
-        raise ConfigError(f"{package} {version} is a release line already", f"pip install '{package}=={version}+fixed'")
-    if rebase.in_progress(project, package, version) is not None:
-        raise ConfigError(
-            f"a line for {package} {version} is waiting in {_work(project.root, package, version)}",
-            f"resolve it and run `nox -s derive -- {package}=={version} --continue`, or `... --abort` to drop it",
-        )
+    _not_a_line(project, package, version)
+    waiting.refuse_existing(project.root, package, version)
     releases = fetch.releases(package)
     artifact = _release(package, version, releases)
     if Version(version) > Version(newest.version):
@@ -131,50 +121,69 @@ def derive(
     from_line = (
         project.line(package, source) if source else nearest(project, package, version, [v for v, _, _ in releases])
     )
-    set_name = set_name or default_set(version)
-    if not config.SET_NAME.fullmatch(set_name):
-        raise ConfigError(f"{set_name!r} is not a plain set name", "letters, digits, '.', '_' and '-', e.g. v4")
-    done = Derived(package, version, from_line.version, set_name)
+    set_name = default_set(version) if set_name is None else set_name
+    _set_can_take(project, set_name, package)
+    done = Derived(package, version, from_line.version, set_name, source_series=_series_digest(from_line))
     return _run(project, done, log, partial(_start, artifact=artifact, prove=prove))
 
 
 def resume(project: Project, spec: str, prove: Prove, *, log: Callable[[str], None] = CONSOLE) -> Derived:
     """Go on with the derive of ``spec`` after its conflict was resolved in ``.rebase/<pkg>-<version>/repo``."""
     package, version = parse_spec(spec)
-    saved = _saved(project, package, version)
-    done = Derived(package, version, saved["source"], saved["set"])
+    saved = waiting.load(project.root, package, version)
+    _not_a_line(project, package, version)
+    _set_can_take(project, saved["set"], package)
+    source = next((ln for ln in project.lines[package] if ln.version == saved["source"]), None)
+    if source is not None and _series_digest(source) != saved["source_series"]:
+        raise ConfigError(
+            f"the line {source.key} changed since this derive started from it: its resolution would carry an old "
+            "series",
+            f"`nox -s derive -- {spec} --abort`, then derive again",
+        )
+    done = Derived(package, version, saved["source"], saved["set"], source_series=saved["source_series"])
     done.verdicts = [Verdict(**v) for v in saved["verdicts"]]
     done.others = [Verdict(**v) for v in saved["others"]]
+    done.copied = waiting.digest(waiting.path(project.root, package, version))
+    done.waiting = str(waiting.path(project.root, package, version) / "repo")
     return _run(project, done, log, partial(_resume, prove=prove))
 
 
 def abort(project: Project, spec: str) -> Path:
     """Remove the work folder of a derive waiting at a conflict (only one derive made): the folder removed."""
     package, version = parse_spec(spec)
-    _saved(project, package, version)  # refuses a folder derive did not make
-    work = _work(project.root, package, version)
+    waiting.load(project.root, package, version)  # refuses a folder derive did not make
+    work = waiting.path(project.root, package, version)
     with held_interrupts():
-        _remove(work)
+        waiting.remove(work)
     return work
 
 
-def _saved(project: Project, package: str, version: str) -> dict:
-    work = _work(project.root, package, version)
-    state = rebase.in_progress(project, package, version)
-    if state is None or not (work / STATE).is_file():
-        what = "a rebase" if state is not None else "nothing"
+def _not_a_line(project: Project, package: str, version: str) -> None:
+    if version in {line.version for line in project.lines[package]}:
+        raise ConfigError(f"{package} {version} is a release line already", f"pip install '{package}=={version}+fixed'")
+
+
+def _set_can_take(project: Project, set_name: str, package: str) -> None:
+    """The set named for the line: a plain name, not `latest` (follow's), and, if it exists, one that names the
+    package (its line is what derive moves). Checked before anything runs, and again on --continue."""
+    if not config.SET_NAME.fullmatch(set_name):
+        raise ConfigError(f"{set_name!r} is not a plain set name", "letters, digits, '.', '_' and '-', e.g. v4")
+    if set_name == config.LATEST:
         raise ConfigError(
-            f"no derive of {package} {version} is waiting in {work} ({what} is there)",
-            f"start one with `nox -s derive -- {package}=={version}`"
-            if state is None
-            else f"that is `nox -s rebase`'s: finish it with `nox -s rebase -- {package} {version} --continue`",
+            f"the set {config.LATEST} is what new users install: `nox -s follow` moves it, to newer releases only",
+            "name another set (--set), e.g. the default v<major>.<minor>",
         )
-    return json.loads((work / STATE).read_text())
+    members = project.sets.get(set_name)
+    if members is not None and package not in members:
+        raise ConfigError(
+            f"the set {set_name} does not name {package}",
+            f"name another set (--set), or add {package} to [set.{set_name}] first",
+        )
 
 
-def _work(root: Path, package: str, version: str) -> Path:
-    """Where a carry onto ``package`` ``version`` waits (rebase's folder for it)."""
-    return root / ".rebase" / f"{package}-{version}"
+def _series_digest(line: ReleaseLine) -> dict[str, str]:
+    """Every file of the line's series folder, with its sha256: what --continue holds the source line to."""
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(line.patch_dir.iterdir()) if f.is_file()}
 
 
 def _release(package: str, version: str, releases: list[tuple[str, Artifact, bool]]) -> Artifact:
@@ -201,18 +210,21 @@ def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> D
         log(f"[{time.perf_counter() - t0:6.1f}s] {done.package} {done.version}: {message}")
 
     scratch = ""
+    real = waiting.path(project.root, done.package, done.version)
     try:
-        with Scratch(project.root) as work:
+        with Scratch(project.root, "derive") as work:
             scratch = str(work.root)
             done.stop = step(work, done, say)
             if done.stop is None:
                 with held_interrupts():
+                    if done.copied is not None:  # the maintainer's folder, as --continue copied it, goes
+                        waiting.unchanged(real, done.copied, f"{done.package}=={done.version}")
                     done.written = work.commit()
-                    _drop_waiting(project, done)
+                    if done.copied is not None:
+                        waiting.remove(real)
+                done.waiting = ""
                 say(f"wrote {len(done.written)} file(s) of overlay/ and patches/")
-    except TreeChanged as exc:
-        done.stop = Stop(exc.message, _by_hand(done)[:1])
-    except PatchwheelError as exc:
+    except PatchwheelError as exc:  # TreeChanged included: nothing was written
         done.stop = Stop(exc.message + (f" ({exc.hint})" if exc.hint else ""), _by_hand(done))
     if done.stop is not None and scratch:
         done.stop.why = done.stop.why.replace(scratch, str(project.root))
@@ -250,9 +262,10 @@ def _start(
 
 
 def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: Prove) -> Stop | None:
-    real = _work(work.project, done.package, done.version)
-    copy = _work(work.root, done.package, done.version)
-    shutil.copytree(real, copy, symlinks=True)  # the maintainer's folder stays as it is until the end
+    real = waiting.path(work.project, done.package, done.version)
+    shutil.copytree(real, waiting.path(work.root, done.package, done.version), symlinks=True)
+    if waiting.digest(real) != done.copied:  # the copy is of the folder as --continue found it, or nothing
+        raise ConfigError(f"{real} changed while it was copied", "run --continue again")
     project = config.load(work.root)
     said: list[str] = []
     say(f"carrying the rest of the line {done.source} (the conflict resolved in {real / 'repo'})")
@@ -265,30 +278,20 @@ def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: 
 def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
     """A conflict: the scratch copy's work folder becomes the project's ``.rebase/<pkg>-<version>/`` (with what
     derive needs to go on), in one step; nothing else is written."""
-    copy = _work(work.root, done.package, done.version)
     state = {
         "source": done.source,
         "set": done.set_name,
         "verdicts": [v.__dict__ for v in done.verdicts],
         "others": [v.__dict__ for v in done.others],
+        "source_series": done.source_series,
     }
-    (copy / STATE).write_text(json.dumps(state, indent=1) + "\n")
-    real = _work(work.project, done.package, done.version)
-    staged = real.with_name(f".{real.name}.partial")
-    shutil.rmtree(staged, ignore_errors=True)  # one an interrupted stop left (derive's own name)
-    real.parent.mkdir(exist_ok=True)
-    shutil.copytree(copy, staged, symlinks=True)
-    with held_interrupts():
-        old = real.with_name(f".{real.name}.old")
-        if real.exists():
-            os.replace(real, old)
-        os.replace(staged, real)
-        shutil.rmtree(old, ignore_errors=True)
+    real = waiting.path(work.project, done.package, done.version)
+    spec = f"{done.package}=={done.version}"
+    waiting.put(waiting.path(work.root, done.package, done.version), real, state, done.copied, spec)
     repo = real / "repo"
     done.waiting = str(repo)
     files = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
     conflict = next((s.strip() for s in said if "CONFLICT" in s), "a conflict")
-    spec = f"{done.package}=={done.version}"
     return Stop(
         f"{conflict}: carry the patch by hand in {repo}, as {done.package} {done.version}'s code requires; "
         "nothing else was written",
@@ -303,10 +306,12 @@ def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
 
 
 def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], None]) -> Stop | None:
-    """The line is written in the scratch copy: name it in its set, retire what no set names any more, judge it
-    for the matrix, lint, build, prove."""
+    """The line is written in the scratch copy: name it in its set (and in [suite] where it is the newest line of
+    its major version), retire the line the set named before if no set names it any more, judge it for the matrix,
+    lint, build, prove."""
     project = config.load(work.root)
     members = project.sets.get(done.set_name)
+    before = None if members is None else members[done.package]
     if members is None:
         companions = {p: project.line(p).version for p in project.packages() if p != done.package}
         add_set(project.sets_file, done.set_name, {done.package: done.version, **companions})
@@ -314,16 +319,17 @@ def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], Non
             f"{p} {v}" for p, v in {done.package: done.version, **companions}.items()
         )
     else:
-        before = members.get(done.package)
-        if before is None:
-            raise ConfigError(
-                f"the set {done.set_name} does not name {done.package}",
-                f"name another set (--set), or add {done.package} to [set.{done.set_name}] first",
-            )
         set_member(project.sets_file, done.set_name, done.package, done.version)
         done.set_change = f"the set {done.set_name}: {done.package} {before} -> {done.version}"
     say(done.set_change)
-    done.retired = follow.retire(config.load(work.root), done.package, say)
+    project = config.load(work.root)
+    major = Version(done.version).major
+    newest_of_major = [ln for ln in project.lines[done.package] if Version(ln.version).major == major][-1]
+    if project.suite is not None and newest_of_major.version == done.version and done.set_name not in project.suite:
+        suite_add(project.sets_file, done.set_name)  # the suite proves the newest line of each major version
+        say(f"[suite] proves the set {done.set_name}: it names the newest line of {done.package} {major}.x")
+    if before is not None:
+        done.retired = follow.retire(config.load(work.root), done.package, say, only={f"{done.package}/{before}"})
     project = config.load(work.root)
     line = project.line(done.package, done.version)
     say(f"the matrix: the line {line.key} on every release newer than it")
@@ -371,30 +377,23 @@ def _judge_others(
                 f"{p.name} of {line.key}: its proof cannot judge pristine {done.package} {done.version} ({o.detail})"
             )
         verdicts.append(v)
-    if not problems:
-        return verdicts, None
-    return verdicts, Stop("; ".join(problems), _by_hand(done))
+    return verdicts, (Stop("; ".join(problems), _by_hand(done)) if problems else None)
 
 
 def _by_hand(done: Derived) -> list[str]:
     """What a maintainer runs once a stop is dealt with (docs/maintainers.md, Deriving a line): the first, again."""
     spec = f"{done.package}=={done.version}"
-    return [
-        f"nox -s derive -- {spec} --from {done.source} --set {done.set_name}   # again, once it is dealt with",
-        f"nox -s derive -- {spec} --from <another line>   # or from another line",
-        f"nox -s upstream -- run {spec}   # what every line says about {done.version}, by text and by proofs",
+    if done.waiting:  # the work folder waits: it goes on from there, or is dropped
+        again = [
+            f"nox -s derive -- {spec} --continue   # again, once it is dealt with (the resolution waits in "
+            f"{done.waiting})",
+            f"nox -s derive -- {spec} --abort      # or drop the work folder",
+        ]
+    else:
+        again = [
+            f"nox -s derive -- {spec} --from {done.source} --set {done.set_name}   # again, once it is dealt with",
+            f"nox -s derive -- {spec} --from <another line>   # or from another line",
+        ]
+    return again + [
+        f"nox -s upstream -- run {spec}   # what every line says about {done.version}, by text and by proofs"
     ]
-
-
-def _drop_waiting(project: Project, done: Derived) -> None:
-    """After the write: the work folder a conflict left, now carried into the line (derive made it)."""
-    work = _work(project.root, done.package, done.version)
-    if (work / STATE).is_file():
-        _remove(work)
-
-
-def _remove(work: Path) -> None:
-    """A derive's work folder, and .rebase/ when nothing else waits there."""
-    shutil.rmtree(work)
-    if not any(work.parent.iterdir()):
-        work.parent.rmdir()

@@ -40,7 +40,7 @@ from ..matrix import Matrix
 from ..patches import Patch
 from ..reporter import CONSOLE
 from . import proofenv, rebase, submission, upstream
-from .scratch import Scratch, TreeChanged, remove_release, set_member
+from .scratch import Scratch, TreeChanged, record_retired, remove_release, set_member
 from .selection import Selection
 from .setruns import Run
 
@@ -265,15 +265,18 @@ def retained(project: Project) -> set[str]:
     return named | {lines[-1].key for lines in project.lines.values()}
 
 
-def retire(project: Project, pkg: str, say: Callable[[str], None]) -> list[str]:
-    """Remove the lines of ``pkg`` the retention rule does not keep: series, pin, vendored modules (another
-    package's lines are its own follow's business). Their wheels, once published, stay on the index; git keeps
-    the files."""
+def retire(project: Project, pkg: str, say: Callable[[str], None], only: set[str] | None = None) -> list[str]:
+    """Remove the lines of ``pkg`` the retention rule does not keep (of ``only``, where given: line keys): series,
+    pin, vendored modules (another package's lines are its own follow's business). Their wheels, once published,
+    stay on the index, and git keeps the files; the pins keep the build number each reached ([retired]), so that a
+    line made again for the release never gives a published name other bytes."""
     keep = retained(project)
-    gone = [line for line in project.lines[pkg] if line.key not in keep]
+    gone = [ln for ln in project.lines[pkg] if ln.key not in keep and (only is None or ln.key in only)]
     for line in gone:
         shutil.rmtree(line.patch_dir)
-        remove_release(project.pins_file(line.package), line.version)
+        pins = project.pins_file(line.package)
+        record_retired(pins, line.version, max(line.build.number if line.build else 1, line.retired_build))
+        remove_release(pins, line.version)
         say(f"retired the line {line.key}: no consumer set names it, and it is not the newest")
     if gone:
         vendored.write(config.load(project.root), log=lambda m: None)  # removes their overlay/ folders, NOTICE

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from .. import buildno, fetch, gitops, vendored
 from ..apply import ScratchTree, apply_line, explain_failure
-from ..config import Project, ReleaseLine, path_problem
+from ..config import Project, ReleaseLine
 from ..errors import PatchError
-from ..names import HUNK_HEADER, SLUG, find
+from ..names import HUNK_HEADER, SLUG, find, path_problem
 from ..patches import Patch, load_series, mailinfo_cut, parse_patch
 from ..reporter import CONSOLE
 from ..trailers import test_refs

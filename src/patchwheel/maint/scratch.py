@@ -62,8 +62,8 @@ def digests(root: Path) -> dict[str, str]:
 class Scratch(TempFolder):
     """``with Scratch(root) as s``: ``s.root`` is a copy of the project's inputs, removed on exit."""
 
-    def __init__(self, root: Path) -> None:
-        self.project = root
+    def __init__(self, root: Path, command: str = "follow") -> None:
+        self.project, self.command = root, command
         super().__init__("patchwheel-follow-")
         self.root = self._tmp / "project"
         try:
@@ -90,8 +90,8 @@ class Scratch(TempFolder):
         Refused, with nothing written, when the project's files are no longer those the copy was made from."""
         if digests(self.project) != self.snapshot:
             raise TreeChanged(
-                "overlay/ or patches/ changed while follow ran; nothing was written",
-                "commit or stash what you changed, then run follow again",
+                f"overlay/ or patches/ changed while {self.command} ran; nothing was written",
+                f"commit or stash what you changed, then run {self.command} again",
             )
         changed, removed = self.changes()
         staged: dict[str, str] = {}
@@ -172,8 +172,13 @@ _HEADER = re.compile(r"^\s*\[\s*(?P<name>[^\]]+?)\s*\]\s*(#.*)?$")
 
 
 def _table_name(line: str) -> str | None:
+    """A table header's name as the tool spells it: dots without spaces, double quotes only where TOML needs them
+    (``[ set . "old" ]`` is ``set.old``, ``[release.'5.24.0']`` is ``release."5.24.0"``)."""
     m = _HEADER.match(line)
-    return None if m is None else re.sub(r"\s*\.\s*", ".", m["name"]).replace("'", '"')
+    if m is None:
+        return None
+    name = re.sub(r"\s*\.\s*", ".", m["name"]).replace("'", '"')
+    return re.sub(r'"([A-Za-z0-9_-]+)"', r"\1", name)
 
 
 def _table(lines: list[str], name: str) -> tuple[int, int] | None:
@@ -190,7 +195,7 @@ def set_member(sets_file: Path, set_name: str, package: str, version: str) -> No
     lines = sets_file.read_text().splitlines(keepends=True)
     quoted = set_name if re.fullmatch(r"[A-Za-z0-9_-]+", set_name) else f'"{set_name}"'
     span = _table(lines, f"set.{quoted}")
-    key = re.compile(rf"^\s*{re.escape(package)}\s*=")
+    key = re.compile(rf"""^\s*(["']?){re.escape(package)}\1\s*=""")
     at = None if span is None else next((i for i in range(*span) if key.match(lines[i])), None)
     if at is None:
         raise PatchwheelError(
@@ -225,6 +230,56 @@ def add_set(sets_file: Path, name: str, members: dict[str, str]) -> None:
     _write_checked(sets_file, new, reads_back, f"add it by hand: {table}")
 
 
+def suite_add(sets_file: Path, name: str) -> None:
+    """``name`` added to ``[suite] sets = [...]`` of overlay/sets.toml (a one-line list), every other line kept."""
+    lines = sets_file.read_text().splitlines(keepends=True)
+    span = _table(lines, "suite")
+    one_line = re.compile(r"^(\s*sets\s*=\s*\[)(?P<names>[^\]]*)(\].*)$", re.S)
+    at = None if span is None else next((i for i in range(*span) if one_line.match(lines[i])), None)
+    hint = f'add "{name}" to [suite] sets in {sets_file} by hand (a one-line list)'
+    if at is None:
+        raise PatchwheelError(f"{sets_file}: no one-line [suite] sets = [...] the tool can add {name!r} to", hint)
+    m = one_line.match(lines[at])
+    assert m is not None
+    names = m["names"].rstrip().rstrip(",")
+    lines[at] = f'{m.group(1)}{names}{", " if names.strip() else ""}"{name}"{m.group(3)}'
+
+    def reads_back(data: dict) -> bool:
+        return name in data["suite"]["sets"]
+
+    _write_checked(sets_file, "".join(lines), reads_back, hint)
+
+
+RETIRED_COMMENT = "# The highest build number each retired line recorded: a line made again starts above it."
+
+
+def record_retired(pins: Path, version: str, number: int) -> None:
+    """``[retired] "<version>" = <number>`` in a pins.toml (the highest of it and what is there): the build number a
+    retired line reached, so that a line made again for that release starts above it. Every other line kept."""
+    lines = pins.read_text().splitlines(keepends=True)
+    entry = f'"{version}" = {number}\n'
+    span = _table(lines, "retired")
+    if span is None:
+        text = "".join(lines).rstrip("\n") + f"\n\n{RETIRED_COMMENT}\n[retired]\n" + entry
+    else:
+        key = re.compile(rf"""^\s*(["']?){re.escape(version)}\1\s*=""")
+        at = next((i for i in range(*span) if key.match(lines[i])), None)
+        if at is not None:
+            number = max(number, tomllib.loads("".join(lines))["retired"][version])
+            lines[at] = f'"{version}" = {number}\n'
+        else:
+            end = span[1]
+            while end > span[0] + 1 and not lines[end - 1].strip():
+                end -= 1
+            lines.insert(end, entry)
+        text = "".join(lines)
+
+    def reads_back(data: dict) -> bool:
+        return data["retired"][version] >= number
+
+    _write_checked(pins, text, reads_back, f'add "{version}" = {number} to the [retired] table by hand')
+
+
 def remove_release(pins: Path, version: str) -> None:
     """Remove the ``[release."<version>"]`` table (and the blank lines before it) from a pins.toml."""
     lines = pins.read_text().splitlines(keepends=True)
@@ -248,17 +303,18 @@ def remove_release(pins: Path, version: str) -> None:
 
 def add_release(pins: Path, version: str, table: str) -> None:
     """Add the ``[release."<version>"]`` table ``table`` to a pins.toml, before the first release table of a newer
-    version (so the file lists its lines oldest first, as the tool reads them), every other line kept."""
+    version, or ``[retired]`` (so the file lists its lines oldest first, as the tool reads them), every other line
+    kept."""
     from packaging.version import InvalidVersion, Version
 
     lines = pins.read_text().splitlines(keepends=True)
     at = len(lines)
     for i, line in enumerate(lines):
         name = _table_name(line)
-        if name is None or not name.startswith('release."'):
+        if name is None or not (name.startswith('release."') or name == "retired"):
             continue
         try:
-            newer = Version(name[len('release."') : -1]) > Version(version)
+            newer = name == "retired" or Version(name[len('release."') : -1]) > Version(version)
         except InvalidVersion:
             continue
         if newer:

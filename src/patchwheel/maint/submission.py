@@ -27,10 +27,11 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Project, ReleaseLine, path_problem
+from ..config import Project, ReleaseLine
 from ..errors import PatchError
 from ..lint import line_problems as line_problems_of_pipeline
 from ..matrix import Matrix
+from ..names import path_problem
 from ..patches import Patch
 
 FOLDER = "upstream-pr"

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import fetch
-from ..config import Project, ReleaseLine, path_problem
+from ..config import Project, ReleaseLine
 from ..distdir import current_wheel
 from ..errors import ConfigError, EnvironmentFailed
+from ..names import path_problem
 from ..reporter import CONSOLE
 from . import proofenv
 
