@@ -171,6 +171,17 @@ def _load_llama_tensor_parallel(rank, world_size, ckpt):
     return {"warmup_bytes": warmup_bytes, "tp_plan": dict(model._tp_plan or {})}
 
 
+def _planned_and_reserved(rank, result, reference) -> tuple[int, list[int]]:
+    """One rank's planned weights (bytes) and the warm-up's allocations (bytes: it allocates float16 elements, so
+    rounded down to even); ``CouldNotObserve`` where the plan names nothing or the spy saw no warm-up."""
+    planned = _planned_bytes(reference, result["tp_plan"])
+    if not planned:
+        raise CouldNotObserve(f"rank {rank}: the tensor-parallel plan names none of the model's tensors")
+    if not result["warmup_bytes"]:
+        raise CouldNotObserve(f"rank {rank}: the spy saw no warm-up allocation (was the warm-up renamed?)")
+    return planned, result["warmup_bytes"]
+
+
 def _planned_bytes(reference, plan) -> int:
     """The bytes of the weights a tensor-parallel plan names (its keys, with ``*`` for a layer's number)."""
     names = re.compile("|".join(re.escape(name) for name in plan))
@@ -218,12 +229,7 @@ def test_warmup_reserves_whole_model_without_tensor_parallelism(tmp_path):
         _check_loaded(result, reference)
         if not result["tp_plan"]:
             raise CouldNotObserve(f"rank {rank}: the loaded Llama has no tensor-parallel plan to misapply")
-        planned = _planned_bytes(reference, result["tp_plan"])
-        if not planned:
-            raise CouldNotObserve(f"rank {rank}: the tensor-parallel plan names none of the model's tensors")
-        reserved = result["warmup_bytes"]  # the warm-up allocates float16 elements: bytes rounded down to even
-        if not reserved:
-            raise CouldNotObserve(f"rank {rank}: the spy saw no warm-up allocation (was the warm-up renamed?)")
+        planned, reserved = _planned_and_reserved(rank, result, reference)
         if reserved == [(whole - planned + planned // 2) // 2 * 2]:
             raise BugSymptom(
                 f"rank {rank}: warm-up reserved {reserved[0]} bytes, 1/2 of the {whole}-byte model's {planned} "
@@ -284,12 +290,7 @@ def test_tensor_parallel_warmup_reserves_each_rank_s_shards(tmp_path):
     whole = sum(t.numel() * t.element_size() for t in reference.values())
     results = _tensor_parallel_ranks(_load_llama_tensor_parallel, tmp_path)
     for rank, result in enumerate(results):
-        planned = _planned_bytes(reference, result["tp_plan"])
-        if not planned:
-            raise CouldNotObserve(f"rank {rank}: the tensor-parallel plan names none of the model's tensors")
-        reserved = result["warmup_bytes"]  # the warm-up allocates float16 elements: bytes rounded down to even
-        if not reserved:
-            raise CouldNotObserve(f"rank {rank}: the spy saw no warm-up allocation (was the warm-up renamed?)")
+        planned, reserved = _planned_and_reserved(rank, result, reference)
         shards = (whole - planned + planned // 2) // 2 * 2
         assert reserved == [shards], (
             f"rank {rank}: a tensor-parallel warm-up reserved {reserved} bytes, not the {shards} bytes of this rank's "
