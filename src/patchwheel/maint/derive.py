@@ -194,10 +194,11 @@ def _release(package: str, version: str, releases: list[tuple[str, Artifact, boo
                     f"{package} {version} is yanked on {fetch.index_url()}", "derive a line for another release"
                 )
             return artifact
-    near = sorted((v for v, _, _ in releases), key=lambda v: abs(Version(v).release[0] - Version(version).release[0]))
+    order = [v for v, _, _ in releases]  # oldest first
+    at = sum(Version(v) < Version(version) for v in order)
     raise ConfigError(
         f"{package} {version} is not a final release on {fetch.index_url()}",
-        f"name one it lists, e.g. {', '.join(sorted(near[:5], key=Version))}",
+        f"name one it lists, e.g. {', '.join(order[max(0, at - 3) : at + 2])}",
     )
 
 

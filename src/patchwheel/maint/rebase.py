@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..names import patch_name, slug_of
 from ..patches import Patch, load_series, parse_patch
 from ..reporter import CONSOLE
-from . import proofenv
+from . import proofenv, waiting
 from .scratch import add_release
 from .textcheck import carry
 from .upstream import companions
@@ -40,7 +40,7 @@ from .workrepo import WorkRepo, release_files, touched
 
 
 def _work(project: Project, package: str, version: str) -> Path:
-    return project.root / ".rebase" / f"{package}-{version}"
+    return waiting.path(project.root, package, version)
 
 
 def _version(text: str) -> str:
@@ -177,12 +177,6 @@ def _continue(by: str, package: str, version: str) -> str:
     if by == "derive":
         return f"nox -s derive -- {package}=={version} --continue"
     return f"nox -s rebase -- {package} {version} --continue"
-
-
-def in_progress(project: Project, package: str, version: str) -> dict | None:
-    """The state of the carry onto ``package`` ``version`` waiting in ``.rebase/``, or None."""
-    state_file = _work(project, package, version) / "state.json"
-    return _state(state_file) if state_file.is_file() else None
 
 
 def _state(state_file: Path) -> dict:
