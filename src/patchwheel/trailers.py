@@ -3,6 +3,7 @@
     Upstream-Issue:  https://github.com/huggingface/transformers/issues/37663
     Upstream-Status: Pending | Submitted <url> | Backport <pr> | Fixed-In <version>
                      | Partial-Fix-In <version> <the proof test that still fails there>
+                     | Fix-Proposed-In <someone else's pull request URL>: export offers the test to it
     Proof-Test:      tests/proof/test_x.py[::test_y, ...] a fix: the test(s) that prove the bug (fail without the patch)
     Feature-Test:    tests/proof/test_x.py             instead, for a capability the patch adds
     Guard-Test:      tests/guards/test_x.py[, ...]     the differential guards of the bug's neighbourhood
@@ -35,9 +36,20 @@ DROP_BY_PR = "pr-released"
 GUARD_TRAILER = "Guard-Test"
 REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Drop-When", GUARD_TRAILER)
 TEST_TRAILERS = ("Proof-Test", "Feature-Test")
-_STATUS = re.compile(r"^(Pending|Submitted \S+|Backport \S+|Fixed-In \S+|Partial-Fix-In \S+ \S+)$")
+_PROPOSED_IN = "Fix-Proposed-In"
+_PULL = r"https://github\.com/[\w.-]+/[\w.-]+/pull/\d+"
+_STATUS = re.compile(rf"Pending|Submitted \S+|Backport \S+|Fixed-In \S+|Partial-Fix-In \S+ \S+|{_PROPOSED_IN} {_PULL}")
 _PR = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/pull/\d+|pending)$")
 _ISSUE = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|[\w.-]+/[\w.-]+#\d+)$")
+
+
+def proposed_in(patch: Patch) -> str | None:
+    """The pull request in which someone else proposed this fix upstream (``Fix-Proposed-In <url>``), if any: export
+    then offers upstream's test to that pull request instead of opening a duplicate."""
+    words = patch.trailers.get("Upstream-Status", "").split()
+    if len(words) == 2 and words[0] == _PROPOSED_IN and re.fullmatch(_PULL, words[1]):
+        return words[1]
+    return None
 
 
 def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> list[str]:
@@ -53,10 +65,11 @@ def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> lis
             "it) and 'Feature-Test:' (a capability the patch adds)"
         )
     status = t.get("Upstream-Status", "")
-    if "Upstream-Status" in t and not _STATUS.match(status):
+    if "Upstream-Status" in t and not _STATUS.fullmatch(status):
         out.append(
             f"{patch.name}: Upstream-Status {status!r} must be one of 'Pending', 'Submitted <url>', "
-            "'Backport <pr>', 'Fixed-In <version>', 'Partial-Fix-In <version> <still-failing proof test>'"
+            "'Backport <pr>', 'Fixed-In <version>', 'Partial-Fix-In <version> <still-failing proof test>', "
+            f"'{_PROPOSED_IN} <the pull request URL of someone else's fix>'"
         )
     elif status.startswith(("Fixed-In ", "Partial-Fix-In ")):
         words = status.split()

@@ -413,3 +413,69 @@ def test_export_checks_with_the_ruff_that_lint_pins():
         extra: [r for r in reqs if r.startswith("ruff==")] for extra, reqs in extras["optional-dependencies"].items()
     }
     assert pins["export"] == pins["lint"] == ["ruff==0.17.5"]
+
+
+# --- a fix someone else proposed: the test goes to their pull request -----------------------------------------------
+
+THEIR_PR = "https://github.com/example/demo/pull/7"
+COMMENT = "# Test greet() with a comma\n\nA test for this change: it fails on the release and passes with it.\n"
+
+
+def _proposed_elsewhere(demo) -> None:
+    """The demo fix, with its Upstream-Status naming someone else's pull request, and a comment for it."""
+    trailers = {**TRAILERS, "Upstream-Status": f"Fix-Proposed-In {THEIR_PR}"}
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    edit = lambda f: {**f, "src/demo/core.py": CORE.replace(b'"hello " + name', FIX)}  # noqa: E731
+    demo.set_series(("0001-greet-comma.patch", make_patch(files, edit, "Greet with a comma", trailers)))
+    (_sub(demo) / "message.txt").unlink()
+    (_sub(demo) / "comment.md").write_text(COMMENT)
+
+
+def test_a_fix_proposed_elsewhere_exports_the_test_for_their_pull_request(demo_project, tmp_path):
+    """No duplicate pull request: a commit with upstream's test alone, to go on top of theirs, and the comment that
+    offers it, with the test's runs both ways (the release as published, and with the proposed change)."""
+    _proposed_elsewhere(demo_project)
+    _release(demo_project)
+    seen: dict[str, object] = {}
+
+    def verify(project, line, newest, patched, sub):
+        seen.update(patched=patched, tests=sorted(sub.tests))
+        return both_ways_ok(project, line, newest, patched, sub)
+
+    out = _export(demo_project, tmp_path, verify=verify)
+    assert sorted(p.name for p in out.iterdir()) == ["0001-greet-comma.patch", "COMMENT.md"]
+    assert seen == {
+        "patched": {"demo/core.py": b"# moved\n" + CORE.replace(b'"hello " + name', FIX)},
+        "tests": ["tests/test_greet.py"],
+    }
+    mbox = (out / "0001-greet-comma.patch").read_bytes()
+    assert b"Subject: Test greet() with a comma" in mbox and b"From: Jane Doe <jane@example.org>" in mbox
+    assert b"diff --git a/tests/test_greet.py" in mbox and b"src/demo/core.py" not in mbox  # their fix is theirs
+    assert b"\nRefs #1\n" in mbox and b"Fixes" not in mbox  # their pull request closes the issue, not this commit
+    fixed = {"src/demo/core.py": b"# moved\n" + CORE.replace(b'"hello " + name', FIX)}
+    repo = gitops.scratch_repo(fixed)  # their branch: git am takes the test on top of it
+    try:
+        gitops.am(repo, out / "0001-greet-comma.patch")
+        assert (repo / "tests" / "test_greet.py").is_file()
+    finally:
+        shutil.rmtree(repo.parent)
+    comment = (out / "COMMENT.md").read_text()
+    assert comment.startswith("A test for this change: it fails on the release and passes with it.\n"), comment
+    assert "`0001-greet-comma.patch` adds `tests/test_greet.py` as a commit on top of this pull request" in comment
+    assert "- pristine 1.1.0: fails as the issue describes (test_greet: BugSymptom: no comma)\n" in comment
+    assert "- 1.1.0 with this pull request's change: passes (1 passed)\n" in comment
+    assert "Proof-Test" not in comment and "patchwheel" not in comment
+
+
+def test_a_fix_proposed_elsewhere_needs_a_comment_not_a_commit_message(demo_project):
+    _proposed_elsewhere(demo_project)
+    assert submission.lint(demo_project.load()) == {"demo/1.0.0": []}
+    (_sub(demo_project) / "message.txt").write_text("Greet with a comma\n\nA duplicate pull request.\n")
+    (_sub(demo_project) / "comment.md").write_text("no title\n")
+    problems = submission.lint(demo_project.load())["demo/1.0.0"]
+    assert any(f"its fix is proposed in {THEIR_PR}: the test goes there, remove" in p for p in problems), problems
+    assert any("comment.md must start with '# <the test commit's subject>'" in p for p in problems), problems
+    (_sub(demo_project) / "message.txt").unlink()
+    (_sub(demo_project) / "comment.md").unlink()
+    problems = submission.lint(demo_project.load())["demo/1.0.0"]
+    assert any("no " in p and "comment.md: write the comment that offers the test" in p for p in problems), problems

@@ -44,6 +44,8 @@ def test_missing_trailer(demo_project, missing):
     "key,value,expect",
     [
         ("Upstream-Status", "Maybe later", "must be one of"),
+        ("Upstream-Status", "Fix-Proposed-In the forum", "must be one of"),
+        ("Upstream-Status", "Fix-Proposed-In https://github.com/example/demo/issues/3", "must be one of"),
         ("Upstream-Issue", "see the forum", "is not an issue URL"),
         ("Drop-When", "transformers>=4.54", "must be a version condition on demo"),
         ("Drop-When", "demo", "must be a version condition on demo"),
@@ -64,6 +66,14 @@ def test_bad_trailer_values(demo_project, key, value, expect):
 def test_a_proof_may_list_tests_of_its_module(demo_project):
     listed = "tests/proof/test_demo.py::test_greet, tests/proof/test_demo.py::test_greet"
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, "Proof-Test": listed})))
+    assert _problems(demo_project) == []
+
+
+def test_a_fix_proposed_in_someone_elses_pull_request_is_accepted(demo_project):
+    status = "Fix-Proposed-In https://github.com/example/demo/pull/7"
+    demo_project.set_series(
+        ("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, "Upstream-Status": status}))
+    )
     assert _problems(demo_project) == []
 
 

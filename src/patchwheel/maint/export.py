@@ -13,6 +13,10 @@ The steps, each of which stops the export with its reason (and nothing written) 
    patch (it must pass) (upstream_test.py);
 6. write ``0001-<slug>.patch`` and ``PR.md`` (a fix), or ``ISSUE.md`` and the patch for reference (a feature:
    upstream discusses a new capability before it reviews code for it).
+
+A fix someone else has proposed upstream (``Upstream-Status: Fix-Proposed-In <their pull request>``) gets no
+duplicate pull request: the commit holds upstream's test alone, made on the release with the fix (their branch),
+and ``COMMENT.md`` offers it to their pull request with the test's runs both ways.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ..matrix import Matrix
 from ..names import matches
 from ..patches import Patch, load_series
 from ..reporter import CONSOLE
+from ..trailers import proposed_in
 from . import export_commit, proofenv, submission, upstream_style, upstream_test
 from .export_commit import GitConfig, user_git_config
 from .textcheck import carry
@@ -105,20 +110,23 @@ def export(
     sub = submission.load(project.root, line.package, patch)
     version, newest, _ = fetch.releases(line.package)[-1]
     carried = carry_to_newest(line, upto, version, newest)
+    elsewhere = None if patch.is_feature else proposed_in(patch)
+    # Someone else's pull request holds the fix: the commit adds the test on top of it (the release with the fix).
+    before = carried.fixed if elsewhere else carried.base
     after = {**carried.fixed, **({} if patch.is_feature else sub.tests)}
-    text = sub.message or _feature_message(patch, sub)
+    text = _comment_message(sub) if elsewhere else sub.message or _feature_message(patch, sub)
     closes = export_commit.fixes(patch, line.package)
     where = f"{line.package} {version}"
     mbox = export_commit.commit(
-        carried.base,
+        before,
         after,
-        export_commit.message(text, closes, patch.is_feature),
+        export_commit.message(text, closes, patch.is_feature or elsewhere is not None),
         who,
         date or export_commit.today(),
         where,
     )
     export_commit.refuse_ours(mbox, "the exported commit")
-    style = _style(line, version, carried, after)
+    style = _style(line, version, before, after)
     runs = None
     if not patch.is_feature:
         log(f"{patch.name}: running upstream's test on {where}, pristine and patched ...")
@@ -127,6 +135,8 @@ def export(
     files = {f"0001-{patch.slug}.patch": mbox}
     if patch.is_feature:
         files["ISSUE.md"] = _issue(sub, patch, where, carried.status, style).encode()
+    elif elsewhere:
+        files["COMMENT.md"] = _comment(line, patch, sub, version, style, runs).encode()
     else:
         files["PR.md"] = _description(project, line, patch, sub, carried, style, runs).encode()
     for name, data in files.items():
@@ -137,11 +147,42 @@ def export(
         if runs
         else "a feature: ISSUE.md proposes it, the patch is attached for reference"
     )
+    offered = f"; the test alone, for {elsewhere}" if elsewhere else ""
     log(
-        f"wrote {out}/: {', '.join(files)} (by {who}; {carried.status} onto {where}, verified with git am; {ran}; "
-        f"ruff with {line.package} {version}'s settings: clean)"
+        f"wrote {out}/: {', '.join(files)} (by {who}; {carried.status} onto {where}, verified with git am{offered}; "
+        f"{ran}; ruff with {line.package} {version}'s settings: clean)"
     )
     return out
+
+
+def _comment_message(sub: submission.Submission) -> str:
+    """The test commit's message: the comment's title as its subject, the comment as its body."""
+    return sub.subject + "\n\n" + (sub.comment or "").split("\n", 1)[1].strip()
+
+
+def _comment(line: ReleaseLine, patch: Patch, sub: submission.Submission, version: str, style: str, runs) -> str:
+    tests = ", ".join(f"`{t}`" for t in sub.tests)
+    return "\n".join(
+        [
+            (sub.comment or "").split("\n", 1)[1].strip(),
+            "",
+            "## The test",
+            "",
+            f"`0001-{patch.slug}.patch` adds {tests} as a commit on top of this pull request (`git am` takes it on "
+            f"its branch). Run on {line.package} {version} (CPU, torch {proofenv.torch_version()}; nothing is "
+            "downloaded):",
+            "",
+            f"- pristine {version}: fails as the issue describes ({runs[0].detail})",
+            f"- {version} with this pull request's change: passes ({runs[1].detail})",
+            "",
+            "```sh",
+            f"pytest {' '.join(sub.tests)}",
+            "```",
+            "",
+            f"{style}: clean on the lines the test writes.",
+            "",
+        ]
+    )
 
 
 def _feature_message(patch: Patch, sub: submission.Submission) -> str:
@@ -149,10 +190,10 @@ def _feature_message(patch: Patch, sub: submission.Submission) -> str:
     return f"{patch.subject}\n\nThe implementation of a proposal for discussion: {title}."
 
 
-def _style(line: ReleaseLine, version: str, carried: Carried, after: dict) -> str:
+def _style(line: ReleaseLine, version: str, before: dict, after: dict) -> str:
     """Refuses a commit that ruff, with upstream's settings, does not pass; what was checked, for the texts."""
     pyproject = upstream_style.settings(line.package, version, sdist_of(line, version))
-    found = upstream_style.check(pyproject, after, upstream_style.changed_lines(carried.base, after))
+    found = upstream_style.check(pyproject, after, upstream_style.changed_lines(before, after))
     where = f"{line.package} {version}"
     if found:
         raise PatchError(

@@ -14,6 +14,10 @@ commit written for upstream. Its folder holds, by the patch's slug (so it serves
       match = "Cannot copy out of meta tensor"          # a regular expression its message must match
       worker = false                                    # true: a worker process raised it (torchrun forms)
 
+- a fix someone else already proposed upstream (``Upstream-Status: Fix-Proposed-In <their pull request>``):
+  ``comment.md`` instead of ``message.txt``, the comment that offers upstream's test to their pull request (``# <the
+  test commit's subject>``, a blank line, the comment), with ``tests/...`` and ``expect.toml`` as for a fix; export
+  makes a commit of the test alone, to go on top of their pull request, not a duplicate one.
 - a feature: ``proposal.md``, the issue to open first (problem, evidence, proposed API), since upstream discusses a
   new capability before it reviews code for it.
 
@@ -33,6 +37,7 @@ from ..lint import line_problems as line_problems_of_pipeline
 from ..matrix import Matrix
 from ..names import path_problem
 from ..patches import Patch
+from ..trailers import proposed_in
 
 FOLDER = "upstream-pr"
 _EXPECT_KEYS = ("test", "raises", "match", "worker")
@@ -60,11 +65,14 @@ class Submission:
     folder: Path
     message: str | None  # a fix's commit message
     proposal: str | None  # a feature's issue text
+    comment: str | None  # a fix someone else proposed: the comment offering the test to their pull request
     tests: dict[str, bytes]  # upstream-tree path -> bytes
     expect: tuple[Expectation, ...]
 
     @property
     def subject(self) -> str:
+        if self.comment:
+            return self.comment.splitlines()[0].removeprefix("# ").strip()
         return (self.message or "").splitlines()[0].strip() if self.message else ""
 
 
@@ -87,6 +95,7 @@ def load(root: Path, package: str, patch: Patch) -> Submission:
 def _read(where: Path) -> Submission:
     message = where / "message.txt"
     proposal = where / "proposal.md"
+    comment = where / "comment.md"
     tests = {
         p.relative_to(where).as_posix(): p.read_bytes()
         for p in sorted((where / "tests").rglob("*"))
@@ -99,6 +108,7 @@ def _read(where: Path) -> Submission:
         where,
         message.read_text() if message.is_file() else None,
         proposal.read_text() if proposal.is_file() else None,
+        comment.read_text() if comment.is_file() else None,
         tests,
         expect,
     )
@@ -106,13 +116,38 @@ def _read(where: Path) -> Submission:
 
 def check(where: Path, patch: Patch) -> list[str]:
     """What is missing or wrong in a patch's submission folder (empty: ready)."""
+    elsewhere = None if patch.is_feature else proposed_in(patch)
     if not where.is_dir():
-        what = "proposal.md" if patch.is_feature else "message.txt, expect.toml and tests/"
+        first = "comment.md" if elsewhere else "message.txt"
+        what = "proposal.md" if patch.is_feature else f"{first}, expect.toml and tests/"
         return [f"{patch.name}: no {where.name}/ under {where.parent}: write {what} there"]
     if patch.is_feature:
         text = (where / "proposal.md").read_text() if (where / "proposal.md").is_file() else ""
         return [] if text.startswith("# ") else [f"{patch.name}: {where}/proposal.md must start with '# <title>'"]
+    if elsewhere:
+        return _check_comment(where, patch, elsewhere) + _check_tests(where, patch)
     return _check_message(where, patch) + _check_tests(where, patch)
+
+
+def _check_comment(where: Path, patch: Patch, elsewhere: str) -> list[str]:
+    out = []
+    if (where / "message.txt").exists():
+        out.append(
+            f"{patch.name}: its fix is proposed in {elsewhere}: the test goes there, remove {where}/message.txt "
+            "(a commit message for a pull request of our own) and write comment.md"
+        )
+    path = where / "comment.md"
+    if not path.is_file():
+        return out + [f"{patch.name}: no {path}: write the comment that offers the test to {elsewhere}"]
+    lines = path.read_text().splitlines()
+    subject = lines[0].removeprefix("# ").strip() if lines else ""
+    if not lines or not lines[0].startswith("# ") or not subject or len(subject) > 72:
+        out.append(
+            f"{patch.name}: {path}: comment.md must start with '# <the test commit's subject>' (1 to 72 characters)"
+        )
+    if len(lines) < 3 or lines[1].strip():
+        out.append(f"{patch.name}: {path}: the title, a blank line, then the comment")
+    return out
 
 
 def _check_message(where: Path, patch: Patch) -> list[str]:
