@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import apply, distdir, fetch, gitops, patches, rewrite
+from patchwheel import apply, distdir, fetch, gitops, names, patches, rewrite
 from patchwheel import build as build_mod
 from patchwheel.config import Artifact, BuildRecord
 from patchwheel.errors import PatchwheelError
@@ -456,3 +457,43 @@ def test_wheel_names_keep_upstreams_tags_and_carry_our_build_tag(demo_project):
     assert rewrite.wheel_names(third).filename == "demo-1.0.0+fixed-3-py2.py3-none-any.whl"
     with pytest.raises(PatchwheelError, match="is not version 1.0.0"):
         rewrite.wheel_names(dataclasses.replace(line, wheel=Artifact("demo-1.0.1-py3-none-any.whl", "0")))
+
+
+# --- values matched whole: a `$` matches before a final newline, which reached file names and METADATA ----------
+
+
+@pytest.mark.parametrize("label", ["fixed\n", "fixed\r", "\nfixed", "fix ed", "fixed.\n2"])
+def test_a_local_label_with_a_newline_or_space_is_refused(demo_project, label):
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    pins.write_text(pins.read_text().replace('local-label = "fixed"', f"local-label = {json.dumps(label)}"))
+    with pytest.raises(PatchwheelError, match="is not a PEP 440 local label"):
+        demo_project.load()
+
+
+def test_a_pinned_sha256_with_a_final_newline_is_refused(demo_project):
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    pins.write_text(pins.read_text().replace(f'"{demo_project.sha256}"', json.dumps(demo_project.sha256 + "\n")))
+    with pytest.raises(PatchwheelError, match="is not 64 hex digits"):
+        demo_project.load()
+
+
+@pytest.mark.parametrize(
+    "pattern, value",
+    [
+        (names.SHA256, "0" * 64 + "\n"),
+        (names.SLUG, "greet\n"),
+        (names.PATCH_NAME, "0001-greet.patch\n"),
+    ],
+)
+def test_validating_patterns_do_not_take_a_final_newline(pattern, value):
+    assert pattern.match(value) is None and pattern.match(value.strip()) is not None
+
+
+def test_no_pattern_in_the_tool_ends_with_a_dollar_that_takes_a_newline():
+    """`$` (without re.M) also matches before a final newline: a pattern that validates input ends with `\\Z`."""
+    found = []
+    for path in sorted((Path(patches.__file__).parent).rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"""re\.(compile|match|fullmatch|search)\(r?["'][^"']*\$["']""", line) and "re.M" not in line:
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    assert found == []

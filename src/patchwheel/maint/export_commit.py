@@ -30,9 +30,9 @@ OUR_TRAILERS = (
 OUR_WORDS = re.compile(
     r"^(?:" + "|".join(OUR_TRAILERS) + r"):|tests/proof/|tests/guards/|upstream-pr/|patchwheel", re.M | re.I
 )
-_AUTHOR = re.compile(r"^([^<>\n]*[^<>\s][^<>\n]*) <([^<>\s@]+@[^<>\s@]+)>$")
-_ISSUE_URL = re.compile(r"^https://github\.com/([\w.-]+/[\w.-]+)/(issues|pull)/(\d+)$")
-_ISSUE_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
+_AUTHOR = re.compile(r"^([^<>\n]*[^<>\s][^<>\n]*) <([^<>\s@]+@[^<>\s@]+)>\Z")
+_ISSUE_URL = re.compile(r"^https://github\.com/([\w.-]+/[\w.-]+)/(issues|pull)/(\d+)\Z")
+_ISSUE_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)\Z")
 
 #: ``git config <key>`` in the checkout, as the user's git reads it (their global configuration included).
 GitConfig = Callable[[Path, str], str | None]

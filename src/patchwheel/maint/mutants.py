@@ -37,7 +37,7 @@ from . import proofenv
 PROOF_TIMEOUT = 600.0
 JUDGED_OK = ("killed", "justified")
 _HUNK_HEAD = re.compile(HUNK_HEADER.encode())
-_NOTE = re.compile(r"^Mutant-Survives:\s*#(\d+)\s+(\S.*)$")
+_NOTE = re.compile(r"^Mutant-Survives:\s*#(\d+)\s+(\S.*)\Z")
 
 
 # --- splitting a patch into single-hunk diffs ---------------------------------------------------------------------

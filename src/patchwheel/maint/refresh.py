@@ -49,7 +49,7 @@ class Edits:
 
 
 #: Files in the overlay that are no one's module: editor backups and swap files, merge leftovers, hidden files.
-_JUNK = re.compile(r"(^|/)\.|~$|\.(orig|rej|swp|swo|bak|pyc)$")
+_JUNK = re.compile(r"(^|/)\.|~\Z|\.(orig|rej|swp|swo|bak|pyc)\Z")
 
 
 def _edits(project: Project, line: ReleaseLine) -> Edits:
