@@ -224,4 +224,4 @@ def current_wheel(line: ReleaseLine, dist: Path, hint: str) -> Path:
 def wheel_manifest(path: Path) -> dict:
     with zipfile.ZipFile(path) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/" + FIXES_MANIFEST))
-        return json.loads(zf.read(name))
+        return json.loads(rewrite.read_member(zf, name))

@@ -10,7 +10,9 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -497,3 +499,58 @@ def test_no_pattern_in_the_tool_ends_with_a_dollar_that_takes_a_newline():
             if re.search(r"""re\.(compile|match|fullmatch|search)\(r?["'][^"']*\$["']""", line) and "re.M" not in line:
                 found.append(f"{path.name}:{n}: {line.strip()}")
     assert found == []
+
+
+# --- bounded decompression: a wheel whose digest matches the index may still hold a zip bomb ------------------------
+
+
+def _lie_about_size(whl: Path, member: str, declared: int) -> None:
+    """Rewrite the uncompressed size a member declares, in its local header and its central directory entry, as a
+    crafted bomb does."""
+    data = bytearray(whl.read_bytes())
+    with zipfile.ZipFile(whl) as zf:
+        offset = zf.getinfo(member).header_offset
+    struct.pack_into("<I", data, offset + 22, declared)  # local header: uncompressed size
+    at = data.find(b"PK\x01\x02")
+    while data[at + 46 : at + 46 + struct.unpack_from("<H", data, at + 28)[0]] != member.encode():
+        at = data.find(b"PK\x01\x02", at + 46)
+    struct.pack_into("<I", data, at + 24, declared)  # central directory: uncompressed size
+    whl.write_bytes(bytes(data))
+
+
+def test_a_member_over_the_size_limit_is_refused_before_it_is_inflated(demo_project, monkeypatch):
+    whl = _republish(demo_project, {"demo/__init__.py": INIT, "demo/core.py": CORE, "demo/big.bin": b"\0" * 4096})
+    monkeypatch.setattr(rewrite, "MAX_MEMBER_SIZE", 1024)
+    inflated = []
+
+    def inflate(*args):
+        inflated.append(args)
+        return b""
+
+    monkeypatch.setattr(rewrite, "_inflate", inflate)
+    with pytest.raises(PatchwheelError) as err:
+        rewrite.read(whl)
+    assert err.value.message == (
+        f"{whl}: demo/big.bin declares 4096 bytes uncompressed, over the limit of 1024 bytes for one member"
+    )
+    assert all(a[1].filename != "demo/big.bin" for a in inflated)
+
+
+def test_members_over_the_total_size_limit_are_refused(demo_project, monkeypatch):
+    whl = _republish(demo_project, {"demo/__init__.py": INIT, "demo/core.py": CORE, "demo/big.bin": b"\0" * 4096})
+    monkeypatch.setattr(rewrite, "MAX_TOTAL_SIZE", 4096)
+    with pytest.raises(
+        PatchwheelError,
+        match=r"its members declare \d+ bytes uncompressed in all, over the limit of "
+        r"4096 bytes",
+    ):
+        rewrite.read(whl)
+
+
+def test_a_member_that_inflates_past_its_declared_size_stops_there(demo_project, monkeypatch):
+    """The bomb lies: it declares 100 bytes and inflates to 1 MiB. Inflating stops one byte past the declared size."""
+    whl = _republish(demo_project, {"demo/__init__.py": INIT, "demo/core.py": CORE, "demo/big.bin": b"\0" * (1 << 20)})
+    _lie_about_size(whl, "demo/big.bin", 100)
+    with pytest.raises(PatchwheelError) as err:
+        rewrite.read(whl)
+    assert err.value.message == f"{whl}: demo/big.bin inflates to more than the 100 bytes it declares"

@@ -304,7 +304,7 @@ def reset(site: Path, wheel: Path, paths: list[str]) -> list[str]:
     killed mid-mutant. Returns the paths it repaired."""
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        installed = {p: zf.read(p) if p in names else None for p in paths}
+        installed = {p: rewrite.read_member(zf, p) if p in names else None for p in paths}
     stale = {p: d for p, d in installed.items() if _read(site / p) != d}
     _write(site, stale)
     return sorted(stale)

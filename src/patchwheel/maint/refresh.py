@@ -320,8 +320,7 @@ def new(
     log: Callable[[str], None] = CONSOLE,
 ) -> None:
     line = project.line(package, version)
-    if not SLUG.fullmatch(slug) or re.match(r"\d{4}(-|\Z)", slug) or slug.endswith(".patch"):
-        # A patch's number or file name: `refresh` would take it for the patch of that number.
+    if not SLUG.fullmatch(slug):
         raise PatchError(
             f"{slug!r} is not a patch slug (a number or file name of a patch is not one)",
             "use lower-case letters, digits, '.' and '-', not starting with a patch's four digits, e.g. "
