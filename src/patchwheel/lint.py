@@ -22,7 +22,7 @@ def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) ->
     problems = patches.lint_line(line, project.root)
     if not problems and matrix is not None:
         problems = matrix_checks.problems(matrix, line.key, patches.load_series(line))
-    if not problems and (why := buildno.problem(line)):
+    if not problems and (why := buildno.problem(line) or buildno.history_problem(line, project.root)):
         problems = [why]
     return problems
 
@@ -87,7 +87,8 @@ def tree_problems(project: Project) -> list[str]:
 def _unknown(project: Project, lines: dict, parts: tuple[str, ...], is_dir: bool) -> str | None:
     """Why a path under patches/ or overlay/ (its parts from the root) is not one lint knows; None: it is."""
     top, rest = parts[0], parts[1:]
-    own = {"patches": ("STATUS.json", "STATUS.md"), "overlay": ("sets.toml", "NOTICE")}[top]
+    matrix = project.status_json  # the committed matrix and its Markdown beside it
+    own = {"patches": (matrix.name, matrix.with_suffix(".md").name), "overlay": ("sets.toml", "NOTICE")}[top]
     if len(rest) == 1:
         if is_dir:
             return None if rest[0] in project.lines else "is not a package of this project"
