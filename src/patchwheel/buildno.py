@@ -3,10 +3,11 @@
 A +fixed wheel is named after its upstream release and the local label (``accelerate-1.15.0+fixed-…``), but what
 it holds depends on the patch series: a reworded patch message changes the manifest inside, a new patch the code.
 An index refuses a second file under a published name, and a consumer who has the first must be able to tell the
-two apart. So each series a line is built from gets its own wheel build number (PEP 427's build tag, the tie-break
-between files of one version): the first build of a line has none, as every +fixed wheel published before build
-numbers, and each series change after it gets the next number, ``accelerate-1.15.0+fixed-2-py3-none-any.whl``.
-pip and uv install the highest build of a version, so ``accelerate==1.15.0+fixed`` keeps meaning the newest.
+two apart. So each series a line is built from gets its own wheel build number, and the build tag (PEP 427's
+tie-break between files of one version) carries it with the start of the inputs digest:
+``accelerate-1.15.0+fixed-3_aaa9b8dffe61-py3-none-any.whl``. The number is a counter in the pins, which two clones
+can both take for different changes; the digest gives them two names. pip and uv install the highest build of a
+version (the number compared as a number, then the rest), so ``accelerate==1.15.0+fixed`` keeps meaning the newest.
 
 ``overlay/<pkg>/pins.toml`` records, in each ``[release."X"]`` table, the number and the digest of the inputs it
 was given for (:func:`inputs_digest`: the upstream pin, the line's settings, the series, the rewrite's format)::
@@ -63,9 +64,14 @@ def inputs_digest(line: ReleaseLine) -> str:
     return h.hexdigest()
 
 
+#: How much of the inputs digest the build tag carries: enough that two sets of inputs never share a name.
+TAG_DIGEST = 12
+
+
 def tag(line: ReleaseLine) -> str:
-    """The wheel's build tag: "" for the first build (and for a line that records none), else its number."""
-    return str(line.build.number) if line.build and line.build.number > 1 else ""
+    """The wheel's build tag: the number, then ``_`` and the start of the inputs digest (``2_0735a3436692``), so that
+    two clones that record the same number for other inputs build two names; "" for a line without a record."""
+    return f"{line.build.number}_{line.build.inputs[:TAG_DIGEST]}" if line.build else ""
 
 
 def _bump_command(line: ReleaseLine) -> str:

@@ -61,9 +61,9 @@ class Artifact:
 
 @dataclass(frozen=True)
 class BuildRecord:
-    """``build = { number = N, inputs = "<sha256>" }``: the +fixed wheel's build number (PEP 427 build tag; the
-    first build has none) and the digest of the inputs it was given for: the upstream pin, the line's settings and
-    the series (see :mod:`patchwheel.buildno`)."""
+    """``build = { number = N, inputs = "<sha256>" }``: the +fixed wheel's build number (its PEP 427 build tag is
+    ``N_`` and the digest's first 12 digits) and the digest of the inputs it was given for: the upstream pin, the
+    line's settings and the series (see :mod:`patchwheel.buildno`)."""
 
     number: int
     inputs: str

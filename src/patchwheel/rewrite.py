@@ -75,8 +75,8 @@ def _replace_once(data: bytes, pattern: str, repl: str, what: str) -> bytes:
 
 
 def with_build_line(wheel: bytes, tag: str) -> bytes:
-    """WHEEL's ``Build:`` line says the file name's build tag (PEP 427): ours, or none for a first build; upstream's
-    own, if it had one, goes, as the file name's does. Unchanged bytes when there is nothing to say."""
+    """WHEEL's ``Build:`` line says the file name's build tag (PEP 427): ours, or none without a build record;
+    upstream's own, if it had one, goes, as the file name's does. Unchanged bytes when there is nothing to say."""
     new = re.sub(rb"^Build: [^\r\n]*\r?\n", b"", wheel, flags=re.M)
     if tag:
         nl = b"\r\n" if b"\r\n" in new else b"\n"

@@ -194,8 +194,8 @@ def inspect(name: str, path=None) -> dict:
 
 
 def _build_tag(dist) -> str | None:
-    """WHEEL's ``Build:`` line: the wheel's build number (a changed patch series is the next build of the same
-    version); None for a first build, which has none."""
+    """WHEEL's ``Build:`` line: the wheel's build tag, its number and the start of its inputs digest (a changed
+    patch series is the next build of the same version); None for a wheel built before build tags."""
     for line in (dist.read_text("WHEEL") or "").splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip() == "Build":

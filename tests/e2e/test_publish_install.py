@@ -253,7 +253,7 @@ def _builds_of(line, tmp_path: Path) -> Path:
 
 
 def _installed_build(python: str, package: str) -> str | None:
-    """The Build line of the installed distribution's WHEEL file (None: a first build, which has no tag)."""
+    """The Build line of the installed distribution's WHEEL file: the build tag (None: a wheel without one)."""
     code = f"import importlib.metadata as m; print(m.distribution({package!r}).read_text('WHEEL'))"
     wheel = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout
     found = re.search(r"^Build: (\S+)$", wheel, re.M)
@@ -261,16 +261,21 @@ def _installed_build(python: str, package: str) -> str | None:
 
 
 def test_pip_and_uv_install_the_newest_build_and_hashed_pins_the_file_they_name(server, tmp_path):
-    """A series change is published as the next build of the same version (`…+fixed-N-…`): `==X+fixed` gets it
-    from pip and from uv, and the hash-locked pins of the build before keep installing exactly that file."""
+    """A series change is published as the next build of the same version (`…+fixed-N_<inputs digest>-…`):
+    `==X+fixed` gets it from pip and from uv, and the hash-locked pins of the build before keep installing exactly
+    that file."""
     project = config.load(ROOT)
     line = project.line("accelerate", project.sets[SET]["accelerate"])
     first = DIST / wheel_names(line).filename
     assert line.build and first.is_file(), "the committed line records its build, and dist/ has it"
     number = line.build.number
-    committed_tag = None if number == 1 else str(number)  # a first build carries no build tag
+    committed_tag = f"{number}_{line.build.inputs[:12]}"
     second = _builds_of(line, tmp_path)
-    assert second.name == f"{line.package}-{line.fixed_version}-{number + 1}-py3-none-any.whl"
+    match = re.fullmatch(
+        rf"{line.package}-{re.escape(line.fixed_version)}-{number + 1}_([0-9a-f]{{12}})-py3-none-any\.whl", second.name
+    )
+    assert match, second.name
+    second_tag = f"{number + 1}_{match[1]}"
     url, packages = server["url"], server["packages"]
     res = _twine(url, [w for w in (first, second) if not (packages / w.name).is_file()])
     assert res.returncode == 0, res.stdout + res.stderr
@@ -281,7 +286,7 @@ def test_pip_and_uv_install_the_newest_build_and_hashed_pins_the_file_they_name(
     py = str(env_dir / "bin" / "python")
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-compile", *index]
     subprocess.run(pip + [f"{line.package}=={line.fixed_version}"], check=True, capture_output=True)
-    assert _installed_build(py, line.package) == str(number + 1)
+    assert _installed_build(py, line.package) == second_tag
     pinned = next(ln for ln in (DIST / f"pins-{SET}.txt").read_text().splitlines() if ln.startswith(line.package))
     assert f"# {first.name}" in pinned
     (tmp_path / "pins.txt").write_text(pinned + "\n")
@@ -294,4 +299,4 @@ def test_pip_and_uv_install_the_newest_build_and_hashed_pins_the_file_they_name(
     uv_py = str(uv_env / "bin" / "python")
     install = uv + ["pip", "install", "--python", uv_py, "--no-cache", *index]
     subprocess.run(install + [f"{line.package}=={line.fixed_version}"], check=True, capture_output=True)
-    assert _installed_build(uv_py, line.package) == str(number + 1)
+    assert _installed_build(uv_py, line.package) == second_tag

@@ -487,7 +487,8 @@ def test_manifest_paths(good, monkeypatch, paths):
     DAMAGED) and is not read. (`status` on this interpreter, the build's wheel unpacked on its sys.path.)"""
     with tempfile.TemporaryDirectory(prefix="bad-manifest-") as tmp:
         site = Path(tmp) / "site"
-        with zipfile.ZipFile(good.root / "dist" / "demo-1.0.0+fixed-py3-none-any.whl") as zf:
+        (wheel,) = (good.root / "dist").glob("demo-1.0.0+fixed-*.whl")
+        with zipfile.ZipFile(wheel) as zf:
             zf.extractall(site)
         manifest = site / "demo-1.0.0+fixed.dist-info" / "overlay-fixes.json"
         m = json.loads(manifest.read_text())

@@ -32,8 +32,9 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def test_build_rewrites_only_what_it_must(demo_project):
     (built,) = _build(demo_project)
     dist = demo_project.root / "dist"
-    wheel = dist / "demo-1.0.0+fixed-py3-none-any.whl"
-    assert built.filename == wheel.name
+    wheel = dist / built.filename
+    line = demo_project.load().line("demo")
+    assert built.filename == f"demo-1.0.0+fixed-1_{line.build.inputs[:12]}-py3-none-any.whl"
     new = {e.name: (e.info, e.data) for e in read(wheel)}
     old = {e.name: (e.info, e.data) for e in read(demo_project.upstream)}
     assert list(new) == [
@@ -47,7 +48,9 @@ def test_build_rewrites_only_what_it_must(demo_project):
     assert b'"hello, " + name' in new["demo/core.py"][1]
     assert b'__version__ = "1.0.0+fixed"' in new["demo/__init__.py"][1]
     assert b"Version: 1.0.0+fixed\n" in new["demo-1.0.0+fixed.dist-info/METADATA"][1]
-    assert new["demo-1.0.0+fixed.dist-info/WHEEL"][1] == old["demo-1.0.0.dist-info/WHEEL"][1]
+    # WHEEL: upstream's, with the Build line of the file name's build tag (PEP 427)
+    wheel_file = old["demo-1.0.0.dist-info/WHEEL"][1]
+    assert new["demo-1.0.0+fixed.dist-info/WHEEL"][1] == wheel_file + f"Build: 1_{line.build.inputs[:12]}\n".encode()
     for name, (zi, _) in new.items():  # upstream timestamps and modes are kept
         assert zi.date_time == (2024, 5, 6, 7, 8, 10) and zi.external_attr == 0o644 << 16, name
     manifest = json.loads(new["demo-1.0.0+fixed.dist-info/overlay-fixes.json"][1])
@@ -74,8 +77,8 @@ def test_rebuild_is_byte_identical(demo_project, tmp_path):
 
 
 def test_wheel_library_accepts_record(demo_project, tmp_path):
-    _build(demo_project)
-    wheel = demo_project.root / "dist" / "demo-1.0.0+fixed-py3-none-any.whl"
+    (built,) = _build(demo_project)
+    wheel = demo_project.root / "dist" / built.filename
     subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path / "u"), str(wheel)], check=True)
 
 
@@ -155,25 +158,19 @@ def test_already_upstream_patch_is_reported(demo_project):
     assert "drop the patch" in err.value.hint
 
 
-def test_stale_dist_from_another_patch_set_is_refused(demo_project):
+def test_another_series_under_the_same_number_gets_another_name(demo_project):
     """Another series under a build number that named the first one (a record edited by hand: lint sees a record
-    that matches its series) would give a wheel name dist/ holds with other bytes."""
+    that matches its series) gave a wheel name dist/ held with other bytes, which the build had to refuse. The build
+    tag carries the inputs digest: the name is another one, and the published file keeps its bytes."""
     dist = demo_project.root / "dist"
-    _build(demo_project)
-    before = _snapshot(dist)
+    (first,) = _build(demo_project)
     other_patch_set(demo_project)  # build 2, recorded as the tool's series commands do
     pins = demo_project.root / "overlay" / "demo" / "pins.toml"
     buildno.write_record(pins, "1.0.0", BuildRecord(1, demo_project.load().line("demo").build.inputs))
-    with pytest.raises(PatchwheelError) as err:
-        _build(demo_project)
-    assert "built from another patch set (0001-greet-comma.patch; now 0001-add-swap.patch)" in err.value.message
-    assert "--clean" in err.value.hint and "python -m patchwheel bump demo==1.0.0" in err.value.hint
-    assert _snapshot(dist) == before, "dist/ must be left exactly as it was"
-    assert not [p for p in demo_project.root.iterdir() if p.name.startswith(".dist.") and p.name != ".dist.lock"], (
-        "no staging left behind"
-    )
-    _build(demo_project, clean=True)
-    assert _snapshot(dist) != before
+    (second,) = _build(demo_project)
+    assert first.filename.startswith("demo-1.0.0+fixed-1_") and second.filename.startswith("demo-1.0.0+fixed-1_")
+    assert first.filename != second.filename and first.sha256 != second.sha256
+    assert sorted(p.name for p in dist.glob("*.whl")) == [second.filename]
 
 
 def test_foreign_dist_is_refused(demo_project):

@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 
+from patchwheel import build as build_mod
 from patchwheel import buildno, cli, status
 from patchwheel.config import BuildRecord
 from patchwheel.errors import PatchwheelError
@@ -33,8 +34,9 @@ def test_a_reworded_patch_gets_the_next_build_number(demo_project, tmp_path):
     root = str(demo_project.root)
     dist = demo_project.root / "dist"
     assert _run("--root", root, "build")[0] == 0
-    first = dist / "demo-1.0.0+fixed-py3-none-any.whl"
-    assert "Build:" not in _wheel_file(first, "demo-1.0.0+fixed.dist-info/WHEEL")  # the first build has no tag
+    digest = demo_project.load().line("demo").build.inputs[:12]
+    first = dist / f"demo-1.0.0+fixed-1_{digest}-py3-none-any.whl"
+    assert _wheel_file(first, "demo-1.0.0+fixed.dist-info/WHEEL").endswith(f"\nBuild: 1_{digest}\n")
     published = first.read_bytes()
     first_copy = tmp_path / first.name
     first_copy.write_bytes(published)
@@ -68,20 +70,21 @@ def test_a_reworded_patch_gets_the_next_build_number(demo_project, tmp_path):
     assert rc == 0 and "build 2 records these inputs already" in out and pins.read_text() == after
 
     assert _run("--root", root, "build")[0] == 0
-    second = dist / "demo-1.0.0+fixed-2-py3-none-any.whl"
+    tag = f"2_{record.inputs[:12]}"
+    second = dist / f"demo-1.0.0+fixed-{tag}-py3-none-any.whl"
     assert sorted(p.name for p in dist.glob("*.whl")) == [second.name]
-    assert _wheel_file(second, "demo-1.0.0+fixed.dist-info/WHEEL").endswith("\nBuild: 2\n")
+    assert _wheel_file(second, "demo-1.0.0+fixed.dist-info/WHEEL").endswith(f"\nBuild: {tag}\n")
     assert f"# {second.name}" in (dist / "pins-default.txt").read_text()
     assert f"# {second.name} sha256:" in (dist / "constraints-default.txt").read_text()
 
     site = tmp_path / "site"  # installed: a pure wheel's files, as an installer lays them out
     zipfile.ZipFile(second).extractall(site)
     rep = status.report(["demo"], [str(site)])
-    assert rep["packages"][0]["build"] == "2" and rep["packages"][0]["problems"] == []
-    assert "+fixed build of 1.0.0 (build 2; upstream wheel sha256" in status.render(rep)
+    assert rep["packages"][0]["build"] == tag and rep["packages"][0]["problems"] == []
+    assert f"+fixed build of 1.0.0 (build {tag}; upstream wheel sha256" in status.render(rep)
     zipfile.ZipFile(first_copy).extractall(tmp_path / "site1")
     rep = status.report(["demo"], [str(tmp_path / "site1")])
-    assert rep["packages"][0]["build"] is None and "+fixed build of 1.0.0 (upstream wheel" in status.render(rep)
+    assert rep["packages"][0]["build"] == f"1_{digest}" and f"(build 1_{digest}; upstream wheel" in status.render(rep)
 
 
 def test_bump_writes_the_first_record_and_keeps_every_other_line(demo_project):
@@ -158,7 +161,10 @@ def test_another_upstream_pin_is_another_build(demo_project):
     assert _run("--root", root, "bump", "demo")[0] == 0
     demo_project.vendor()
     assert _run("--root", root, "build")[0] == 0
-    assert sorted(p.name for p in (demo_project.root / "dist").glob("*.whl")) == ["demo-1.0.0+fixed-2-py3-none-any.whl"]
+    digest = demo_project.load().line("demo").build.inputs[:12]
+    assert sorted(p.name for p in (demo_project.root / "dist").glob("*.whl")) == [
+        f"demo-1.0.0+fixed-2_{digest}-py3-none-any.whl"
+    ]
 
 
 @pytest.mark.parametrize("sub_table", [True, False])
@@ -225,3 +231,69 @@ def test_a_build_number_set_back_under_new_inputs_is_refused_by_the_history(demo
 
 def test_outside_git_the_history_is_not_asked(demo_project):
     assert buildno.history_problem(demo_project.load().line("demo"), demo_project.root) is None
+
+
+def test_two_clones_that_change_a_line_differently_build_two_names(demo_project, tmp_path):
+    """Each clone rewords another patch line and runs bump: both record build 2. The number is a local counter, so
+    both built `demo-1.0.0+fixed-2-...whl`, with different bytes. The build tag carries the inputs digest too."""
+    import dataclasses
+    import shutil
+
+    names = {}
+    for clone, words in (("a", b"Greet people with a comma"), ("b", b"Greet everyone with a comma")):
+        root = tmp_path / clone
+        shutil.copytree(demo_project.root, root, symlinks=True)
+        demo = dataclasses.replace(demo_project, root=root)
+        assert _run("--root", str(root), "bump", "demo")[0] == 0
+        patch = demo.patch_dir / "0001-greet-comma.patch"
+        patch.write_bytes(patch.read_bytes().replace(b"Greet with a comma", words))
+        demo.vendor()
+        assert _run("--root", str(root), "bump", "demo")[0] == 0
+        assert _run("--root", str(root), "build")[0] == 0
+        line = demo.load().line("demo")
+        (wheel,) = (root / "dist").glob("*.whl")
+        assert line.build.number == 2
+        assert wheel.name == f"demo-1.0.0+fixed-2_{line.build.inputs[:12]}-py3-none-any.whl"
+        assert _wheel_file(wheel, "demo-1.0.0+fixed.dist-info/WHEEL").endswith(f"\nBuild: 2_{line.build.inputs[:12]}\n")
+        names[clone] = (wheel.name, hashlib.sha256(wheel.read_bytes()).hexdigest())
+    assert names["a"][0] != names["b"][0] and names["a"][1] != names["b"][1], names
+
+
+def test_pip_and_uv_take_build_10_over_build_9(demo_project, tmp_path):
+    """Build tags sort by their number as a number, then by the rest (PEP 427): `10_…` after `9_…`, whatever the
+    digests, with pip and with uv, from one find-links folder holding both."""
+    import shutil
+    import subprocess
+    import sys
+
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    links = tmp_path / "links"
+    links.mkdir()
+    tags = []
+    for number, words in ((9, b"Greet people with a comma"), (10, b"Greet everyone with a comma")):
+        patch = demo_project.patch_dir / "0001-greet-comma.patch"
+        patch.write_bytes(patch.read_bytes().replace(b"Greet with a comma", words))
+        demo_project.vendor()
+        buildno.write_record(
+            pins, "1.0.0", BuildRecord(number, buildno.inputs_digest(demo_project.load().line("demo")))
+        )
+        (built,) = build_mod.build(demo_project.load(), tmp_path / f"dist{number}", log=lambda m: None)
+        shutil.copy(tmp_path / f"dist{number}" / built.filename, links)
+        tags.append(built.filename.split("-")[2])
+        patch.write_bytes(patch.read_bytes().replace(words, b"Greet with a comma"))
+    assert [t.split("_")[0] for t in tags] == ["9", "10"]
+    from uv import find_uv_bin
+
+    uv = find_uv_bin()
+    for installer in (
+        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
+        [uv, "pip", "install", "-q", "--offline", "--no-cache", "--python", sys.executable],
+    ):
+        target = tmp_path / f"target-{len(list(tmp_path.glob('target-*')))}"
+        subprocess.run(
+            [*installer, "--no-index", "--find-links", str(links), "--target", str(target), "demo==1.0.0+fixed"],
+            check=True,
+            capture_output=True,
+        )
+        wheel = (target / "demo-1.0.0+fixed.dist-info" / "WHEEL").read_text()
+        assert wheel.endswith(f"\nBuild: {tags[1]}\n"), (installer[0], wheel)

@@ -71,7 +71,9 @@ def test_a_derive_backwards_makes_the_line_its_set_and_its_matrix(demo_project, 
     assert [ln["line"] for ln in status["lines"]] == ["demo/0.9.0"], "the new line judged on the newer releases"
     assert [r["version"] for r in status["lines"][0]["releases"]] == ["1.0.0"]
     assert [members for members, _ in prover.calls] == [{"demo": "0.9.0"}]
-    assert "demo-0.9.0+fixed-py3-none-any.whl" in prover.calls[0][1]
+    record = config.load(demo_project.root).line("demo", "0.9.0").build
+    assert record is not None
+    assert f"demo-0.9.0+fixed-1_{record.inputs[:12]}-py3-none-any.whl" in prover.calls[0][1]
     assert not (demo_project.root / "dist").exists() and not (demo_project.root / ".rebase").exists()
     assert follow.lint(project) == []
     assert "demo 0.9.0+fixed derived from the line 1.0.0" in followreport.derived(done)[0]

@@ -24,15 +24,17 @@ from patchwheel import build as build_mod
 from patchwheel import cli, staging
 from patchwheel.errors import PatchwheelError
 from patchwheel.patches import load_series
-from patchwheel.rewrite import read, record_hash
+from patchwheel.rewrite import read, record_hash, wheel_names
 from patchwheel.verify import verify
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, other_patch_set
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-OLD_WHEEL = "demo-1.0.0+fixed-py3-none-any.whl"
-NEW_WHEEL = "demo-1.1.0+fixed-py3-none-any.whl"
-OTHER_WHEEL = "demo-1.0.0+fixed-2-py3-none-any.whl"  # demo 1.0.0 once other_patch_set has changed its series
+
+
+def _name(demo, version: str = "1.0.0") -> str:
+    """The +fixed wheel's file name for the line as its pins record it now (build number and inputs digest)."""
+    return wheel_names(demo.load().line("demo", version)).filename
 
 
 def _build(demo, dist=None, **kw):
@@ -82,23 +84,23 @@ def test_building_one_line_keeps_the_other_lines(demo_project):
     _build(demo_project)
     before = _snapshot(dist)
     assert {
-        OLD_WHEEL,
-        NEW_WHEEL,
+        _name(demo_project),
+        _name(demo_project, "1.1.0"),
         "constraints-default.txt",
         "constraints-latest.txt",
         "pins-default.txt",
         "pins-latest.txt",
     } <= set(before)
     (built,) = _build(demo_project, select=["demo==1.0.0"])
-    assert built.filename == OLD_WHEEL
+    assert built.filename == _name(demo_project)
     assert _snapshot(dist) == before, "a rebuild of one line with the same patch set changes nothing"
     manifest = json.loads((dist / "build.json").read_text())
     assert [(w["filename"], w["package"], w["upstream_version"], w["fixed_version"]) for w in manifest["wheels"]] == [
-        (OLD_WHEEL, "demo", "1.0.0", "1.0.0+fixed"),
-        (NEW_WHEEL, "demo", "1.1.0", "1.1.0+fixed"),
+        (_name(demo_project), "demo", "1.0.0", "1.0.0+fixed"),
+        (_name(demo_project, "1.1.0"), "demo", "1.1.0", "1.1.0+fixed"),
     ]
     index = (dist / "simple" / "demo" / "index.html").read_text()
-    assert OLD_WHEEL in index and NEW_WHEEL in index
+    assert _name(demo_project) in index and _name(demo_project, "1.1.0") in index
     assert "demo==1.1.0+fixed" in (dist / "constraints-latest.txt").read_text()
 
 
@@ -113,7 +115,9 @@ def test_kept_wheel_from_a_build_json_without_line_fields(demo_project):
             w.pop(key, None)
     (dist / "build.json").write_text(json.dumps(manifest, indent=2) + "\n")
     _build(demo_project, select=["demo==1.0.0"])
-    assert {OLD_WHEEL, NEW_WHEEL, "constraints-latest.txt", "pins-latest.txt"} <= set(os.listdir(dist))
+    assert {_name(demo_project), _name(demo_project, "1.1.0"), "constraints-latest.txt", "pins-latest.txt"} <= set(
+        os.listdir(dist)
+    )
     wheels = json.loads((dist / "build.json").read_text())["wheels"]
     assert [(w["package"], w["upstream_version"], w["fixed_version"]) for w in wheels] == [
         ("demo", "1.0.0", "1.0.0+fixed"),
@@ -127,18 +131,18 @@ def test_damaged_kept_wheel_is_refused(demo_project, damage):
     dist = demo_project.root / "dist"
     _build(demo_project)
     if damage == "missing":
-        (dist / NEW_WHEEL).unlink()
+        (dist / _name(demo_project, "1.1.0")).unlink()
     else:
-        (dist / NEW_WHEEL).write_bytes((dist / NEW_WHEEL).read_bytes() + b"x")
+        (dist / _name(demo_project, "1.1.0")).write_bytes((dist / _name(demo_project, "1.1.0")).read_bytes() + b"x")
     before = _snapshot(dist)
     with pytest.raises(PatchwheelError) as err:
         _build(demo_project, select=["demo==1.0.0"])
-    assert f"{dist}/{NEW_WHEEL}" in err.value.message and "dist/ is damaged" in err.value.message
+    assert f"{dist}/{_name(demo_project, '1.1.0')}" in err.value.message and "dist/ is damaged" in err.value.message
     assert "--clean" in err.value.hint
     assert _snapshot(dist) == before
     assert _siblings(dist) == []
     _build(demo_project, select=["demo==1.0.0"], clean=True)
-    assert sorted(p.name for p in dist.glob("*.whl")) == [OLD_WHEEL]
+    assert sorted(p.name for p in dist.glob("*.whl")) == [_name(demo_project)]
 
 
 def _plant(wheel: Path) -> str:
@@ -175,15 +179,21 @@ def test_kept_wheel_changed_with_a_matching_build_json_is_refused(demo_project):
     _two_lines(demo_project)
     dist = demo_project.root / "dist"
     _build(demo_project)
-    planted = _plant(dist / NEW_WHEEL)
-    _record_sha256(dist, NEW_WHEEL, planted)
+    planted = _plant(dist / _name(demo_project, "1.1.0"))
+    _record_sha256(dist, _name(demo_project, "1.1.0"), planted)
     line = demo_project.load().line("demo", "1.1.0")
-    verify(line, dist / NEW_WHEEL, demo_project.upstream.parent / "demo-1.1.0-py3-none-any.whl", load_series(line))
+    verify(
+        line,
+        dist / _name(demo_project, "1.1.0"),
+        demo_project.upstream.parent / "demo-1.1.0-py3-none-any.whl",
+        load_series(line),
+    )
     before = _snapshot(dist)
     with pytest.raises(PatchwheelError) as err:
         _build(demo_project, select=["demo==1.0.0"])
     assert err.value.message.startswith(
-        f"{dist}/{NEW_WHEEL} differs from a rebuild from its pinned upstream wheel and patches/demo/1.1.0/ "
+        f"{dist}/{_name(demo_project, '1.1.0')} differs from a rebuild from its pinned upstream wheel and "
+        "patches/demo/1.1.0/ "
         f"(sha256 {planted[:16]}…, the rebuild gives "
     ), err.value.message
     assert err.value.message.endswith(
@@ -205,6 +215,7 @@ def test_kept_wheel_of_a_changed_series_is_refused(demo_project, change):
     _two_lines(demo_project)
     dist = demo_project.root / "dist"
     _build(demo_project)
+    built = _name(demo_project)
     if change == "another patch":  # the 1.0.0 line's series
         other_patch_set(demo_project)
     else:
@@ -215,7 +226,7 @@ def test_kept_wheel_of_a_changed_series_is_refused(demo_project, change):
     with pytest.raises(PatchwheelError) as err:
         _build(demo_project, select=["demo==1.1.0"])
     assert err.value.message == (
-        f"{dist}/{OLD_WHEEL} was built from other pins or patches than overlay/ and patches/ hold now, so it "
+        f"{dist}/{built} was built from other pins or patches than overlay/ and patches/ hold now, so it "
         "cannot be checked by a rebuild; dist/ was left as it was"
     )
     assert err.value.hint == (
@@ -272,7 +283,7 @@ def test_the_swap_never_leaves_a_moment_without_dist(demo_project, monkeypatch):
     _build(demo_project, clean=True)
     assert gaps == []
     assert swaps == [True], "swapped in by one exchange"
-    assert _snapshot(dist) != before and (dist / OTHER_WHEEL).is_file(), "the new build was swapped in"
+    assert _snapshot(dist) != before and (dist / _name(demo_project)).is_file(), "the new build was swapped in"
     assert _siblings(dist) == []
 
 
@@ -309,7 +320,7 @@ def test_fallback_swap_failure_leaves_dist_exactly_as_before(demo_project, monke
     monkeypatch.setattr(os, "replace", real)
     monkeypatch.setattr(os, "rename", real)
     _build(demo_project, clean=True)  # the two-rename swap itself works
-    assert _snapshot(dist) != before and (dist / OTHER_WHEEL).is_file()
+    assert _snapshot(dist) != before and (dist / _name(demo_project)).is_file()
     assert _siblings(dist) == []
 
 
@@ -329,7 +340,7 @@ def test_stale_staging_is_swept_and_a_live_one_is_kept(demo_project):
         fcntl.flock(lock, fcntl.LOCK_EX)  # as a running build holds it
         _build(demo_project)
         assert _siblings(dist) == [".dist.partial-running", ".dist.partial-running.lock"]
-    assert (dist / OLD_WHEEL).is_file()
+    assert (dist / _name(demo_project)).is_file()
     _build(demo_project)  # the lock is free now: the folder is stale
     assert _siblings(dist) == []
 
@@ -377,12 +388,12 @@ def test_old_tree_of_another_build_is_never_restored(demo_project, how):
     _build(demo_project)
     old = dist.with_name(f".dist.old-{how.replace(' ', '')}")
     os.replace(dist, old)
-    planted = _plant(old / NEW_WHEEL) if how == "planted" else None
+    planted = _plant(old / _name(demo_project, "1.1.0")) if how == "planted" else None
     if planted:
-        _record_sha256(old, NEW_WHEEL, planted)
+        _record_sha256(old, _name(demo_project, "1.1.0"), planted)
     said: list[str] = []
     build_mod.build(demo_project.load(), dist, select=["demo==1.0.0"], log=said.append)
-    assert sorted(p.name for p in dist.glob("*.whl")) == [OLD_WHEEL], "the old tree's 1.1.0 wheel is not kept"
+    assert sorted(p.name for p in dist.glob("*.whl")) == [_name(demo_project)], "the old tree's 1.1.0 wheel is not kept"
     assert not (dist / "pins-latest.txt").exists()
     assert not planted or all(planted.encode() not in data for data in _snapshot(dist).values())
     assert _siblings(dist) == []
@@ -526,7 +537,7 @@ def test_corrupt_build_json_is_refused_even_with_clean(demo_project, content):
         assert _tree(dist) == before
     shutil.rmtree(dist)
     _build(demo_project)
-    assert [w["filename"] for w in json.loads((dist / "build.json").read_text())["wheels"]] == [OLD_WHEEL]
+    assert [w["filename"] for w in json.loads((dist / "build.json").read_text())["wheels"]] == [_name(demo_project)]
 
 
 # 6. status --python ------------------------------------------------------------------------------------------------

@@ -51,7 +51,9 @@ def test_a_release_the_series_carries_onto_becomes_the_latest_line(demo_project,
     assert [ln["line"] for ln in status["lines"]] == ["demo/1.1.0"]
     # The set was proven on a build of the new line, made in the scratch copy: the project has no dist/.
     assert [members for members, _ in prover.calls] == [{"demo": "1.1.0"}]
-    assert "demo-1.1.0+fixed-py3-none-any.whl" in prover.calls[0][1]
+    record = config.load(demo_project.root).line("demo", "1.1.0").build
+    assert record is not None
+    assert f"demo-1.1.0+fixed-1_{record.inputs[:12]}-py3-none-any.whl" in prover.calls[0][1]
     assert not (demo_project.root / "dist").exists()
     assert done.verdicts["1.1.0"][0].decision == "carried (offset): its proof still fails"
     summary = "\n".join(followreport.summary(done))

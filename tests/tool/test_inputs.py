@@ -446,17 +446,17 @@ def test_wheel_names_refuse_what_is_not_a_wheel_file_name(demo_project, filename
 
 
 def test_wheel_names_keep_upstreams_tags_and_carry_our_build_tag(demo_project):
-    """Upstream's build tag numbers upstream's builds: ours replaces it (none for a first build), or a build 2 of
-    ours would sort below upstream's 7."""
+    """Upstream's build tag numbers upstream's builds: ours replaces it (none without a build record), or a build 2
+    of ours would sort below upstream's 7."""
     line = dataclasses.replace(
-        demo_project.load().line("demo"), wheel=Artifact("demo-1.0.0-7-py2.py3-none-any.whl", "0")
+        demo_project.load().line("demo"), wheel=Artifact("demo-1.0.0-7-py2.py3-none-any.whl", "0"), build=None
     )
     names = rewrite.wheel_names(line)
     assert names == rewrite.WheelNames(
         "demo", "demo-1.0.0.dist-info", "demo-1.0.0+fixed.dist-info", "demo-1.0.0+fixed-py2.py3-none-any.whl"
     )
     third = dataclasses.replace(line, build=BuildRecord(3, "0" * 64))
-    assert rewrite.wheel_names(third).filename == "demo-1.0.0+fixed-3-py2.py3-none-any.whl"
+    assert rewrite.wheel_names(third).filename == "demo-1.0.0+fixed-3_000000000000-py2.py3-none-any.whl"
     with pytest.raises(PatchwheelError, match="is not version 1.0.0"):
         rewrite.wheel_names(dataclasses.replace(line, wheel=Artifact("demo-1.0.1-py3-none-any.whl", "0")))
 

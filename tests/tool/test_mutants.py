@@ -243,9 +243,10 @@ def test_dist_wheel_must_be_built_from_the_current_series(demo_project):
     with pytest.raises(PatchwheelError, match="nox -s build"):
         mutants.dist_wheel(project, line)
     build_mod.build(project, demo_project.root / "dist", log=lambda m: None)
-    assert mutants.dist_wheel(project, line) == demo_project.root / "dist" / "demo-1.0.0+fixed-py3-none-any.whl"
+    first = f"demo-1.0.0+fixed-1_{line.build.inputs[:12]}-py3-none-any.whl"
+    assert mutants.dist_wheel(project, line) == demo_project.root / "dist" / first
     _series(demo_project, edit_f5)
-    with pytest.raises(PatchwheelError, match=r"demo-1.0.0\+fixed-2-py3-none-any.whl does not exist"):  # build 2
+    with pytest.raises(PatchwheelError, match=r"demo-1.0.0\+fixed-2_[0-9a-f]{12}-py3-none-any.whl does not exist"):
         mutants.dist_wheel(demo_project.load(), demo_project.load().line("demo"))
 
 

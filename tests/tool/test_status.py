@@ -17,7 +17,6 @@ from uv import find_uv_bin
 from patchwheel import build as build_mod
 from patchwheel import cli
 
-WHEEL = "demo-1.0.0+fixed-py3-none-any.whl"
 INFO = "demo-1.0.0+fixed.dist-info"
 
 
@@ -37,9 +36,9 @@ def _install(python: Path, wheel: Path) -> None:
 def fixed_env(demo_project, tmp_path) -> tuple[Path, Path]:
     """A venv with demo 1.0.0+fixed installed (built from the demo project): (its python, its site-packages)."""
     dist = tmp_path / "dist"
-    build_mod.build(demo_project.load(), dist, log=lambda m: None)
+    (built,) = build_mod.build(demo_project.load(), dist, log=lambda m: None)
     python, site = _venv(tmp_path / "venv")
-    _install(python, dist / WHEEL)
+    _install(python, dist / built.filename)
     return python, site
 
 
