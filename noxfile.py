@@ -76,7 +76,16 @@ def dist(session: nox.Session) -> None:
 
 
 #: mypy checks each folder on its own: the test folders are not packages, and each has its own conftest module.
-MYPY_TARGETS = ["src/patchwheel", "tests/tool", "tests/proof", "tests/guards", "tests/e2e", "noxfile.py", "bench"]
+MYPY_TARGETS = [
+    "src/patchwheel",
+    "tests/tool",
+    "tests/proof",
+    "tests/guards",
+    "tests/e2e",
+    "noxfile.py",
+    "bench",
+    ".github/scripts",
+]
 
 
 @nox.session(allow_parallel=True)

@@ -15,7 +15,9 @@ was given for (:func:`inputs_digest`: the upstream pin, the line's settings, the
 
 lint and the build refuse inputs whose digest is not the recorded one (changed inputs under an old number);
 :func:`bump` records the next number, and the commands that change a series themselves (refresh, new, fold,
-rebase) call it. A number never goes down: after a revert, bump again.
+rebase) call it. A number never goes down: after a revert, bump again. lint also compares each record with every
+commit of the checkout that recorded a build of that line (:func:`history_problem`): a number kept, and its digest
+recomputed for new inputs, passes the digest check but names a published wheel whose bytes it no longer makes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from . import config
+from . import config, gitops
 from .config import BuildRecord, Project, ReleaseLine
 from .errors import ConfigError, PatchwheelError
 from .reporter import CONSOLE
@@ -98,13 +100,52 @@ def problem(line: ReleaseLine) -> str | None:
     return None
 
 
+def recorded(line: ReleaseLine, root: Path) -> list[tuple[str, BuildRecord]]:
+    """Every build record of this line in the history of the checkout at ``root`` (newest commit first): the commit
+    and its record. Empty outside a git checkout of its own (a scratch copy, a tarball)."""
+    pins = f"overlay/{line.package}/pins.toml"
+    try:
+        if Path(gitops.git(root, "rev-parse", "--show-toplevel").decode().strip()).resolve() != root.resolve():
+            return []
+        commits = gitops.git(root, "log", "--format=%H", "--", pins).decode().split()
+    except PatchwheelError:
+        return []
+    out = []
+    for sha in commits:
+        code, text = gitops.try_git(root, "show", f"{sha}:{pins}")
+        try:
+            build = tomllib.loads(text)["release"][line.version]["build"] if code == 0 else None
+        except (tomllib.TOMLDecodeError, KeyError, TypeError):
+            build = None
+        if isinstance(build, dict) and isinstance(build.get("number"), int) and isinstance(build.get("inputs"), str):
+            out.append((sha, BuildRecord(build["number"], build["inputs"])))
+    return out
+
+
+def history_problem(line: ReleaseLine, root: Path) -> str | None:
+    """Why the line's record names a build that a commit recorded for other inputs; None when none did."""
+    if line.build is None:
+        return None
+    history = recorded(line, root)
+    clash = next(
+        (sha for sha, rec in history if rec.number == line.build.number and rec.inputs != line.build.inputs), None
+    )
+    if clash is None:
+        return None
+    return (
+        f"{line.key} records build {line.build.number} for other inputs than commit {clash[:12]} recorded for it: a "
+        f"published name would get other bytes; run `{_bump_command(line)}` (build "
+        f"{max(rec.number for _, rec in history) + 1})"
+    )
+
+
 def check(line: ReleaseLine) -> None:
     """:func:`problem` as an error (what the build calls before it names a wheel)."""
     if why := problem(line):
         raise ConfigError(f"{line.key}: {why}", "then rebuild; docs/maintainers.md, 'Build numbers', says why")
 
 
-_TABLE = re.compile(r"""^\s*\[\s*release\s*\.\s*(["'])(?P<version>[^"']+)\1\s*\]\s*(#.*)?$""")
+_TABLE = re.compile(r"""^\s*\[\s*release\s*\.\s*(["'])(?P<version>[^"']+)\1\s*\]\s*(#.*)?\Z""")
 _BUILD_KEY = re.compile(r"^\s*build\s*=")
 
 
@@ -112,10 +153,11 @@ def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
     """Record the line's inputs under the next build number (1 for a line without one) in its pins.toml; nothing
     changes when the recorded number already names these inputs. Returns the record in force."""
     digest = inputs_digest(line)
-    if line.build is not None and line.build.inputs == digest:
+    history = [rec.number for _, rec in recorded(line, project.root)]
+    if line.build is not None and line.build.inputs == digest and not history_problem(line, project.root):
         log(f"{line.key}: build {line.build.number} records these inputs already")
         return line.build
-    record = BuildRecord(line.build.number + 1 if line.build else line.retired_build + 1, digest)
+    record = BuildRecord(max([line.build.number if line.build else 0, line.retired_build, *history]) + 1, digest)
     pins = project.pins_file(line.package)
     write_record(pins, line.version, record)
     if config.load(project.root).line(line.package, line.version).build != record:  # what the next load reads

@@ -69,7 +69,11 @@ def cmd_lint(args) -> int:
         print(f"overlay/sets.toml [suite]: {'ok' if not suite else 'FAILED'}")
         for p in suite:
             print(f"  - {p}")
-        bad += len(suite)
+        tree = lint.tree_problems(project)
+        print(f"patches/, overlay/: {'ok' if not tree else 'FAILED'} (only the files lint knows)")
+        for p in tree:
+            print(f"  - {p}")
+        bad += len(suite) + len(tree)
     return 1 if bad else 0
 
 

@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 from .errors import ConfigError
 from .names import SHA256, file_name_problem, path_problem, wheel_name_version
 
-_LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*$")
+_LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*\Z")
 #: The keys each file may have: anything else is a typo that would otherwise be ignored, leaving a default in place.
 PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release", "retired")
 RELEASE_KEYS = ("wheel", "sdist", "build")

@@ -22,7 +22,7 @@ from .names import DIST_RECORD, FIXES_MANIFEST, SHA256, wheel_name_version
 from .patches import load_series
 
 #: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
-_PINS_FILE = re.compile(r"^(constraints|pins)-[^/]+\.txt$")
+_PINS_FILE = re.compile(r"^(constraints|pins)-[^/]+\.txt\Z")
 REPLACES = "a build replaces the whole --dist folder"
 
 
@@ -224,4 +224,4 @@ def current_wheel(line: ReleaseLine, dist: Path, hint: str) -> Path:
 def wheel_manifest(path: Path) -> dict:
     with zipfile.ZipFile(path) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/" + FIXES_MANIFEST))
-        return json.loads(zf.read(name))
+        return json.loads(rewrite.read_member(zf, name))

@@ -6,11 +6,15 @@ asks the same of the tree it is about to write."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from packaging.version import Version
 
 from . import buildno, matrix_checks, patches
 from .config import LATEST, Project, ReleaseLine
 from .matrix import Matrix
+from .names import PATCH_NAME, VENDOR_RECORD
 
 
 def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
@@ -18,7 +22,7 @@ def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) ->
     problems = patches.lint_line(line, project.root)
     if not problems and matrix is not None:
         problems = matrix_checks.problems(matrix, line.key, patches.load_series(line))
-    if not problems and (why := buildno.problem(line)):
+    if not problems and (why := buildno.problem(line) or buildno.history_problem(line, project.root)):
         problems = [why]
     return problems
 
@@ -44,3 +48,68 @@ def suite_problems(project: Project) -> list[str]:
                     + (f"{' or '.join(naming)} to it" if naming else "a set naming it to overlay/sets.toml and to it")
                 )
     return out
+
+
+def tree_problems(project: Project) -> list[str]:
+    """Every file and folder under patches/ and overlay/ that is not one lint knows: a hidden file there (a
+    ``.gitattributes`` that shows changed patches as binary in a pull request, a ``.gitignore`` that hides a line's
+    files from git), a link, a stray note, a folder of no release line. Walked on disk, links not followed."""
+    root = project.root
+    lines = {(line.package, line.version): line for line in project.all_lines()}
+    out: list[str] = []
+
+    for top in ("patches", "overlay"):
+        base = root / top
+        if base.is_symlink():
+            out.append(f"{top} is a link: lint, build and git would read another tree")
+            continue
+        for folder, dirs, files in os.walk(base):
+            here = Path(folder)
+            for name in sorted(dirs) + sorted(files):
+                path = here / name
+                rel = path.relative_to(root)
+                why = None
+                if name.startswith("."):
+                    why = "starts with '.': a hidden file changes what git shows or tracks; remove it"
+                elif path.is_symlink():
+                    why = "is a link: remove it (a line holds regular files only)"
+                else:
+                    why = _unknown(project, lines, rel.parts, path.is_dir())
+                    if why:
+                        why += ": remove it, or move it out of patches/ and overlay/"
+                if why:
+                    out.append(f"{rel.as_posix()} {why}")
+                    if name in dirs:
+                        dirs.remove(name)  # one line for a folder, not one per file in it
+    return out
+
+
+def _unknown(project: Project, lines: dict, parts: tuple[str, ...], is_dir: bool) -> str | None:
+    """Why a path under patches/ or overlay/ (its parts from the root) is not one lint knows; None: it is."""
+    top, rest = parts[0], parts[1:]
+    matrix = project.status_json  # the committed matrix and its Markdown beside it
+    own = {"patches": (matrix.name, matrix.with_suffix(".md").name), "overlay": ("sets.toml", "NOTICE")}[top]
+    if len(rest) == 1:
+        if is_dir:
+            return None if rest[0] in project.lines else "is not a package of this project"
+        return None if rest[0] in own else f"is not {own[0]}, {own[1]} or a package's folder"
+    package, version, inner = rest[0], rest[1], rest[2:]
+    if package not in project.lines:
+        return "is not a package of this project"
+    if top == "overlay" and version == "pins.toml" and not inner and not is_dir:
+        return None
+    line = lines.get((package, version))
+    if line is None or not (inner or is_dir):
+        if top == "overlay" and not (inner or is_dir):
+            return "is not pins.toml or a release line's folder"
+        return f"is not a release line of {package}"
+    if not inner:
+        return None
+    if top == "patches":
+        ok = len(inner) == 1 and not is_dir and (inner[0] == "series" or PATCH_NAME.match(inner[0]) is not None)
+        return None if ok else "is not the series or a patch file"
+    if inner[0] == line.import_name and (is_dir or len(inner) > 1):
+        return None
+    if len(inner) == 1 and not is_dir and inner[0] in ("LICENSE", VENDOR_RECORD):
+        return None
+    return f"is not LICENSE, {VENDOR_RECORD} or a module under {line.import_name}/"

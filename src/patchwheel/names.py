@@ -19,11 +19,11 @@ if TYPE_CHECKING:
     from .patches import Patch
 
 #: ``NNNN-slug.patch``: a four-digit place in the series, then a lower-case slug that names the fix on every line.
-PATCH_NAME = re.compile(r"^(\d{4})-([a-z0-9][a-z0-9.-]*)\.patch$")
-#: A slug as `nox -s new` takes it.
-SLUG = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+PATCH_NAME = re.compile(r"^(\d{4})-([a-z0-9][a-z0-9.-]*)\.patch\Z")
+#: A slug as `nox -s new` takes it: not a patch's number or file name, which `refresh` would take for that patch.
+SLUG = re.compile(r"^(?!\d{4}(-|\Z))(?!.*\.patch\Z)[a-z0-9][a-z0-9.-]*\Z")
 #: A sha256 as the tool uses it: it becomes a cache folder's name, so nothing else is accepted.
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 #: A unified diff's hunk header: old start, old count, new start, new count (a count of 1 may be left out).
 HUNK_HEADER = r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@"
 HUNK = re.compile(HUNK_HEADER)

@@ -23,13 +23,13 @@ from .gitops import FORMAT_PATCH_FLAGS
 from .names import HUNK, PATCH_NAME, path_problem, slug_of
 from .trailers import test_refs, validate_trailers
 
-_TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.+)$")
+_TRAILER = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*):\s*(.+)\Z")
 #: The old and new lines each line of a hunk counts for, by its first character, as git counts them ("": an empty
 #: context line; a backslash: "\ No newline at end of file").
 _HUNK_LINE = {" ": (1, 1), "": (1, 1), "-": (1, 0), "+": (0, 1), "\\": (0, 0)}
 #: The mode of every file a patch may create, change or delete: a regular file, as the wheel's files are.
 REGULAR_MODE = "100644"
-_MODE = re.compile(r"^(old mode|new mode|new file mode|deleted file mode) (\d+)$|^index \S+ (\d+)$")
+_MODE = re.compile(r"^(old mode|new mode|new file mode|deleted file mode) (\d+)\Z|^index \S+ (\d+)\Z")
 _MODE_KINDS = {"120000": "is a symbolic link", "160000": "is a submodule", "100755": "is executable"}
 
 
@@ -148,7 +148,7 @@ def _file_diff(path: Path, block: str, first_line: int, last: bool) -> FileDiff:
         elif line.startswith("+++ ") and new is None:
             new = _strip_prefix(line[4:].rstrip("\t"), "b/")
             new = "/dev/null" if new is None else new
-        elif old is None and (m := re.match(r"^(rename|copy) (from|to) (.*)$", line)):
+        elif old is None and (m := re.match(r"^(rename|copy) (from|to) (.*)\Z", line)):
             named.append((f"{m.group(1)} {m.group(2)}", m.group(3)))
         elif old is None and (m := _MODE.match(line)):
             modes.append((m.group(1) or "index", m.group(2) or m.group(3)))

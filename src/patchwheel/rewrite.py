@@ -29,6 +29,10 @@ from .errors import VerifyError
 from .names import FIXES_MANIFEST, path_problem, wheel_name_version
 
 COMPRESSLEVEL = 6
+#: Bounds on what reading a wheel inflates (a wheel whose sha256 matches its index listing may still be a zip bomb):
+#: transformers' largest member is under 1 MiB and all of it under 100 MiB uncompressed.
+MAX_MEMBER_SIZE = 256 * 1024 * 1024
+MAX_TOTAL_SIZE = 1024 * 1024 * 1024
 
 
 def record_hash(data: bytes) -> str:
@@ -241,9 +245,48 @@ def read(path) -> list[Entry]:
         raise VerifyError(f"{path}: not a readable zip file ({exc})", "the file is damaged") from exc
 
 
+def _inflate(path, zi: zipfile.ZipInfo, raw: bytes) -> bytes:
+    """A deflated member, inflated to at most one byte more than it declares: a member that lies about its size
+    stops there instead of filling the memory."""
+    inflater = zlib.decompressobj(-15)
+    data = inflater.decompress(raw, zi.file_size + 1)
+    if len(data) > zi.file_size or inflater.unconsumed_tail:
+        raise VerifyError(
+            f"{path}: {zi.filename} inflates to more than the {zi.file_size} bytes it declares",
+            "do not build from this file: check the pin and the index it came from",
+        )
+    return data
+
+
+def read_member(zf: zipfile.ZipFile, name: str) -> bytes:
+    """One member's bytes, refused when it declares more than :data:`MAX_MEMBER_SIZE` (zipfile inflates no more than
+    a member declares, and checks its CRC)."""
+    _check_sizes(zf.filename, [zf.getinfo(name)])
+    return zf.read(name)
+
+
+def _check_sizes(path, infos: list[zipfile.ZipInfo]) -> None:
+    """Declared sizes within bounds, before anything is inflated."""
+    hint = "do not build from this file: check the pin and the index it came from"
+    for zi in infos:
+        if zi.file_size > MAX_MEMBER_SIZE:
+            raise VerifyError(
+                f"{path}: {zi.filename} declares {zi.file_size} bytes uncompressed, over the limit of "
+                f"{MAX_MEMBER_SIZE} bytes for one member",
+                hint,
+            )
+    total = sum(zi.file_size for zi in infos)
+    if total > MAX_TOTAL_SIZE:
+        raise VerifyError(
+            f"{path}: its members declare {total} bytes uncompressed in all, over the limit of {MAX_TOTAL_SIZE} bytes",
+            hint,
+        )
+
+
 def _read(path) -> list[Entry]:
     out = []
     with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
+        _check_sizes(path, zf.infolist())
         for zi in zf.infolist():
             if problem := path_problem(zi.filename):
                 raise VerifyError(
@@ -263,7 +306,7 @@ def _read(path) -> list[Entry]:
             name_len, extra_len = struct.unpack("<2H", head[26:30])
             fh.seek(zi.header_offset + _LOCAL.size + name_len + extra_len)
             raw = fh.read(zi.compress_size)
-            data = zlib.decompress(raw, -15) if zi.compress_type == zipfile.ZIP_DEFLATED else raw
+            data = _inflate(path, zi, raw) if zi.compress_type == zipfile.ZIP_DEFLATED else raw
             if zlib.crc32(data) != zi.CRC or len(data) != zi.file_size:
                 raise VerifyError(f"{path}: {zi.filename} fails its CRC check", "the file is damaged")
             out.append(Entry(zi, data, raw))

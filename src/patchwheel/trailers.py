@@ -39,8 +39,8 @@ TEST_TRAILERS = ("Proof-Test", "Feature-Test")
 _PROPOSED_IN = "Fix-Proposed-In"
 _PULL = r"https://github\.com/[\w.-]+/[\w.-]+/pull/\d+"
 _STATUS = re.compile(rf"Pending|Submitted \S+|Backport \S+|Fixed-In \S+|Partial-Fix-In \S+ \S+|{_PROPOSED_IN} {_PULL}")
-_PR = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/pull/\d+|pending)$")
-_ISSUE = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|[\w.-]+/[\w.-]+#\d+)$")
+_PR = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/pull/\d+|pending)\Z")
+_ISSUE = re.compile(r"^(https://github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+|[\w.-]+/[\w.-]+#\d+)\Z")
 
 
 def proposed_in(patch: Patch) -> str | None:

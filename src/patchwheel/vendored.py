@@ -372,7 +372,7 @@ def check_wheel(line: ReleaseLine, built: Path, patched: dict[str, bytes | None]
     """The rewritten wheel's patched files, read back from the wheel, equal overlay/<pkg>/<version>/."""
     with zipfile.ZipFile(built) as zf:  # only the patched members: not a second read of the whole wheel
         names = set(zf.namelist())
-        in_wheel = {rel: zf.read(rel) for rel in patched if rel in names}
+        in_wheel = {rel: rewrite.read_member(zf, rel) for rel in patched if rel in names}
     folder = line.vendor_dir
     have = {rel for rel in _on_disk(folder) if rel not in _OWN}
     hint = (

@@ -176,3 +176,52 @@ def test_bump_writes_nothing_where_the_record_is_written_another_way(demo_projec
     rc, _, err = _run("--root", str(demo_project.root), "bump", "demo")
     assert rc == 2 and "is not one `build = { ... }` line the tool can replace; nothing was written" in err, err
     assert pins.read_text() == text
+
+
+def _commit_all(root, message: str) -> None:
+    import subprocess
+
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    if not (root / ".git").exists():
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run([*git, "add", "-A", "overlay", "patches"], check=True)
+    subprocess.run([*git, "commit", "-qm", message], check=True)
+
+
+def test_a_build_number_set_back_under_new_inputs_is_refused_by_the_history(demo_project):
+    """The digest check alone passed a record whose number was kept and whose digest was recomputed for new inputs
+    (a changed patch): the build then made the published name with other bytes. lint compares each line's record
+    with every commit that recorded it: one number, one set of inputs."""
+    root = demo_project.root
+    assert _run("--root", str(root), "bump", "demo")[0] == 0
+    _commit_all(root, "build 1")
+    line = demo_project.load().line("demo")
+    published = line.build
+    assert _run("--root", str(root), "lint")[0] == 0
+
+    patch = demo_project.patch_dir / "0001-greet-comma.patch"
+    patch.write_bytes(patch.read_bytes().replace(b"Greet with a comma", b"Greet people with a comma"))
+    demo_project.vendor()
+    digest = buildno.inputs_digest(demo_project.load().line("demo"))
+    buildno.write_record(
+        demo_project.root / "overlay" / "demo" / "pins.toml", "1.0.0", BuildRecord(published.number, digest)
+    )
+    assert buildno.problem(demo_project.load().line("demo")) is None  # the digest matches: only history tells
+    rc, out, _ = _run("--root", str(root), "lint")
+    assert rc == 1, out
+    assert (
+        (f"demo/1.0.0 records build {published.number} for other inputs than commit ") in out
+        and "recorded for it: a published name would get other bytes; run `python -m patchwheel bump demo==1.0.0`"
+        in out
+    ), out
+    _commit_all(root, "the attack, committed")  # still refused: an older commit recorded the number
+    assert _run("--root", str(root), "lint")[0] == 1
+    rc, out, _ = _run("--root", str(root), "bump", "demo")  # bump knows the history too: the next number
+    assert rc == 0 and f"build {published.number + 1} recorded" in out, out
+    assert demo_project.load().line("demo").build == BuildRecord(published.number + 1, digest)
+    rc, out, _ = _run("--root", str(root), "lint")
+    assert rc == 0, out
+
+
+def test_outside_git_the_history_is_not_asked(demo_project):
+    assert buildno.history_problem(demo_project.load().line("demo"), demo_project.root) is None

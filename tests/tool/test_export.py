@@ -120,6 +120,17 @@ def test_a_malformed_author_is_refused(demo_project, tmp_path):
 
 
 @pytest.mark.parametrize(
+    "author", ["Jane\rDoe <jane@example.org>", "Jane Doe <jane@example.org>\r", "Jane\x1b[2J <j@e.org>"]
+)
+def test_an_author_with_control_characters_is_refused(demo_project, tmp_path, author):
+    """A carriage return passed the pattern and landed in the mbox's `From:` line."""
+    _release(demo_project)
+    with pytest.raises(PatchwheelError, match="is not 'Name <email>'"):
+        _export(demo_project, tmp_path, author=author)
+    assert not (tmp_path / "greet-comma").exists()
+
+
+@pytest.mark.parametrize(
     "text, found",
     [
         (b"Greet with a comma\n\nSee tests/proof/test_demo.py.\n", "tests/proof/"),

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from patchwheel import apply, distdir, fetch, gitops, patches, rewrite
+from patchwheel import apply, distdir, fetch, gitops, names, patches, rewrite
 from patchwheel import build as build_mod
 from patchwheel.config import Artifact, BuildRecord
 from patchwheel.errors import PatchwheelError
@@ -456,3 +459,98 @@ def test_wheel_names_keep_upstreams_tags_and_carry_our_build_tag(demo_project):
     assert rewrite.wheel_names(third).filename == "demo-1.0.0+fixed-3-py2.py3-none-any.whl"
     with pytest.raises(PatchwheelError, match="is not version 1.0.0"):
         rewrite.wheel_names(dataclasses.replace(line, wheel=Artifact("demo-1.0.1-py3-none-any.whl", "0")))
+
+
+# --- values matched whole: a `$` matches before a final newline, which reached file names and METADATA ----------
+
+
+@pytest.mark.parametrize("label", ["fixed\n", "fixed\r", "\nfixed", "fix ed", "fixed.\n2"])
+def test_a_local_label_with_a_newline_or_space_is_refused(demo_project, label):
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    pins.write_text(pins.read_text().replace('local-label = "fixed"', f"local-label = {json.dumps(label)}"))
+    with pytest.raises(PatchwheelError, match="is not a PEP 440 local label"):
+        demo_project.load()
+
+
+def test_a_pinned_sha256_with_a_final_newline_is_refused(demo_project):
+    pins = demo_project.root / "overlay" / "demo" / "pins.toml"
+    pins.write_text(pins.read_text().replace(f'"{demo_project.sha256}"', json.dumps(demo_project.sha256 + "\n")))
+    with pytest.raises(PatchwheelError, match="is not 64 hex digits"):
+        demo_project.load()
+
+
+@pytest.mark.parametrize(
+    "pattern, value",
+    [
+        (names.SHA256, "0" * 64 + "\n"),
+        (names.SLUG, "greet\n"),
+        (names.PATCH_NAME, "0001-greet.patch\n"),
+    ],
+)
+def test_validating_patterns_do_not_take_a_final_newline(pattern, value):
+    assert pattern.match(value) is None and pattern.match(value.strip()) is not None
+
+
+def test_no_pattern_in_the_tool_ends_with_a_dollar_that_takes_a_newline():
+    """`$` (without re.M) also matches before a final newline: a pattern that validates input ends with `\\Z`."""
+    found = []
+    for path in sorted((Path(patches.__file__).parent).rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"""re\.(compile|match|fullmatch|search)\(r?["'][^"']*\$["']""", line) and "re.M" not in line:
+                found.append(f"{path.name}:{n}: {line.strip()}")
+    assert found == []
+
+
+# --- bounded decompression: a wheel whose digest matches the index may still hold a zip bomb ------------------------
+
+
+def _lie_about_size(whl: Path, member: str, declared: int) -> None:
+    """Rewrite the uncompressed size a member declares, in its local header and its central directory entry, as a
+    crafted bomb does."""
+    data = bytearray(whl.read_bytes())
+    with zipfile.ZipFile(whl) as zf:
+        offset = zf.getinfo(member).header_offset
+    struct.pack_into("<I", data, offset + 22, declared)  # local header: uncompressed size
+    at = data.find(b"PK\x01\x02")
+    while data[at + 46 : at + 46 + struct.unpack_from("<H", data, at + 28)[0]] != member.encode():
+        at = data.find(b"PK\x01\x02", at + 46)
+    struct.pack_into("<I", data, at + 24, declared)  # central directory: uncompressed size
+    whl.write_bytes(bytes(data))
+
+
+def test_a_member_over_the_size_limit_is_refused_before_it_is_inflated(demo_project, monkeypatch):
+    whl = _republish(demo_project, {"demo/__init__.py": INIT, "demo/core.py": CORE, "demo/big.bin": b"\0" * 4096})
+    monkeypatch.setattr(rewrite, "MAX_MEMBER_SIZE", 1024)
+    inflated = []
+
+    def inflate(*args):
+        inflated.append(args)
+        return b""
+
+    monkeypatch.setattr(rewrite, "_inflate", inflate)
+    with pytest.raises(PatchwheelError) as err:
+        rewrite.read(whl)
+    assert err.value.message == (
+        f"{whl}: demo/big.bin declares 4096 bytes uncompressed, over the limit of 1024 bytes for one member"
+    )
+    assert all(a[1].filename != "demo/big.bin" for a in inflated)
+
+
+def test_members_over_the_total_size_limit_are_refused(demo_project, monkeypatch):
+    whl = _republish(demo_project, {"demo/__init__.py": INIT, "demo/core.py": CORE, "demo/big.bin": b"\0" * 4096})
+    monkeypatch.setattr(rewrite, "MAX_TOTAL_SIZE", 4096)
+    with pytest.raises(
+        PatchwheelError,
+        match=r"its members declare \d+ bytes uncompressed in all, over the limit of "
+        r"4096 bytes",
+    ):
+        rewrite.read(whl)
+
+
+def test_a_member_that_inflates_past_its_declared_size_stops_there(demo_project, monkeypatch):
+    """The bomb lies: it declares 100 bytes and inflates to 1 MiB. Inflating stops one byte past the declared size."""
+    whl = _republish(demo_project, {"demo/__init__.py": INIT, "demo/core.py": CORE, "demo/big.bin": b"\0" * (1 << 20)})
+    _lie_about_size(whl, "demo/big.bin", 100)
+    with pytest.raises(PatchwheelError) as err:
+        rewrite.read(whl)
+    assert err.value.message == f"{whl}: demo/big.bin inflates to more than the 100 bytes it declares"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import config, patches, trailers
+from patchwheel import config, lint, patches, trailers
 from patchwheel.errors import PatchwheelError
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
@@ -181,4 +181,60 @@ def test_the_suite_proves_latest_and_the_newest_line_of_each_major(demo_project)
     sets.write_text(members + '\n[suite]\nsets = ["default"]\n')
     assert suite_problems(demo_project.load())[0] == (
         "overlay/sets.toml: [suite] sets leaves out latest, what new users install: add it"
+    )
+
+
+# --- the tree: nothing under patches/ and overlay/ that lint does not know ------------------------------------------
+
+
+def test_the_repositorys_tree_holds_only_what_lint_knows():
+    assert lint.tree_problems(config.load(ROOT)) == []
+
+
+def test_the_demo_tree_is_clean(demo_project):
+    assert lint.tree_problems(demo_project.load()) == []
+
+
+@pytest.mark.parametrize(
+    "path, says",
+    [
+        # git attributes that render the changed patches as "Binary files differ" in a pull request
+        ("patches/demo/.gitattributes", "starts with '.'"),
+        ("overlay/demo/.gitignore", "starts with '.'"),  # `*`: git would stop seeing the line's files
+        ("overlay/demo/1.0.0/demo/.hidden.py", "starts with '.'"),
+        ("patches/demo/1.0.0/notes.txt", "is not the series or a patch file"),
+        ("overlay/demo/9.9.9/LICENSE", "is not a release line of demo"),  # patches/demo/9.9.9/: config refuses it
+        ("overlay/other/1.0.0/LICENSE", "is not a package of this project"),
+        ("overlay/demo/1.0.0/README.md", "is not LICENSE, VENDORED.json or a module under demo/"),
+        ("overlay/extra.toml", "is not sets.toml, NOTICE or a package's folder"),
+        ("patches/README.md", "is not STATUS.json, STATUS.md or a package's folder"),
+        ("overlay/demo/pins.toml.orig", "is not pins.toml or a release line's folder"),
+    ],
+)
+def test_a_file_lint_does_not_know_is_refused(demo_project, path, says):
+    target = demo_project.root / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("*\n")
+    problems = lint.tree_problems(demo_project.load())
+    # the path, or the folder above it that lint does not know (one line for the folder)
+    assert len(problems) == 1 and path.startswith(problems[0].split(" ", 1)[0]) and says in problems[0], problems
+
+
+def test_a_link_in_the_tree_is_refused(demo_project, tmp_path):
+    (tmp_path / "outside.py").write_text("x = 1\n")
+    link = demo_project.root / "overlay" / "demo" / "1.0.0" / "demo" / "linked.py"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(tmp_path / "outside.py")
+    (problem,) = lint.tree_problems(demo_project.load())
+    assert problem.startswith("overlay/demo/1.0.0/demo/linked.py") and "is a link" in problem
+
+
+def test_patchwheel_lint_reports_the_tree(demo_project, capsys):
+    from patchwheel import cli
+
+    (demo_project.root / "patches" / "demo" / ".gitattributes").write_text("*.patch -diff linguist-generated=true\n")
+    assert cli.main(["--root", str(demo_project.root), "lint"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "patches/, overlay/: FAILED (only the files lint knows)\n  - patches/demo/.gitattributes starts with '.'" in out
     )

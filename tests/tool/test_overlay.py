@@ -4,6 +4,7 @@ loop (refresh, new), on the synthetic demo wheel and on a real release line."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -335,6 +336,10 @@ def test_new_refuses_bad_input(demo_project):
         refresh.new(project, "demo", "1.0.0", "greet-comma")
     with pytest.raises(PatchwheelError, match="not a patch slug"):
         refresh.new(project, "demo", "1.0.0", "../x")
+    # A name by which refresh would find another patch: its number or file stem (refresh then picked that one)
+    for other in ("0001-greet-comma", "0001", "0002", "0001-greet-comma.patch", "0002-anything"):
+        with pytest.raises(PatchwheelError, match=f"{re.escape(repr(other))} is not a patch slug|names 0001-greet"):
+            refresh.new(project, "demo", "1.0.0", other)
     assert patches.series_names(project.line("demo")) == ["0001-greet-comma.patch"]
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -102,7 +103,8 @@ def test_a_job_that_can_write_installs_only_hashed_requirements():
                 continue
             writers += 1
             installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
-            runs_the_tool = any("python" in s.get("run", "") for s in job["steps"])
+            # (the propose job's check is a standard-library script of the checkout: it needs nothing installed)
+            runs_the_tool = any("-m patchwheel" in s.get("run", "") for s in job["steps"])
             assert installs or not runs_the_tool, "a job that runs the tool installs its requirements"
             for script in installs:
                 words = shlex.split(script)
@@ -133,20 +135,46 @@ def test_each_cell_uploads_its_fragment_under_its_own_artifact_name():
     assert "shopt -s globstar nullglob" in merging["run"] and "watch merge fragments/**/*.json" in merging["run"]
 
 
+PINS = f"""package = "demo"
+local-label = "fixed"
+
+[release."1.0.0"]
+wheel = {{ filename = "demo-1.0.0-py3-none-any.whl", sha256 = "{"a" * 64}" }}
+build = {{ number = 2, inputs = "{"b" * 64}" }}
+"""
+NEW_LINE = f"""
+[release."1.1.0"]
+wheel = {{ filename = "demo-1.1.0-py3-none-any.whl", sha256 = "{"c" * 64}" }}
+"""
+SETS = '[set.latest]\ndemo = "1.0.0"\nother = "2.0.0"\n\n[set.old]\ndemo = "1.0.0"\n'
+
+
 def test_follow_runs_read_only_and_its_pull_request_takes_only_its_new_line(tmp_path):
     """follow runs the new release's code, so its job cannot write; the job that can write applies its diff only
-    where a new line of that package is written, as regular text files, and holds what the index then holds to
-    the same paths: the step's own script, run on diffs that reach elsewhere (a rename from a workflow, found by
-    review, once passed: git apply --numstat names only a rename's new path)."""
+    if it is what follow writes: a new line of that package (its files, its pin table, the latest set), as regular
+    text files. The step's own script, run on hostile diffs: a rename from a workflow (once passed: git apply
+    --numstat names only a rename's new path), an edit of an existing line with its build record set back (built
+    a published name with other bytes), a .gitattributes that shows the patches as binary, a .gitignore."""
     doc = workflow("upstream-watch.yml")
     assert doc["jobs"]["follow"]["permissions"] == {"contents": "read"}
     assert doc["jobs"]["follow"]["needs"] == ["list", "merge"]
-    apply = next(s for s in doc["jobs"]["propose"]["steps"] if "git apply --index" in s.get("run", ""))
+    apply = next(s for s in doc["jobs"]["propose"]["steps"] if "follow_diff.py" in s.get("run", ""))
     assert apply["env"] == {"PACKAGE": "${{ matrix.package }}"}
     repo = tmp_path / "repo"
-    for rel in ("patches/demo/series", "patches/other/series", "overlay/demo/pins.toml", ".github/workflows/w.yml"):
+    files = {
+        "patches/demo/1.0.0/series": "0001-x.patch\n",
+        "patches/demo/1.0.0/0001-x.patch": "the fix\n" * 20,
+        "patches/other/2.0.0/series": "\n",
+        "overlay/demo/pins.toml": PINS,
+        "overlay/demo/1.0.0/demo/core.py": "fixed = True\n" * 20,
+        "overlay/sets.toml": SETS,
+        "overlay/NOTICE": "notice\n",
+        ".github/workflows/w.yml": "on: push\n" * 20,
+    }
+    for rel, text in files.items():
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(f"{rel}\n" * 20)
+        (repo / rel).write_text(text)
+    shutil.copytree(ROOT / ".github" / "scripts", repo / ".github" / "scripts")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
@@ -164,31 +192,91 @@ def test_follow_runs_read_only_and_its_pull_request_takes_only_its_new_line(tmp_
         env = {**os.environ, "RUNNER_TEMP": str(tmp_path), "PACKAGE": "demo"}
         return subprocess.run(["bash", "-eo", "pipefail", "-c", apply["run"]], cwd=repo, env=env, capture_output=True)
 
+    def new_line(repo):
+        (repo / "patches/demo/1.1.0").mkdir(parents=True)
+        (repo / "patches/demo/1.1.0/series").write_text("0001-x.patch\n")
+        (repo / "patches/demo/1.1.0/0001-x.patch").write_text("the fix, carried\n")
+        (repo / "overlay/demo/1.1.0/demo").mkdir(parents=True)
+        (repo / "overlay/demo/1.1.0/demo/core.py").write_text("fixed = True\n")
+        (repo / "overlay/demo/pins.toml").write_text(PINS + NEW_LINE)
+        (repo / "overlay/sets.toml").write_text(SETS.replace('demo = "1.0.0"\nother', 'demo = "1.1.0"\nother'))
+        (repo / "patches/STATUS.md").write_text("the matrix\n")
+
     def workflow_edit(repo):
         (repo / ".github" / "workflows" / "w.yml").write_text("on: push\n")
 
     def link(repo):
-        (repo / "patches" / "demo" / "link").symlink_to("/etc/passwd")
+        new_line(repo)
+        (repo / "patches" / "demo" / "1.1.0" / "link").symlink_to("/etc/passwd")
 
     def rename_a_workflow_into_the_line(repo):
-        (repo / ".github" / "workflows" / "w.yml").rename(repo / "patches" / "demo" / "notes.txt")
+        new_line(repo)
+        (repo / ".github" / "workflows" / "w.yml").rename(repo / "patches" / "demo" / "1.1.0" / "notes.txt")
 
     def another_package(repo):
-        (repo / "patches" / "other" / "series").write_text("changed\n")
+        (repo / "patches" / "other" / "2.0.0" / "series").write_text("changed\n")
 
     def binary(repo):
-        (repo / "patches" / "demo" / "blob").write_bytes(b"\x00\x01" * 50)
+        new_line(repo)
+        (repo / "patches" / "demo" / "1.1.0" / "blob").write_bytes(b"\x00\x01" * 50)
 
-    cases = [(workflow_edit, ()), (link, ()), (rename_a_workflow_into_the_line, ("-M",)), (another_package, ()),
-             (binary, ())]  # fmt: skip
-    for bad, flags in cases:
+    def existing_line_with_its_build_number_set_back(repo):
+        """Code folded into an existing line's patch, and its build record set back to the published number with a
+        recomputed digest: lint and vendor --check passed, and the build made the published name with other bytes."""
+        new_line(repo)
+        (repo / "patches/demo/1.0.0/0001-x.patch").write_text("the fix\n" * 20 + "and something else\n")
+        (repo / "overlay/demo/pins.toml").write_text(PINS.replace("b" * 64, "d" * 64) + NEW_LINE)
+
+    def gitattributes(repo):
+        new_line(repo)
+        (repo / "patches/demo/.gitattributes").write_text("*.patch -diff linguist-generated=true\n")
+
+    def gitignore(repo):
+        new_line(repo)
+        (repo / "overlay/demo/.gitignore").write_text("*\n!.gitignore\n")  # git stops seeing the line's files
+
+    def another_set(repo):
+        new_line(repo)
+        sets = (repo / "overlay/sets.toml").read_text()
+        (repo / "overlay/sets.toml").write_text(sets.replace('[set.old]\ndemo = "1.0.0"', '[set.old]\ndemo = "1.1.0"'))
+
+    cases = [(workflow_edit, (), "hidden component: .github/workflows/w.yml"),
+             (link, (), "a mode that is not a regular file's"),
+             (rename_a_workflow_into_the_line, ("-M",), "a rename or copy"), (another_package, (), "outside what"),
+             (binary, (), "a binary change"),
+             (existing_line_with_its_build_number_set_back, (), "changes the existing line demo 1.0.0 (M)"),
+             (gitattributes, (), "a path with a hidden component: patches/demo/.gitattributes"),
+             (gitignore, (), "a path with a hidden component: overlay/demo/.gitignore"),
+             (another_set, (), "a set other than latest, or [suite], changed")]  # fmt: skip
+    for bad, flags, says in cases:
         ran = propose(bad, *flags)
-        assert ran.returncode == 1 and b"refused" in ran.stderr, (bad.__name__, ran)
+        assert ran.returncode == 1 and b"refused" in ran.stderr and says.encode() in ran.stderr, (bad.__name__, ran)
         status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout
         assert status == "", (bad.__name__, status)
-    ran = propose(lambda repo: (repo / "patches" / "demo" / "0001-x.patch").write_text("x\n"), "--no-renames")
+    ran = propose(existing_line_with_its_build_number_set_back, "--no-renames")
+    assert b"the table of the existing line 1.0.0 changed (its pin or build record)" in ran.stderr, ran
+
+    def retire_the_old_line(repo):
+        new_line(repo)
+        shutil.rmtree(repo / "patches/demo/1.0.0")
+        shutil.rmtree(repo / "overlay/demo/1.0.0")
+        pins = PINS.split('[release."1.0.0"]')[0] + NEW_LINE + '\n[retired]\n"1.0.0" = 2\n'
+        (repo / "overlay/demo/pins.toml").write_text(pins)
+
+    def retire_half_of_it(repo):
+        retire_the_old_line(repo)
+        (repo / "overlay/demo/1.0.0/demo").mkdir(parents=True)
+        (repo / "overlay/demo/1.0.0/demo/core.py").write_text("fixed = True\n" * 20)
+
+    ran = propose(retire_half_of_it, "--no-renames")
+    assert b"demo 1.0.0: its pin is removed but files of the line remain" in ran.stderr, ran
+    ran = propose(retire_the_old_line, "--no-renames")
     assert ran.returncode == 0, ran
-    assert (repo / "patches" / "demo" / "0001-x.patch").read_text() == "x\n"
+    subprocess.run([*git, "reset", "-q", "--hard"], check=True)
+    subprocess.run([*git, "clean", "-qfd"], check=True)
+    ran = propose(new_line, "--no-renames")
+    assert ran.returncode == 0, ran
+    assert (repo / "patches" / "demo" / "1.1.0" / "0001-x.patch").read_text() == "the fix, carried\n"
     assert (tmp_path / "body.md").read_text().endswith("## the report\n")
 
 

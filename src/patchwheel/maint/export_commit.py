@@ -30,9 +30,9 @@ OUR_TRAILERS = (
 OUR_WORDS = re.compile(
     r"^(?:" + "|".join(OUR_TRAILERS) + r"):|tests/proof/|tests/guards/|upstream-pr/|patchwheel", re.M | re.I
 )
-_AUTHOR = re.compile(r"^([^<>\n]*[^<>\s][^<>\n]*) <([^<>\s@]+@[^<>\s@]+)>$")
-_ISSUE_URL = re.compile(r"^https://github\.com/([\w.-]+/[\w.-]+)/(issues|pull)/(\d+)$")
-_ISSUE_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)$")
+_AUTHOR = re.compile(r"([^<>\x00-\x1f\x7f]*[^<>\s\x00-\x1f\x7f][^<>\x00-\x1f\x7f]*) <([^<>\s@]+@[^<>\s@]+)>\Z")
+_ISSUE_URL = re.compile(r"^https://github\.com/([\w.-]+/[\w.-]+)/(issues|pull)/(\d+)\Z")
+_ISSUE_REF = re.compile(r"^([\w.-]+/[\w.-]+)#(\d+)\Z")
 
 #: ``git config <key>`` in the checkout, as the user's git reads it (their global configuration included).
 GitConfig = Callable[[Path, str], str | None]
@@ -53,9 +53,9 @@ def author(root: Path, given: str | None, config: GitConfig = user_git_config) -
         "and git config user.email you@example.org"
     )
     if given is not None:
-        if not _AUTHOR.match(given.strip()):
+        if not _AUTHOR.match(given.strip(" ")):  # whole, and no control character (a `\r` reached `From:`)
             raise ConfigError(f"--author {given!r} is not 'Name <email>'", hint)
-        return given.strip()
+        return given.strip(" ")
     name, email = config(root, "user.name"), config(root, "user.email")
     missing = [key for key, value in (("user.name", name), ("user.email", email)) if not value]
     if missing:

@@ -37,7 +37,7 @@ from . import proofenv
 PROOF_TIMEOUT = 600.0
 JUDGED_OK = ("killed", "justified")
 _HUNK_HEAD = re.compile(HUNK_HEADER.encode())
-_NOTE = re.compile(r"^Mutant-Survives:\s*#(\d+)\s+(\S.*)$")
+_NOTE = re.compile(r"^Mutant-Survives:\s*#(\d+)\s+(\S.*)\Z")
 
 
 # --- splitting a patch into single-hunk diffs ---------------------------------------------------------------------
@@ -304,7 +304,7 @@ def reset(site: Path, wheel: Path, paths: list[str]) -> list[str]:
     killed mid-mutant. Returns the paths it repaired."""
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        installed = {p: zf.read(p) if p in names else None for p in paths}
+        installed = {p: rewrite.read_member(zf, p) if p in names else None for p in paths}
     stale = {p: d for p, d in installed.items() if _read(site / p) != d}
     _write(site, stale)
     return sorted(stale)

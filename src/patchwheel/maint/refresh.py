@@ -49,7 +49,7 @@ class Edits:
 
 
 #: Files in the overlay that are no one's module: editor backups and swap files, merge leftovers, hidden files.
-_JUNK = re.compile(r"(^|/)\.|~$|\.(orig|rej|swp|swo|bak|pyc)$")
+_JUNK = re.compile(r"(^|/)\.|~\Z|\.(orig|rej|swp|swo|bak|pyc)\Z")
 
 
 def _edits(project: Project, line: ReleaseLine) -> Edits:
@@ -322,7 +322,9 @@ def new(
     line = project.line(package, version)
     if not SLUG.fullmatch(slug):
         raise PatchError(
-            f"{slug!r} is not a patch slug", "use lower-case letters, digits, '.' and '-', e.g. fix-warmup-tp-plan"
+            f"{slug!r} is not a patch slug (a number or file name of a patch is not one)",
+            "use lower-case letters, digits, '.' and '-', not starting with a patch's four digits, e.g. "
+            "fix-warmup-tp-plan",
         )
     edits = _edits(project, line)
     series = edits.series

@@ -168,7 +168,7 @@ def _write_checked(path: Path, text: str, reads_back, hint: str) -> None:
     os.replace(tmp, path)
 
 
-_HEADER = re.compile(r"^\s*\[\s*(?P<name>[^\]]+?)\s*\]\s*(#.*)?$")
+_HEADER = re.compile(r"^\s*\[\s*(?P<name>[^\]]+?)\s*\]\s*(#.*)?\Z")
 
 
 def _table_name(line: str) -> str | None:
@@ -234,7 +234,7 @@ def suite_add(sets_file: Path, name: str) -> None:
     """``name`` added to ``[suite] sets = [...]`` of overlay/sets.toml (a one-line list), every other line kept."""
     lines = sets_file.read_text().splitlines(keepends=True)
     span = _table(lines, "suite")
-    one_line = re.compile(r"^(\s*sets\s*=\s*\[)(?P<names>[^\]]*)(\].*)$", re.S)
+    one_line = re.compile(r"^(\s*sets\s*=\s*\[)(?P<names>[^\]]*)(\].*)\Z", re.S)
     at = None if span is None else next((i for i in range(*span) if one_line.match(lines[i])), None)
     hint = f'add "{name}" to [suite] sets in {sets_file} by hand (a one-line list)'
     if at is None:

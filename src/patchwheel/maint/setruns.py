@@ -28,7 +28,7 @@ from ..trailers import guard_modules
 from . import proofenv
 
 TIMEOUT = 1800.0
-_SUMMARY = re.compile(r"^=+ (.+?) =+$")
+_SUMMARY = re.compile(r"^=+ (.+?) =+\Z")
 
 
 @dataclass

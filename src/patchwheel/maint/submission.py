@@ -41,7 +41,7 @@ from ..trailers import proposed_in
 
 FOLDER = "upstream-pr"
 _EXPECT_KEYS = ("test", "raises", "match", "worker")
-_NODE = re.compile(r"^tests/[\w/.-]+\.py(::\w+)+$")
+_NODE = re.compile(r"^tests/[\w/.-]+\.py(::\w+)+\Z")
 
 
 @dataclass(frozen=True)

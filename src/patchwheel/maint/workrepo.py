@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import fetch, gitops
+from .. import fetch, gitops, rewrite
 from ..config import Artifact, ReleaseLine
 from ..patches import Patch
 
@@ -33,7 +33,7 @@ def release_files(line: ReleaseLine, paths: Iterable[str], artifact: Artifact | 
     with zipfile.ZipFile(fetch.fetch(line.package, artifact or line.wheel)) as zf:
         names = set(zf.namelist())
         wheel_paths = {p: line.wheel_path(p) for p in paths}
-        return {p: zf.read(w) if w is not None and w in names else None for p, w in wheel_paths.items()}
+        return {p: rewrite.read_member(zf, w) if w is not None and w in names else None for p, w in wheel_paths.items()}
 
 
 def touched(series: Iterable[Patch]) -> list[str]:
