@@ -78,6 +78,25 @@ def _train(model, ddp_kwargs=None, evaluation_mode=False):
     }
 
 
+def _frozen(world_size, where, branch):
+    """A model without trainable parameters (a teacher or reference model) whose DTensors are a buffer or its
+    sharded parameters, prepared alone: DDP never wraps it. ``branch`` "gpu" takes prepare's GPU-like branch: the
+    state says MULTI_GPU on this gloo group; no DDP is built there for a frozen model, so no GPU is needed."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    model = _with_buffer(mesh) if where == "buffer" else _shard(_model(), mesh, "parameters")
+    model.requires_grad_(False)
+    accelerator = Accelerator()
+    if branch == "gpu":
+        accelerator.state.distributed_type = DistributedType.MULTI_GPU
+    prepared = accelerator.prepare(model)
+    out = prepared(torch.arange(32.0).reshape(4, 8) / 32)
+    return {"distributed_type": accelerator.distributed_type.value, "wrapper": type(prepared).__name__, "out": out}
+
+
 def _scenario(rank, world_size, name):
     """One rank of a scenario, with what the rank warned and logged."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -90,6 +109,18 @@ def _scenario(rank, world_size, name):
             if name == "buffer-ignored":
                 torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ["table"])
             values = _train(model, {"broadcast_buffers": False} if name == "buffer-not-broadcast" else None)
+        elif name in ("buffer-ignore-none", "buffer-ignore-iterator", "buffer-ignore-tuple", "buffer-broadcast-none"):
+            model = _with_buffer(init_device_mesh("cpu", (world_size,)))
+            odd = {
+                "buffer-ignore-none": None,
+                "buffer-ignore-iterator": iter(["table"]),
+                "buffer-ignore-tuple": ("table",),
+            }
+            if name in odd:  # set by hand, as DDP's own helper would not
+                model._ddp_params_and_buffers_to_ignore = odd[name]
+            values = _train(model, {"broadcast_buffers": None} if name == "buffer-broadcast-none" else None)
+        elif name.startswith("frozen-"):
+            values = _frozen(world_size, *name.split("-")[1:])
         elif name == "fsdp2":
             values = _train(_shard(_model(), init_device_mesh("cpu", (world_size,)), "fsdp2"), evaluation_mode=True)
         elif name == "single-process":
@@ -130,6 +161,28 @@ def test_dtensor_buffer_ignored_by_ddp(observe):
 def test_dtensor_buffer_broadcast(observe):
     """The same buffer with DDP's default ``broadcast_buffers=True``: the bug's neighbourhood ends here."""
     _observe_ranks(observe, "buffer-broadcast")
+
+
+@pytest.mark.parametrize("odd", ["none", "iterator", "tuple"])
+def test_dtensor_buffer_with_odd_params_to_ignore(observe, odd):
+    """``_ddp_params_and_buffers_to_ignore`` set by hand to what DDP reads its own way: None (DDP raises a
+    TypeError), an iterator naming the buffer (DDP reads it once, and leaves the buffer alone), a tuple."""
+    _observe_ranks(observe, f"buffer-ignore-{odd}")
+
+
+def test_dtensor_buffer_with_broadcast_buffers_none(observe):
+    """``DistributedDataParallelKwargs(broadcast_buffers=None)``: DDP takes it as false and leaves the buffer."""
+    _observe_ranks(observe, "buffer-broadcast-none")
+
+
+@pytest.mark.parametrize("branch", ["cpu", "gpu"])
+@pytest.mark.parametrize("where", ["buffer", "parameters"])
+def test_frozen_dtensor_model(observe, where, branch):
+    """A frozen model with a DTensor buffer or sharded parameters: on the GPU-like branch pristine returns it
+    unwrapped (buffer) or refuses it with #3629's ValueError (parameters, from 1.9); on MULTI_CPU DDP itself refuses a
+    model without trainable parameters. Whatever pristine does, the fix must do too: it refuses only what DDP would
+    wrap."""
+    _observe_ranks(observe, f"frozen-{where}-{branch}")
 
 
 def test_fsdp2_model_prepared_for_evaluation(observe):

@@ -20,6 +20,9 @@ patch series in ``patches/``:
   newer release fixed part of the bug, and the rest must stay fixed);
 - a proof test whose patch the release line no longer carries, because an older line's series dropped it when
   upstream fixed the bug: a regression guard, it must PASS. The transition needs no version switch in the test;
+- a proof test whose patch only newer release lines carry (the bug came with a later release, as accelerate
+  1.15.0's ``prepare_model`` crash on a torch without distributed support): a regression guard on the older
+  lines, it must PASS there;
 - a feature test on a build without its patch is not run (the feature is absent), and the summary says so;
 - ``@pytest.mark.regression``: must pass on every build.
 
@@ -131,9 +134,11 @@ def _series(package: str) -> tuple:
     return tuple((line, tuple(patches.load_series(line))) for line in config.load(ROOT).lines.get(package, []))
 
 
-def _series_naming(package: str, version: str, module: str, test: str) -> tuple[str | None, str | None, str | None]:
+def _series_naming(
+    package: str, version: str, module: str, test: str
+) -> tuple[str | None, str | None, str | None, str | None]:
     """For the release line that applies to ``version``: (its patch naming ``test`` of ``module``, its patch naming
-    only other tests of the module, a patch of an older line naming the module)."""
+    only other tests of the module, a patch of an older line naming the module, a patch of a newer line naming it)."""
     from packaging.version import Version
 
     lines = [line for line, _ in _series(package)]
@@ -141,7 +146,7 @@ def _series_naming(package: str, version: str, module: str, test: str) -> tuple[
     base = Version(Version(version).base_version)
     applicable = [line for line in lines if Version(line.version) <= base] or lines[:1]
     if not applicable:
-        return None, None, None
+        return None, None, None, None
 
     def naming(line, names):
         for p in series[line]:
@@ -160,7 +165,11 @@ def _series_naming(package: str, version: str, module: str, test: str) -> tuple[
         (f"{n} ({line.key})" for line in reversed(lines[: lines.index(current)]) if (n := naming(line, this_module))),
         None,
     )
-    return naming(current, this_test), naming(current, this_module), older
+    newer = next(
+        (f"{n} ({line.key})" for line in lines[lines.index(current) + 1 :] if (n := naming(line, this_module))),
+        None,
+    )
+    return naming(current, this_test), naming(current, this_module), older, newer
 
 
 def _expectation(item) -> Expect:
@@ -189,7 +198,7 @@ def _expectation(item) -> Expect:
     if carried:
         return Expect("pass", where)
     upstream_version = info["upstream"]["version"] if info["fixed"] else info["version"]
-    current, sibling, older = _series_naming(pkg, upstream_version, module, item.originalname)
+    current, sibling, older, newer = _series_naming(pkg, upstream_version, module, item.originalname)
     if current is not None:
         return Expect("fail", where)
     if sibling is not None:
@@ -201,6 +210,10 @@ def _expectation(item) -> Expect:
     if older is not None:
         return Expect(
             "pass", f"{where}, regression guard: upstream fixed it, so the line dropped {older}", "regression"
+        )
+    if newer is not None:  # the bug came with a later release: this one never had it, and must not get it
+        return Expect(
+            "pass", f"{where}, regression guard: the bug is newer than this release; {newer} fixes it", "regression"
         )
     raise pytest.UsageError(f"{item.nodeid}: no patch of {pkg} names {module} in its Proof-Test or Feature-Test")
 

@@ -435,3 +435,31 @@ def test_run_proofs_judges_each_module_on_its_own_cases(tmp_path, monkeypatch):
     }
     monkeypatch.setattr(proofenv, "run_report", lambda *a, **k: proofenv.ProofRun(None, "timed out after 9 s", 9.0))
     assert {o.detail for o in proofenv.run_proofs(root, root, ["tests/proof/a.py"]).values()} == {"timed out after 9 s"}
+
+
+def test_a_bug_a_later_release_brought_is_a_regression_guard_on_older_lines(project):
+    """A patch only a newer line carries (the bug came with a later release, as accelerate 1.15.0's crash on a torch
+    without distributed support, which 1.6.0's prepare never reaches): on the older line its proof must pass, as a
+    regression guard; before, collection stopped with "no patch of demo names ...". On the newer line it must still
+    fail with its signature."""
+    module = project.module(
+        "test_newer_bug.py",
+        _marked(
+            "[('TypeError', 'not iterable')]",
+            "not iterable",
+            """
+        def test_no_crash():
+            import demo
+            assert demo.harmless() == 1
+        """,
+        ),
+    )
+    project.line("1.0.0", None)  # the older line: its series never carried the patch
+    project.line("1.1.0", module)
+    project.install("1.0.0")
+    code, out, _ = project.pytest(module)
+    assert code == 0, out
+    assert "regression guard: the bug is newer than this release; 0001-greet-comma.patch (demo/1.1.0) fixes it" in out
+    project.install("1.1.0")  # the line that carries it: the same pass is an XPASS
+    code, out, _ = project.pytest(module)
+    assert code == 1 and "XPASS(strict)" in out, out

@@ -24,6 +24,7 @@ import shutil
 import sys
 import warnings
 from collections import OrderedDict
+from collections.abc import Collection
 from contextlib import contextmanager
 from functools import partial
 from types import MethodType
@@ -1477,88 +1478,40 @@ class Accelerator:
         return result if len(result) > 1 else result[0]
 
     def _refuse_dtensor_model_for_ddp(self, model: torch.nn.Module):
-        """DDP keeps a full replica of every parameter and buffer it synchronizes on each rank: it cannot wrap a model
-        sharded into DTensors (tensor parallelism, FSDP2). Its start-up broadcast fails on them, or would overwrite the
-        other ranks' shards with rank 0's, so say what the model holds and what trains it on this backend."""
+        """Raise if DDP would wrap `model` and fail on it: DDP broadcasts what it synchronizes from rank 0 and cannot
+        broadcast DTensors (a model sharded with tensor parallelism or FSDP2)."""
+        # What DDP synchronizes: every parameter, and every buffer unless `broadcast_buffers=False`, less the names in
+        # `_ddp_params_and_buffers_to_ignore`. DDP refuses a model without trainable parameters among them itself, and
+        # reads that attribute itself: one that is not a collection (an iterator reads only once) is left to DDP.
+        ignore = getattr(model, "_ddp_params_and_buffers_to_ignore", ())
+        if not isinstance(ignore, Collection):
+            return
+        include_buffers = self.ddp_handler is None or self.ddp_handler.broadcast_buffers
+        if not any(p.requires_grad for name, p in model.named_parameters() if name not in ignore):
+            return
         if is_torch_version(">=", "2.5.0"):
             from torch.distributed.tensor import DTensor
         else:
             from torch.distributed._tensor import DTensor
 
-        # What DDP broadcasts from rank 0: every parameter, and every buffer unless `broadcast_buffers=False`, less
-        # those the model names in `_ddp_params_and_buffers_to_ignore`.
-        include_buffers = self.ddp_handler.broadcast_buffers if self.ddp_handler is not None else True
-        ignore = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))
         tensors = list(model.named_parameters()) + (list(model.named_buffers()) if include_buffers else [])
         dtensors = {name: tensor for name, tensor in tensors if name not in ignore and isinstance(tensor, DTensor)}
         if not dtensors:
             return
-        plain = [name for name, _ in tensors if name not in ignore and name not in dtensors]
-        meshes, placements = [], []
-        for tensor in dtensors.values():
-            if tensor.device_mesh not in meshes:
-                meshes.append(tensor.device_mesh)
-            if tensor.placements not in placements:
-                placements.append(tensor.placements)
-
-        def some(items):
-            items = [str(item) for item in items]
-            return ", ".join(items[:4]) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
-
-        layout = (
-            f"{len(dtensors)} of its {'parameters and buffers' if include_buffers else 'parameters'} are DTensors "
-            f"({some(dtensors)}) on {some(meshes)} with placements {some(placements)}"
-            + (f"; {len(plain)} are plain tensors ({some(plain)})" if plain else "")
+        names = ", ".join(list(dtensors)[:3]) + (f" and {len(dtensors) - 3} more" if len(dtensors) > 3 else "")
+        example = next(iter(dtensors.values()))
+        message = (
+            "`prepare` cannot wrap this model in DistributedDataParallel, which broadcasts its parameters"
+            f"{' and buffers' if include_buffers else ''} from rank 0 and cannot broadcast DTensors: {names} "
+            f"(placements {example.placements} on {example.device_mesh}). Pass DDP a model that is not sharded "
+            "with tensor parallelism or FSDP2."
         )
-        try:
-            from torch.distributed.fsdp import FSDPModule
-        except ImportError:  # torch < 2.6: no public FSDP2
-            fsdp2 = False
-        else:
-            fsdp2 = any(isinstance(module, FSDPModule) for module in model.modules())
-        # No device map: `local_process_index` names a GPU that a CPU job lacks, and a `torch.device` such as
-        # `accelerator.device` reaches some `transformers` releases as its index, an accelerator ordinal.
-        unsharded = (
-            'load it unsharded: `from_pretrained(...)` without `tp_plan` or `device_map="auto"`, and `prepare` '
-            "places it on `accelerator.device`"
-        )
-        buffers = {name for name, _ in model.named_buffers()}
-        if all(name in buffers for name in dtensors):
-            advice = (
-                "Only buffers are DTensors: if they need no synchronization across processes, "
-                "`kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)]` keeps DDP from broadcasting "
-                "them (or name them in the model's `_ddp_params_and_buffers_to_ignore`); otherwise make them plain "
-                "tensors."
+        if set(dtensors) <= {name for name, _ in model.named_buffers()}:
+            message += (
+                " Buffers that need no synchronization can be left out of the broadcast with "
+                "`DistributedDataParallelKwargs(broadcast_buffers=False)`."
             )
-        elif fsdp2 and self.distributed_type == DistributedType.MULTI_CPU:
-            advice = (
-                "It was sharded with FSDP2 (`fully_shard`), which the Accelerator does not configure for CPU jobs: to "
-                "train it with DDP, pass it without `fully_shard`."
-            )
-        elif fsdp2:
-            advice = (
-                "It was sharded with FSDP2 (`fully_shard`). To train it with FSDP2, pass it unsharded to an "
-                "Accelerator configured with `fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)`, whose "
-                "`prepare` shards it; to train with DDP, pass it without `fully_shard`."
-            )
-        else:
-            # Ask the plugin where it builds its device mesh: tensor parallelism runs on such devices only.
-            mesh_device = TorchTensorParallelPlugin._mesh_device_type()
-            if mesh_device != self.device.type:
-                advice = (
-                    f"Tensor parallelism cannot be configured for this job (`TorchTensorParallelPlugin` builds its "
-                    f"device mesh on {mesh_device}, not {self.device.type}): to train it with DDP, {unsharded}."
-                )
-            else:
-                advice = (
-                    "To train it with tensor parallelism, pass it unsharded to an Accelerator configured with "
-                    "`torch_tp_plugin=TorchTensorParallelPlugin(tp_size=...)`, whose `prepare` shards it with its "
-                    f"tensor parallel plan (`transformers` models); to train with DDP, {unsharded}."
-                )
-        raise ValueError(
-            f"`prepare` cannot wrap this model in DistributedDataParallel: {layout}. DDP keeps a full replica of "
-            f"every parameter and buffer it synchronizes on each rank and cannot wrap sharded ones. {advice}"
-        )
+        raise ValueError(message)
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool = None, evaluation_mode: bool = False):
         """

@@ -243,6 +243,9 @@ def model_has_dtensor(model: torch.nn.Module, include_buffers: bool = False, ign
     Returns:
         `bool`: Whether the model has DTensor parameters (or buffers).
     """
+    if not torch.distributed.is_available():
+        # DTensor lives in `torch.distributed`: a build without it cannot hold one, nor import the module.
+        return False
     if is_torch_version(">=", "2.5.0"):
         from torch.distributed.tensor import DTensor
     else:

@@ -2039,15 +2039,6 @@ class TorchTensorParallelPlugin:
             )
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh_dim_name = "tp"
-
-        self.torch_device_mesh = init_device_mesh(
-            self._mesh_device_type(), (self.tp_size,), mesh_dim_names=(mesh_dim_name,)
-        )
-
-    @staticmethod
-    def _mesh_device_type() -> str:
-        """The type of device the plugin builds its device mesh on: tensor parallelism runs on such devices only."""
         from ..state import PartialState
 
         # support for other devices has to be investigated
@@ -2059,7 +2050,10 @@ class TorchTensorParallelPlugin:
             device = "cuda"
         else:
             device = PartialState().device.type
-        return device
+
+        mesh_dim_name = "tp"
+
+        self.torch_device_mesh = init_device_mesh(device, (self.tp_size,), mesh_dim_names=(mesh_dim_name,))
 
 
 @dataclass
