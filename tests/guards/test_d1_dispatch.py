@@ -94,7 +94,9 @@ def _dispatch(rank, world_size, folder, placement, switch, attribute):
 
 def _observe(observe, tmp_path, placement, switch=None, attribute=None):
     (result,) = run_ranks(_dispatch, 1, str(tmp_path), placement, switch, attribute, init_group=False)
+    logs = result.pop("logs")
     observe("dispatch", result)
+    observe("rank_logs", logs)  # a list of its own, which a declaration can narrow with `match`
 
 
 @pytest.mark.parametrize("switch", [None, "0", "maybe", ""], ids=["unset", "off", "unknown-word", "empty"])
@@ -127,7 +129,7 @@ def test_model_with_an_attribute_of_the_diagnosis_name(observe, tmp_path):
 
 
 @pytest.mark.intended("dispatch.diagnose_imported", reason=ASKED)
-@pytest.mark.intended("dispatch.logs", reason=ASKED, match=r"accelerate dispatch diagnosis")
+@pytest.mark.intended("rank_logs", reason=ASKED, match=r"accelerate dispatch diagnosis")
 @pytest.mark.parametrize("placement", ["device-map-values", "max-memory-strings"])
 def test_diagnosed_dispatch_of_odd_values(observe, tmp_path, placement):
     """Asked for (``true``, a true value other than ``1``), on a device map of ``torch.device`` values, ``"cpu"``
