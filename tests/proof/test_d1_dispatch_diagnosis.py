@@ -256,7 +256,7 @@ def test_real_disk_offload_is_reported_and_greedy_output_is_unchanged(checkpoint
     assert [f.kind for f in findings] == ["offload"], findings
     assert "from disk (model.layers.1 … lm_head" in findings[0].message, findings[0].message
     warnings = [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
-    assert len(warnings) == 1, "the warning appears exactly once per model"
+    assert len(warnings) == 1, "the warning appears exactly once, for the one dispatch"
     assert "streamed" in warnings[0].getMessage()
 
 
