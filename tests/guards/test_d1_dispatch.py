@@ -30,6 +30,7 @@ pytestmark = pytest.mark.guard(package="accelerate")
 
 SWITCH = "ACCELERATE_DIAGNOSE_DISPATCH"
 ASKED = "asked for (the switch set), the diagnosis warns about the disk offload and imports its module"
+IMPORTS = "asked for (the switch set), the diagnosis imports its module"
 
 
 def _mlp():
@@ -112,7 +113,7 @@ def test_one_device(observe, tmp_path):
     _observe(observe, tmp_path, "one-device")
 
 
-@pytest.mark.intended("dispatch.diagnose_imported", reason="asked for (the switch set), the diagnosis imports its module")
+@pytest.mark.intended("dispatch.diagnose_imported", reason=IMPORTS)
 def test_one_device_diagnosed(observe, tmp_path):
     """Asked for, on a placement with nothing to report: no warning, nothing recorded on the model (its attributes,
     and what ``torch.save`` of the whole model pickles, are pristine's), so the saved model loads wherever pristine
@@ -120,7 +121,7 @@ def test_one_device_diagnosed(observe, tmp_path):
     _observe(observe, tmp_path, "one-device", "1")
 
 
-@pytest.mark.intended("dispatch.diagnose_imported", reason="asked for (the switch set), the diagnosis imports its module")
+@pytest.mark.intended("dispatch.diagnose_imported", reason=IMPORTS)
 def test_model_with_an_attribute_of_the_diagnosis_name(observe, tmp_path):
     """A model that carries ``_accelerate_dispatch_diagnosed`` with no truth value (a tensor of two elements): the
     diagnosis reads no attribute of the model (it raised ``RuntimeError: Boolean value of Tensor with more than one
