@@ -5,14 +5,17 @@ run (see conftest), and the patch is dropped by release or PR (its Drop-When), n
 accelerate carries `accelerate.utils.diagnose`: a pure function over a placement, so every GPU situation is checked
 here with synthetic maps, and a real tiny model is dispatched on CPU with a small `max_memory` and an offload
 folder: the diagnosis reports the disk offload, greedy output stays identical to the model loaded whole, and
-`dispatch_model` warns exactly once per model when asked to (`ACCELERATE_DIAGNOSE_DISPATCH=1`), and does no
-diagnosis at all, silently, when it is not (the default path of every `device_map="auto"` load).
+`dispatch_model` warns once per dispatch when asked to (`ACCELERATE_DIAGNOSE_DISPATCH=1` or another true value),
+and does no diagnosis at all, silently, when it is not (the default path of every `device_map="auto"` load, and
+any value of the switch it does not recognise). What is offloaded is read from the offload hooks, so a model that
+`cpu_offload` or `disk_offload` offloaded (no `hf_device_map`) is reported as the same `dispatch_model` map is.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import io
 import logging
 import types
 
@@ -77,6 +80,81 @@ def test_mps_with_cpu_entries_is_not_streaming():
     assert d.diagnose(d.Placement(_llama_stages(["mps"] * 5 + ["cpu"] * 2), {})) == []
     (f,) = d.diagnose(d.Placement(_llama_stages(["mps"] * 5 + ["cpu", "disk"]), {"lm_head": GiB}))
     assert f.kind == "offload" and "1.0 GiB from disk" in f.message and "from cpu" not in f.message, f.message
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+
+
+MLP_BYTES = (16 * 64 + 64 + 64 * 16 + 16) * 4  # 9.3 KiB of float32 weights, no buffers
+
+
+def test_cpu_offload_to_an_accelerator_is_streamed_per_token():
+    """`cpu_offload` keeps the weights in a CPU state dict and copies them to the execution device on every
+    forward, as `dispatch_model` does for a "cpu" entry: the same finding, sizes from the hooks. (On a machine
+    without an accelerator only the hooks are built: the MLP has no buffer to move.)"""
+    from accelerate import cpu_offload
+
+    d = _diagnose()
+    model = cpu_offload(_mlp(), execution_device=torch.device("cuda", 0))
+    assert not hasattr(model, "hf_device_map") and {p.device.type for p in model.parameters()} == {"meta"}
+    (f,) = d.diagnose_model(model)
+    assert f.kind == "offload" and "streamed to cuda:0" in f.message, f.message
+    assert f"{MLP_BYTES / 1024:.1f} KiB from cpu (0.weight … 2.bias (4 entries))" in f.message, f.message
+    assert "from disk" not in f.message
+
+
+def test_cpu_offload_onto_the_cpu_moves_nothing():
+    """Executed on the CPU, `cpu_offload` streams from the CPU to the CPU: nothing is copied, as `dispatch_model`
+    does not offload "cpu" entries when its main device is the CPU."""
+    from accelerate import cpu_offload
+
+    d = _diagnose()
+    assert d.diagnose_model(cpu_offload(_mlp())) == []
+
+
+def test_disk_offload_is_streamed_per_token(tmp_path):
+    from accelerate import disk_offload
+
+    d = _diagnose()
+    x = torch.arange(32.0).reshape(2, 16) / 32
+    expected = _mlp()(x)
+    model = disk_offload(_mlp(), str(tmp_path), execution_device=torch.device("cpu"))
+    (f,) = d.diagnose_model(model)
+    assert f.kind == "offload" and "streamed to cpu" in f.message, f.message
+    assert f"{MLP_BYTES / 1024:.1f} KiB from disk (0.weight … 2.bias (4 entries))" in f.message, f.message
+    assert f"about {MLP_BYTES / 1024:.1f} KiB per token" in f.message, f.message
+    assert torch.allclose(model(x), expected)
+
+
+def test_disk_offload_of_a_llama_reports_what_its_hooks_stream(checkpoint, tmp_path):
+    """A real model offloaded whole by `disk_offload`: every parameter is read from disk on each forward (the
+    buffers, not offloaded, stay on the execution device), and greedy output is unchanged."""
+    from accelerate import disk_offload
+    from transformers import AutoModelForCausalLM
+
+    d = _diagnose()
+    whole = AutoModelForCausalLM.from_pretrained(checkpoint)
+    weights = sum(p.numel() * p.element_size() for p in whole.parameters())
+    greedy = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    expected = whole.generate(INPUT, **greedy)
+    model = disk_offload(whole, str(tmp_path), execution_device=torch.device("cpu"))
+    (f,) = d.diagnose_model(model)
+    assert f.kind == "offload" and f"about {weights / 1024:.1f} KiB per token" in f.message, (weights, f.message)
+    assert torch.equal(model.generate(INPUT, **greedy), expected)
+
+
+def test_offload_helpers_do_not_dispatch_so_they_do_not_warn(tmp_path, caplog, monkeypatch):
+    """`cpu_offload` and `disk_offload` do not call `dispatch_model`: the switch, which diagnoses dispatches,
+    leaves them alone (they offload by request; `diagnose_model` reports them)."""
+    from accelerate import cpu_offload, disk_offload
+
+    monkeypatch.setenv(SWITCH, "1")
+    with caplog.at_level(logging.WARNING):
+        cpu_offload(_mlp(), execution_device=torch.device("cuda", 0))
+        disk_offload(_mlp(), str(tmp_path), execution_device=torch.device("cpu"))
+    assert not [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
 
 
 def _two_gpu_model():
@@ -178,31 +256,49 @@ def test_real_disk_offload_is_reported_and_greedy_output_is_unchanged(checkpoint
     assert [f.kind for f in findings] == ["offload"], findings
     assert "from disk (model.layers.1 … lm_head" in findings[0].message, findings[0].message
     warnings = [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
-    assert len(warnings) == 1, "the warning appears exactly once per model"
+    assert len(warnings) == 1, "the warning appears exactly once, for the one dispatch"
     assert "streamed" in warnings[0].getMessage()
 
 
-def test_warning_once_per_model(checkpoint, tmp_path, caplog, monkeypatch):
-    from transformers import AutoModelForCausalLM
+def test_one_warning_per_dispatch_and_nothing_kept_on_the_model(tmp_path, caplog, monkeypatch):
+    """Each dispatch is a placement of its own: dispatched again, the model is diagnosed again, and the diagnosis
+    records nothing on it (the model pickles as on pristine, and a model that carries an attribute of any name is
+    not misread)."""
+    from accelerate import dispatch_model
 
-    d = _diagnose()
     monkeypatch.setenv(SWITCH, "1")
+    offloaded = {"0": "cpu", "1": "cpu", "2": "disk"}
     with caplog.at_level(logging.WARNING):
-        model = AutoModelForCausalLM.from_pretrained(
-            checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path / "a")
-        )
-        d.warn_once_after_dispatch(model, logging.getLogger("accelerate.big_modeling"))  # a second dispatch
-        other = AutoModelForCausalLM.from_pretrained(
-            checkpoint, device_map="auto", max_memory={"cpu": "90KB"}, offload_folder=str(tmp_path / "b")
-        )
+        model = dispatch_model(_mlp(), offloaded, offload_dir=str(tmp_path))
+        model = dispatch_model(model, offloaded, offload_dir=str(tmp_path))  # the weights are there
     warnings = [r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]
-    assert len(warnings) == 2 and other is not model, "one warning per model, two models"
+    assert len(warnings) == 2, "one warning per dispatch"
+    plain = _mlp()
+    plain._accelerate_dispatch_diagnosed = torch.ones(2)  # no truth value
+    assert torch.equal(dispatch_model(plain, {"": "cpu"})._accelerate_dispatch_diagnosed, torch.ones(2))
+    model = dispatch_model(_mlp(), {"": "cpu"})
+    assert not [k for k in vars(model) if "diagnos" in k]
+    saved = io.BytesIO()
+    torch.save(model, saved)
+    assert b"diagnos" not in saved.getvalue(), "the pickle of the whole model names the diagnosis"
 
 
-@pytest.mark.parametrize("value", [None, "0", "false"])
+@pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
+def test_a_true_value_of_the_switch_asks_for_it(tmp_path, caplog, monkeypatch, value):
+    from accelerate import dispatch_model
+
+    monkeypatch.setenv(SWITCH, value)
+    with caplog.at_level(logging.WARNING):
+        dispatch_model(_mlp(), {"0": "cpu", "1": "cpu", "2": "disk"}, offload_dir=str(tmp_path))
+    assert len([r for r in caplog.records if "accelerate dispatch diagnosis" in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize("value", [None, "0", "false", "maybe", "", "2"])
 def test_no_diagnosis_and_no_warning_unless_asked(checkpoint, tmp_path, caplog, monkeypatch, value):
     """The default path (the switch unset or off): `dispatch_model` neither diagnoses nor warns, even for a model
-    the diagnosis would warn about; the explicit `diagnose_model` call still works."""
+    the diagnosis would warn about; the explicit `diagnose_model` call still works. A value the switch does not
+    recognise ("maybe", empty, "2") leaves it off, silently, as pristine ignores the variable: it raised
+    `ValueError: invalid truth value maybe` once."""
     from transformers import AutoModelForCausalLM
 
     d = _diagnose()

@@ -503,13 +503,13 @@ def dispatch_model(
             )
     # Convert OrderedDict back to dict for easier usage
     model.hf_device_map = dict(device_map)
-    # Opt-in: with ACCELERATE_DIAGNOSE_DISPATCH=1, warn once per model about what makes `generate()` crawl or
-    # stall (offloaded weights streamed on every forward, a split across accelerators although the model fits on
-    # one). Unset, nothing is imported or computed here.
-    if parse_flag_from_env("ACCELERATE_DIAGNOSE_DISPATCH"):
-        from .utils.diagnose import warn_once_after_dispatch
+    # Opt-in: with ACCELERATE_DIAGNOSE_DISPATCH=1 (or another true value), warn about what makes `generate()` crawl
+    # or stall (offloaded weights streamed on every forward, a split across accelerators although the model fits on
+    # one). Any other value leaves it off; unset, nothing is imported or computed here.
+    if os.environ.get("ACCELERATE_DIAGNOSE_DISPATCH", "").lower() in ("1", "true", "yes", "y", "t", "on"):
+        from .utils.diagnose import warn_after_dispatch
 
-        warn_once_after_dispatch(model, logger)
+        warn_after_dispatch(model, logger)
     return model
 
 

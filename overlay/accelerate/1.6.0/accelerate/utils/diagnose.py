@@ -16,10 +16,12 @@
 The core, `diagnose(placement)`, is a pure function over plain data (the device map in execution order, bytes per
 entry, the memory accelerate may use per device, peer access, tensors left on meta), so every GPU situation can be
 checked without a GPU. `placement_of(model)` reads that data from a real dispatched model, and
-`diagnose_model(model)` does both and returns the findings; `print(format_findings(...))` shows them.
+`diagnose_model(model)` does both and returns the findings; `print(format_findings(...))` shows them. What is
+offloaded is read from the offload hooks themselves, so a model offloaded by `cpu_offload` or `disk_offload` (no
+`hf_device_map`) is judged as one dispatched by `dispatch_model`.
 
-`dispatch_model` runs it only when asked to, with `ACCELERATE_DIAGNOSE_DISPATCH=1`: then it warns once per model
-about the two likely causes of a stalled generation. Without that variable it does nothing of the kind.
+`dispatch_model` runs it only when asked to, with `ACCELERATE_DIAGNOSE_DISPATCH=1` (or another true value): then it
+warns, on each dispatch, about the two likely causes of a stalled generation. Otherwise it does nothing of the kind.
 
 It looks for the likely causes of accelerate#3434 (a `device_map="auto"` model whose `generate()` produces
 nothing):
@@ -36,9 +38,11 @@ Where the inputs are is not judged: the hooks `dispatch_model` attaches move the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .modeling import get_max_memory
+from .modeling import get_max_memory, named_module_tensors
+from .offload import OffloadedWeightsLoader, PrefixedDataset
 
 
 MiB = 1024 * 1024
@@ -63,6 +67,8 @@ class Placement:
     capacity_source: str = ""  # where `capacity` comes from, for the message ("max_memory", "free memory ...")
     peer_access: dict[tuple[str, str], bool] = field(default_factory=dict)  # (from, to) for consecutive stages
     unhooked_meta: list[str] = field(default_factory=list)  # tensors on meta with no offload hook to fill them
+    # where offload hooks stream weights to on every forward; if empty, the first accelerator (else "cpu")
+    execution_device: str = ""
 
 
 def _is_accelerator(device: str) -> bool:
@@ -118,7 +124,7 @@ def diagnose(p: Placement, headroom: float = 0.85) -> list[Finding]:
                     f"{order}{unknown}.",
                 )
             )
-    main = accelerators[0] if accelerators else "cpu"
+    main = p.execution_device or (accelerators[0] if accelerators else "cpu")
     # As in `dispatch_model`: with a cpu or mps main device only disk is offloaded (cpu entries are moved once).
     offloaded = ("disk",) if main.split(":")[0] in ("cpu", "mps") else ("cpu", "disk")
     streamed = {d: [n for n, dev in p.stages if dev == d] for d in offloaded}
@@ -199,16 +205,55 @@ def _owner(tensor_name: str, entries) -> str | None:
         name = name.rsplit(".", 1)[0] if "." in name else ""
 
 
+def _source(weights, key: str, accelerator: str) -> str:
+    """Where an offload hook's weights map holds `key`: "disk" for what an `OffloadedWeightsLoader` reads from its
+    folder, else the device of the tensor it holds (the CPU for the state dict of `cpu_offload`)."""
+    while isinstance(weights, PrefixedDataset):
+        key, weights = weights.prefix + key, weights.dataset
+    if isinstance(weights, OffloadedWeightsLoader) and key not in weights.state_dict:
+        return "disk"
+    value = weights.get(key) if isinstance(weights, Mapping) else None
+    return _device_str(getattr(value, "device", "cpu"), accelerator)
+
+
+def _offloaded(model, accelerator: str) -> tuple[dict[str, str], str]:
+    """What the offload hooks (of `dispatch_model`, `cpu_offload`, `disk_offload`) stream to their execution device
+    on every forward: tensor name -> where it is read from ("cpu", "disk"), and that execution device."""
+    streamed, execution = {}, ""
+    for module_name, module in model.named_modules():
+        hook = getattr(module, "_hf_hook", None)
+        for h in getattr(hook, "hooks", [hook]) if hook is not None else []:
+            if not getattr(h, "offload", False) or getattr(h, "weights_map", None) is None:
+                continue
+            if not execution and getattr(h, "execution_device", None) is not None:
+                execution = _device_str(h.execution_device, accelerator)
+            prefix = f"{module_name}." if module_name else ""
+            tensors = named_module_tensors(
+                module,
+                include_buffers=getattr(h, "offload_buffers", False),
+                recurse=getattr(h, "place_submodules", False),
+                remove_non_persistent=True,
+            )
+            for name, _ in tensors:
+                streamed[prefix + name] = _source(h.weights_map, name, accelerator)
+    return streamed, execution
+
+
 def placement_of(model, max_memory=None) -> Placement:
-    """Read a placement from a model dispatched by accelerate (`hf_device_map`), or from where its weights are.
-    `max_memory`: the one the model was dispatched with, if any; else free memory (`get_max_memory()`) is used."""
+    """Read a placement from a model dispatched by accelerate (`hf_device_map` and the offload hooks), from the
+    offload hooks alone (`cpu_offload`, `disk_offload`), or from where its weights are. `max_memory`: the one the
+    model was dispatched with, if any; else free memory (`get_max_memory()`) is used."""
     import torch
 
     accelerator = "cuda"
     if hasattr(torch, "accelerator") and torch.accelerator.is_available():
         accelerator = torch.accelerator.current_accelerator().type
     params = list(model.named_parameters()) + list(model.named_buffers())
-    device_map = getattr(model, "hf_device_map", None) or {"": params[0][1].device if params else "cpu"}
+    streamed, execution = _offloaded(model, accelerator)
+    device_map = getattr(model, "hf_device_map", None)
+    if not device_map and streamed:  # offloaded by hooks alone: one entry per tensor, where it is read from
+        device_map = {name: streamed.get(name, tensor.device) for name, tensor in params}
+    device_map = device_map or {"": params[0][1].device if params else "cpu"}
     stages = [(name, _device_str(device, accelerator)) for name, device in device_map.items()]
     entry_bytes = dict.fromkeys(device_map, 0)
     for tensor_name, tensor in params:
@@ -229,26 +274,8 @@ def placement_of(model, max_memory=None) -> Placement:
                 peer_access[(a, b)] = bool(
                     torch.cuda.can_device_access_peer(torch.device(a).index, torch.device(b).index)
                 )
-    unhooked = []
-    modules = None
-    for tensor_name, tensor in params:
-        if tensor.device.type != "meta":
-            continue
-        if modules is None:
-            modules = dict(model.named_modules())
-        owner, hooked = tensor_name.rsplit(".", 1)[0] if "." in tensor_name else "", False
-        while True:  # an offload hook on the module or any parent fills it at forward time
-            hook = getattr(modules.get(owner), "_hf_hook", None)
-            hooks = getattr(hook, "hooks", [hook]) if hook is not None else []
-            if any(getattr(h, "offload", False) or getattr(h, "weights_map", None) is not None for h in hooks):
-                hooked = True
-                break
-            if not owner:
-                break
-            owner = owner.rsplit(".", 1)[0] if "." in owner else ""
-        if not hooked:
-            unhooked.append(tensor_name)
-    return Placement(stages, entry_bytes, capacity, source, peer_access, unhooked)
+    unhooked = [name for name, tensor in params if tensor.device.type == "meta" and name not in streamed]
+    return Placement(stages, entry_bytes, capacity, source, peer_access, unhooked, execution)
 
 
 def diagnose_model(model, max_memory=None) -> list[Finding]:
@@ -257,13 +284,10 @@ def diagnose_model(model, max_memory=None) -> list[Finding]:
     return diagnose(placement_of(model, max_memory))
 
 
-def warn_once_after_dispatch(model, logger) -> None:
-    """Called by `dispatch_model` when `ACCELERATE_DIAGNOSE_DISPATCH` is set: warn once per model about the two
-    likely causes of a stalled generation (streamed offloaded weights; a split across accelerators although the
-    model fits on one)."""
-    if getattr(model, "_accelerate_dispatch_diagnosed", False):
-        return
-    model._accelerate_dispatch_diagnosed = True
+def warn_after_dispatch(model, logger) -> None:
+    """Called by `dispatch_model` when `ACCELERATE_DIAGNOSE_DISPATCH` is set: warn about the two likely causes of a
+    stalled generation (streamed offloaded weights; a split across accelerators although the model fits on one).
+    Each dispatch is a placement of its own and is diagnosed as such; nothing is recorded on the model."""
     # No `except`: the diagnosis was asked for, and a failure kept silent would read as "nothing found".
     findings = [f for f in diagnose_model(model) if f.severity == "warning" and f.kind in ("offload", "split")]
     if findings:
