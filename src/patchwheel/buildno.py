@@ -113,7 +113,10 @@ def recorded(line: ReleaseLine, root: Path) -> list[tuple[str, BuildRecord]]:
     try:
         if Path(gitops.git(root, "rev-parse", "--show-toplevel").decode().strip()).resolve() != root.resolve():
             return []
-        commits = gitops.git(root, "log", "--format=%H", "--", pins).decode().split()
+        # During a merge, the other side's records too: its numbers are as good as published.
+        merging = gitops.try_git(root, "rev-parse", "-q", "--verify", "MERGE_HEAD")[0] == 0
+        heads = ["HEAD", "MERGE_HEAD"] if merging else ["HEAD"]
+        commits = gitops.git(root, "log", "--format=%H", *heads, "--", pins).decode().split()
     except PatchwheelError:
         return []
     out = []

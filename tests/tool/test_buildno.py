@@ -297,3 +297,32 @@ def test_pip_and_uv_take_build_10_over_build_9(demo_project, tmp_path):
         )
         wheel = (target / "demo-1.0.0+fixed.dist-info" / "WHEEL").read_text()
         assert wheel.endswith(f"\nBuild: {tags[1]}\n"), (installer[0], wheel)
+
+
+def test_bump_during_a_merge_counts_the_other_sides_numbers(demo_project):
+    """Two branches each record build 2 for their own change; while they are merged (before the merge commit), bump
+    takes the number after both sides', so the merged line does not reuse a number either branch recorded."""
+    import subprocess
+
+    root = demo_project.root
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    assert _run("--root", str(root), "bump", "demo")[0] == 0
+    _commit_all(root, "build 1")
+    subprocess.run([*git, "checkout", "-qb", "other"], check=True)
+    patch = demo_project.patch_dir / "0001-greet-comma.patch"
+    original = patch.read_bytes()
+    for branch, words in (("other", b"Greet people with a comma"), ("master", b"Greet everyone with a comma")):
+        if branch == "master":
+            subprocess.run([*git, "checkout", "-q", "-"], check=True)
+        patch.write_bytes(original.replace(b"Greet with a comma", words))
+        demo_project.vendor()
+        assert _run("--root", str(root), "bump", "demo")[0] == 0
+        _commit_all(root, f"build 2 on {branch}")
+    merged = subprocess.run([*git, "merge", "--no-edit", "other"], capture_output=True, text=True)
+    assert merged.returncode != 0  # both changed the patch and the record
+    patch.write_bytes(original.replace(b"Greet with a comma", b"Greet all with a comma"))
+    demo_project.vendor()
+    pins = root / "overlay" / "demo" / "pins.toml"
+    subprocess.run([*git, "checkout", "--ours", str(pins)], check=True)
+    assert _run("--root", str(root), "bump", "demo")[0] == 0
+    assert demo_project.load().line("demo").build.number == 3
