@@ -300,8 +300,9 @@ def test_pip_and_uv_take_build_10_over_build_9(demo_project, tmp_path):
 
 
 def test_bump_during_a_merge_counts_the_other_sides_numbers(demo_project):
-    """Two branches each record build 2 for their own change; while they are merged (before the merge commit), bump
-    takes the number after both sides', so the merged line does not reuse a number either branch recorded."""
+    """One branch records builds 2 and 3 for two changes, the other build 2 for its own; while they are merged
+    (before the merge commit), bump takes the number after both sides' (4), not 3, which the other side recorded
+    for other inputs."""
     import subprocess
 
     root = demo_project.root
@@ -311,18 +312,21 @@ def test_bump_during_a_merge_counts_the_other_sides_numbers(demo_project):
     subprocess.run([*git, "checkout", "-qb", "other"], check=True)
     patch = demo_project.patch_dir / "0001-greet-comma.patch"
     original = patch.read_bytes()
-    for branch, words in (("other", b"Greet people with a comma"), ("master", b"Greet everyone with a comma")):
-        if branch == "master":
-            subprocess.run([*git, "checkout", "-q", "-"], check=True)
+
+    def change(words: bytes, message: str) -> None:
         patch.write_bytes(original.replace(b"Greet with a comma", words))
         demo_project.vendor()
         assert _run("--root", str(root), "bump", "demo")[0] == 0
-        _commit_all(root, f"build 2 on {branch}")
+        _commit_all(root, message)
+
+    change(b"Greet people with a comma", "build 2 on other")
+    change(b"Greet all people with a comma", "build 3 on other")
+    subprocess.run([*git, "checkout", "-q", "-"], check=True)
+    change(b"Greet everyone with a comma", "build 2 here")
     merged = subprocess.run([*git, "merge", "--no-edit", "other"], capture_output=True, text=True)
     assert merged.returncode != 0  # both changed the patch and the record
-    patch.write_bytes(original.replace(b"Greet with a comma", b"Greet all with a comma"))
+    patch.write_bytes(original.replace(b"Greet with a comma", b"Greet all of them with a comma"))
     demo_project.vendor()
-    pins = root / "overlay" / "demo" / "pins.toml"
-    subprocess.run([*git, "checkout", "--ours", str(pins)], check=True)
+    subprocess.run([*git, "checkout", "--ours", str(root / "overlay" / "demo" / "pins.toml")], check=True)
     assert _run("--root", str(root), "bump", "demo")[0] == 0
-    assert demo_project.load().line("demo").build.number == 3
+    assert demo_project.load().line("demo").build.number == 4
