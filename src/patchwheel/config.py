@@ -20,6 +20,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from . import writeback
 from .errors import ConfigError
 from .names import SHA256, file_name_problem, path_problem, wheel_name_version
 
@@ -275,6 +276,7 @@ def load(root: Path | str) -> Project:
     overlay_dir = root / "overlay"
     if not overlay_dir.is_dir():
         raise ConfigError(f"{root} has no overlay/ folder", "run the tool from the project root or pass --root")
+    writeback.recover(root)  # a write-back that a kill cut short: finished or undone before anything is read
     lines: dict[str, list[ReleaseLine]] = {}
     for pins in sorted(overlay_dir.glob("*/pins.toml")):
         data = _read_toml(pins)

@@ -294,26 +294,97 @@ def test_a_proof_that_passes_before_drop_when_stops_it(demo_project, monkeypatch
 
 def test_a_write_that_fails_halfway_leaves_the_project_as_it_was(demo_project, monkeypatch, tmp_path):
     """The files are staged beside their targets first (a full disk stops it there), then renamed."""
-    from patchwheel.maint import scratch
+    from patchwheel import writeback
 
     latest_only(demo_project)
     demo_project.add_release("1.1.0", CORE)
     proofs(monkeypatch, tmp_path)
     before = tree(demo_project.root)
-    real = scratch._stage
-    staged: list[str] = []
+    real = writeback.stage
+    staged: list[object] = []
 
-    def full_disk(source, target):
+    def full_disk(data, target):
         if staged:
             raise OSError(28, "No space left on device")
-        staged.append(real(source, target))
+        staged.append(real(data, target))
         return staged[-1]
 
-    monkeypatch.setattr(scratch, "_stage", full_disk)
-    with pytest.raises(OSError, match="No space left"):
-        follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    monkeypatch.setattr(writeback, "stage", full_disk)
+    (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)  # a stop, not a traceback
+    assert done.stop is not None and "No space left on device" in done.stop.why, done.stop
+    assert "nothing in the project was replaced" in done.stop.why
     assert tree(demo_project.root) == before
     assert not list(demo_project.root.rglob("*.follow")), "no staged file is left"
+
+
+def test_a_linked_package_folder_is_refused_before_anything_is_copied(demo_project, monkeypatch, tmp_path):
+    """patches/<pkg> a link to a folder outside the project: follow stopped with "nothing written" while the outside
+    folder's series was deleted and the new line written into it. Links are refused before the copy."""
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    outside = tmp_path / "outside"
+    (demo_project.root / "patches" / "demo").rename(outside)
+    (demo_project.root / "patches" / "demo").symlink_to(outside)
+    before = {p.relative_to(outside).as_posix(): p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    assert done.stop is not None and "patches/demo is a link" in done.stop.why, done.stop
+    assert {p.relative_to(outside).as_posix(): p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
+
+
+def test_a_write_back_killed_halfway_is_rolled_forward_at_the_next_start(demo_project, monkeypatch, tmp_path):
+    """kill -9 in the middle of the renames left `.*.follow` files and a line without its pin, after which lint,
+    build and follow all failed and nothing recovered. The write-back keeps a journal of its renames, written once
+    every file is staged: the next start of the tool finishes them."""
+    from patchwheel import writeback
+
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    real = writeback._roll_forward
+
+    def killed_after_two(root, journal):  # as kill -9 stops it: two renames done, no cleanup of anything
+        real(root, {"renames": dict(list(journal["renames"].items())[:2]), "removes": []})
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(writeback, "_roll_forward", killed_after_two)
+    with pytest.raises(SystemExit):
+        follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    monkeypatch.setattr(writeback, "_roll_forward", real)
+    assert list(demo_project.root.rglob("*.follow")), "the kill left staged files"
+    assert (demo_project.root / writeback.JOURNAL).is_file()
+    project = config.load(demo_project.root)  # the next start finishes the write-back
+    assert not list(demo_project.root.rglob("*.follow")) and not (demo_project.root / writeback.JOURNAL).exists()
+    assert [ln.key for ln in project.all_lines()] == ["demo/1.1.0"]
+    assert follow.lint(project) == []
+
+
+def test_a_write_back_killed_while_staging_is_rolled_back(demo_project, monkeypatch, tmp_path):
+    """Before the journal is written nothing was replaced: the staged files go, the project is as it was."""
+    from patchwheel import writeback
+
+    latest_only(demo_project)
+    demo_project.add_release("1.1.0", CORE)
+    proofs(monkeypatch, tmp_path)
+    before = tree(demo_project.root)
+    real = writeback.stage
+    staged: list[object] = []
+
+    def killed(data, target):
+        if len(staged) == 2:
+            raise SystemExit("killed")
+        staged.append(real(data, target))
+        return staged[-1]
+
+    monkeypatch.setattr(writeback, "stage", killed)
+    monkeypatch.setattr(writeback, "discard", lambda path: None)  # kill -9 runs no cleanup
+    with pytest.raises(SystemExit):
+        follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
+    monkeypatch.setattr(writeback, "stage", real)
+    monkeypatch.setattr(writeback, "discard", lambda path: path.unlink(missing_ok=True))
+    assert len(list(demo_project.root.rglob("*.follow"))) == 2
+    config.load(demo_project.root)
+    assert not list(demo_project.root.rglob("*.follow")) and tree(demo_project.root) == before
 
 
 def test_a_matrix_of_another_torch_stops_it(demo_project, monkeypatch, tmp_path):

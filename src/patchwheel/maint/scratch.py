@@ -19,26 +19,32 @@ import re
 import shutil
 import signal
 import stat
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import writeback
 from ..errors import PatchwheelError
 from ..tempfolder import TempFolder
+from ..writeback import SKIP as _SKIP
+from ..writeback import WRITES
 
-#: What follow changes, and what it copies besides because the proof runs read it from the same root.
-WRITES = ("overlay", "patches")
+#: What follow copies besides what it changes (``WRITES``), because the proof runs read it from the same root.
 READS = ("tests", "src", "pyproject.toml", "upstream-pr")
-_SKIP = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc", ".*.partial", ".*.old")
 
 
 def _files(root: Path, top: str) -> dict[str, str]:
-    """Every regular file under ``root/top`` (relative path -> sha256), links refused, caches left out."""
+    """Every regular file under ``root/top`` (relative path -> sha256), links refused (to folders too: a linked
+    ``patches/<pkg>`` had the copy's work written into the folder it named), caches left out."""
     out: dict[str, str] = {}
     base = root / top
+    links = [base] if base.is_symlink() else []
     for folder, dirs, names in os.walk(base, followlinks=False):
+        links += [Path(folder) / d for d in dirs if (Path(folder) / d).is_symlink()]
+        if links:
+            rel = links[0].relative_to(root).as_posix()
+            raise PatchwheelError(f"{rel} is a link", "replace the link with the folder itself, then run it again")
         dirs[:] = sorted(d for d in dirs if not _SKIP(folder, [d]))
         for name in sorted(set(names) - _SKIP(folder, names)):
             path = Path(folder) / name
@@ -94,49 +100,9 @@ class Scratch(TempFolder):
                 f"commit or stash what you changed, then run {self.command} again",
             )
         changed, removed = self.changes()
-        staged: dict[str, str] = {}
-        try:  # first every new file beside its target (a full disk stops it here, with nothing replaced) ...
-            for rel in sorted(changed):
-                staged[rel] = _stage(self.root / rel, self.project / rel)
-            with held_interrupts():  # ... then renames and removals only, which an interrupt does not cut
-                for rel in sorted(changed):
-                    os.replace(staged.pop(rel), self.project / rel)
-                for rel in removed:
-                    (self.project / rel).unlink()
-                    _prune(self.project / rel, self.project)
-        finally:
-            for tmp in staged.values():
-                os.unlink(tmp)
+        files = {rel: (self.root / rel).read_bytes() for rel in changed}
+        writeback.write(self.project, files, removed, hold=held_interrupts)
         return sorted(changed) + removed
-
-
-def _stage(source: Path, target: Path) -> str:
-    """``source``'s bytes in a new file beside ``target``, to be renamed over it."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".follow")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(source.read_bytes())
-        os.chmod(tmp, 0o644)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return tmp
-
-
-def _prune(path: Path, root: Path) -> None:
-    """Remove the folders above a removed file that it left empty, up to (not including) the WRITES folders. What
-    the copy never held there is only caches (``__pycache__``, ``.pyc``), which go with their folder: a retired
-    line's folder leaves nothing behind."""
-    folder = path.parent
-    while folder != root and folder.parent != root:
-        for entry in list(folder.iterdir()):
-            if _SKIP(str(folder), [entry.name]) and not entry.is_symlink():
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-        if any(folder.iterdir()):
-            return
-        folder.rmdir()
-        folder = folder.parent
 
 
 @contextmanager
