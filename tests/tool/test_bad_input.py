@@ -503,3 +503,56 @@ def test_manifest_paths(good, monkeypatch, paths):
         refused = f"problem: the manifest names {path!r}, not a plain relative path: not read"
         unsafe = path.startswith("/") or "\\" in path or any(c in ("", ".", "..") for c in path.split("/"))
         assert (refused in out) == unsafe, (path, out)
+
+
+# --- values matched whole (issue: `$` took a final newline), generated ---------------------------------------------
+
+LABEL_CHARS = st.sampled_from(list("abcz09.-_ +\n\r\t\x00Aé"))
+
+
+@SETTINGS
+@given(label=st.text(LABEL_CHARS, max_size=12))
+def test_local_labels(good, label):
+    """Any local-label: accepted only when it is a whole PEP 440 local label, and then the wheel's version is
+    exactly `<version>+<label>`; otherwise a clear error (lint and build)."""
+    from packaging.version import Version
+
+    def mutate(root: Path) -> bool:
+        pins = root / "overlay" / "demo" / "pins.toml"
+        pins.write_text(pins.read_text().replace('local-label = "fixed"', f"local-label = {json.dumps(label)}"))
+        return re.fullmatch(r"[a-z0-9]+(?:\.[a-z0-9]+)*", label) is None
+
+    _check(good, mutate)
+    if re.fullmatch(r"[a-z0-9]+(?:\.[a-z0-9]+)*", label):
+        assert str(Version(f"1.0.0+{label}")) == f"1.0.0+{label}"
+
+
+@SETTINGS
+@given(slug=st.text(st.sampled_from(list("ab09.-_/ \nP")), max_size=14))
+def test_slugs(slug):
+    """A slug `new` takes: lower-case letters, digits, '.' and '-', starting with a letter or digit, whole; never a
+    patch's number or file name, which `refresh` would take for that patch."""
+    from patchwheel.names import SLUG
+
+    accepted = SLUG.match(slug) is not None
+    plain = re.fullmatch(r"[a-z0-9][a-z0-9.-]*", slug) is not None
+    patchlike = re.match(r"\d{4}(-|$)", slug) is not None or slug.endswith(".patch")
+    assert accepted == (plain and not patchlike), slug
+
+
+@SETTINGS
+@given(name=st.text(max_size=12), email=st.text(max_size=12))
+def test_authors(demo_project, name, email):
+    """An --author: accepted only as `Name <local@domain>` with no control character anywhere; what is accepted
+    is what reaches the commit's From line."""
+    from patchwheel.errors import PatchwheelError
+    from patchwheel.maint import export_commit
+
+    given_author = f"{name} <{email}>"
+    try:
+        got = export_commit.author(demo_project.root, given_author)
+    except PatchwheelError as exc:
+        assert "is not 'Name <email>'" in exc.message
+        return
+    assert not re.search(r"[\x00-\x1f\x7f]", got), got
+    assert re.fullmatch(r"[^<>]+ <[^<>\s@]+@[^<>\s@]+>", got), got

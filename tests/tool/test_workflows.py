@@ -9,10 +9,13 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import strategies as st
 
 from patchwheel import cli
 from patchwheel.maint import watch
@@ -292,3 +295,65 @@ def test_every_set_is_proven_daily_and_on_each_change_by_a_read_only_job():
     (job,) = doc["jobs"].values()
     words = shlex.split(job["steps"][-1]["run"])
     assert words[0].endswith("nox") and words[words.index("-s") + 1 :] == ["proof", "guards"]
+
+
+PATH_PARTS = st.sampled_from(["a", "b.py", "series", ".gitattributes", ".git", ".x", "..", "x y", "notes.txt"])
+PREFIXES = st.sampled_from(
+    ["patches/demo/1.1.0", "overlay/demo/1.1.0/demo", "overlay/demo", "patches/demo/1.0.0", "patches", ".github", "src"]
+)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prefix=PREFIXES, parts=st.lists(PATH_PARTS, min_size=1, max_size=3))
+def test_the_propose_filter_takes_a_path_only_inside_the_new_line(tmp_path_factory, prefix, parts):
+    """A new line's diff with one more file, anywhere: staged only when that file is inside the new line's two
+    folders and no component of its path is hidden; otherwise refused, with the checkout untouched."""
+    tmp = tmp_path_factory.mktemp("propose")
+    repo = tmp / "repo"
+    files = {
+        "patches/demo/1.0.0/series": "0001-x.patch\n",
+        "patches/demo/1.0.0/0001-x.patch": "the fix\n",
+        "overlay/demo/pins.toml": PINS,
+        "overlay/sets.toml": SETS,
+    }
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    shutil.copytree(ROOT / ".github" / "scripts", repo / ".github" / "scripts")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    new_line = {
+        "patches/demo/1.1.0/series": "0001-x.patch\n",
+        "overlay/demo/pins.toml": PINS + NEW_LINE,
+        "overlay/sets.toml": SETS.replace('demo = "1.0.0"\nother', 'demo = "1.1.0"\nother'),
+    }
+    extra = "/".join([prefix, *parts])
+    assume(extra not in new_line)
+    chunks = []
+    for rel, text in new_line.items():
+        old = (repo / rel).read_text().splitlines() if (repo / rel).is_file() else []
+        new = text.splitlines()
+        head = f"diff --git a/{rel} b/{rel}\n" + ("--- /dev/null\n" if not old else f"--- a/{rel}\n")
+        if not old:
+            head = f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n"
+        body = f"+++ b/{rel}\n@@ -{1 if old else 0},{len(old)} +1,{len(new)} @@\n"
+        body += "".join(f"-{ln}\n" for ln in old) + "".join(f"+{ln}\n" for ln in new)
+        chunks.append(head + body)
+    chunks.append(
+        f"diff --git a/{extra} b/{extra}\nnew file mode 100644\n--- /dev/null\n+++ b/{extra}\n@@ -0,0 +1 @@\n+x\n"
+    )
+    diff = tmp / "follow.diff"
+    diff.write_text("".join(chunks))
+    ran = subprocess.run(
+        [sys.executable, ".github/scripts/follow_diff.py", "demo", str(diff)], cwd=repo, capture_output=True, text=True
+    )
+    inside = prefix in ("patches/demo/1.1.0", "overlay/demo/1.1.0/demo") and ".." not in parts
+    hidden = any(part.startswith(".") for part in parts)
+    note(f"{extra}: rc={ran.returncode} {ran.stderr}")
+    if inside and not hidden:
+        assert ran.returncode == 0, ran.stderr
+    else:
+        assert ran.returncode == 1 and "refused" in ran.stderr, (extra, ran)
+        assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == ""
