@@ -9,6 +9,8 @@ loaded (parameter types, whether any is a DTensor, the logits of a fixed input) 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -83,11 +85,12 @@ def test_two_processes_without_device_map_auto(observe, checkpoint):
 def _rank_parallel_load(rank, world_size, ckpt, parallel):
     """``device_map="auto"`` next to a tensor-parallel or FSDP configuration, in the form the release takes (5.x:
     ``distributed_config=DistributedConfig(...)``; 4.x: ``tp_plan="auto"``, 4.x has no FSDP option)."""
-    import guardkit
     import transformers
     from transformers import AutoModelForCausalLM
 
-    config_class = getattr(transformers, "DistributedConfig", None)
+    import guardkit
+
+    config_class: Any = getattr(transformers, "DistributedConfig", None)
     fields = getattr(config_class, "__dataclass_fields__", {})
     if parallel == "fsdp":
         kwargs = {"distributed_config": config_class(fsdp_size=world_size)}
