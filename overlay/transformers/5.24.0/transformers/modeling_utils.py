@@ -4453,9 +4453,8 @@ class PreTrainedModel(
             download_kwargs=download_kwargs,
             disable_mmap=disable_mmap,
         )
-        # Under a meta default device (`with torch.device("meta")` or `torch.set_default_device("meta")`), the
-        # `device_map` decides where the weights go: tensors created while loading (such as the non-persistent buffers
-        # that `_init_weights` recomputes) must not land on meta, where they hold no data
+        # Inside accelerate's `init_empty_weights()` (without a meta default device), every parameter assigned to a
+        # module is moved to meta, the loaded weights too: refuse the load before reading them
         if (
             device_map is not None
             and any(str(device) not in ("meta", "disk") for device in device_map.values())
@@ -4468,6 +4467,9 @@ class PreTrainedModel(
                 "initialize an empty model on the meta device, use the context manager with `from_config`, or "
                 "`ModelClass(config)`"
             )
+        # Under a meta default device (`with torch.device("meta")` or `torch.set_default_device("meta")`), the
+        # `device_map` decides where the weights go: tensors created while loading (such as the non-persistent buffers
+        # that `_init_weights` recomputes) must not land on meta, where they hold no data
         load_contexts = []
         if device_map is not None and get_torch_context_manager_or_global_device() == torch.device("meta"):
             load_contexts.append(torch.device("cpu"))
