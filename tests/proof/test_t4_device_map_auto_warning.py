@@ -128,3 +128,24 @@ def test_the_info_hint_is_gone_at_every_verbosity(checkpoint):
     process, a single one under torchrun too) is not logged at INFO verbosity either: one process, WORLD_SIZE=1."""
     (records,) = run_ranks(_load_recording_info, 1, checkpoint, init_group=False)
     assert not [r for r in records if "You've set device_map=`auto`" in r], records
+
+
+def _load_in(rank, world_size, ckpt, env):
+    """torchrun's variables replaced by ``env``, then the recorded loads (no rendezvous: none is needed)."""
+    import os
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    return _load_twice_recording_warnings(rank, world_size, ckpt, "auto")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"WORLD_SIZE": "2", "RANK": ""}, {"WORLD_SIZE": "2", "RANK": "zero"}, {"WORLD_SIZE": "2", "LOCAL_RANK": "1"}],
+    ids=["rank-empty", "rank-not-a-number", "rank-only-as-local-rank"],
+)
+def test_a_process_that_is_not_known_as_rank_0_loads_and_is_not_told(checkpoint, env):
+    """The rank is read as a launcher wrote it: an empty or non-numeric ``RANK`` (which ``int()`` refused, failing
+    the load) and a process known only as ``LOCAL_RANK=1`` load as on the upstream release, without the warning."""
+    assert run_ranks(_load_in, 1, checkpoint, env, init_group=False) == [[]]
