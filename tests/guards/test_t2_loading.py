@@ -3,7 +3,8 @@
 The bug needs a tensor on meta when the model is dispatched (``ACCELERATE_INIT_INCLUDE_BUFFERS=1`` on 4.50, a meta
 default device, or a model that registers a buffer on meta). Next to it: an ordinary load, with and without
 ``device_map="auto"``; partial disk offload, whose weights stay on meta on purpose; and a meta default device
-without a ``device_map`` or with one onto meta (a meta model on purpose, which upstream handles itself). Recorded:
+without a ``device_map`` or with one onto meta (a meta model on purpose, which upstream handles itself), and
+accelerate's ``init_empty_weights()`` with no device to load onto, or before an ordinary load. Recorded:
 every parameter and buffer (device, dtype, sums), the device map, greedy tokens, and the warnings and log records.
 """
 
@@ -82,3 +83,28 @@ def test_meta_default_device_with_a_meta_device_map(observe, checkpoint, device_
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_pretrained(checkpoint, device_map=device_map)
     _record(observe, model, generate=False)
+
+
+@pytest.mark.parametrize("device_map", [None, "meta"], ids=["no-device_map", "device_map-meta"])
+def test_init_empty_weights_without_a_device_to_load_onto(observe, checkpoint, device_map):
+    """accelerate's ``init_empty_weights()`` in its default form, and no ``device_map`` or one onto meta: every
+    parameter stays on meta, a skeleton on purpose (the fix stops only loads whose map places weights on a device)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    kwargs = {} if device_map is None else {"device_map": device_map}
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, **kwargs)
+    _record(observe, model, generate=False)
+
+
+def test_init_empty_weights_then_a_load_outside(observe, checkpoint):
+    """A model built inside ``init_empty_weights()`` with ``from_config``, then a ``device_map`` load after the
+    context: the probe sees ``register_parameter`` restored and the load is an ordinary one."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with init_empty_weights():
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint))
+    observe("skeleton_devices", sorted({p.device.type for p in skeleton.parameters()}))
+    _record(observe, AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto"))

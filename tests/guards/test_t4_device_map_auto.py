@@ -9,6 +9,8 @@ loaded (parameter types, whether any is a DTensor, the logits of a fixed input) 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -74,3 +76,105 @@ def test_two_processes_without_device_map_auto(observe, checkpoint):
     """torchrun with 2 processes, no ``device_map``, then ``device_map="cpu"``: a replica each, as before."""
     for rank, result in enumerate(run_ranks(_rank_load, 2, checkpoint, [None, "cpu"], init_group=False)):
         observe(f"rank{rank}", result)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The warning's neighbourhood: loads that do not each hold a full copy, and odd launcher variables
+
+
+def _rank_parallel_load(rank, world_size, ckpt, parallel):
+    """``device_map="auto"`` next to a tensor-parallel or FSDP configuration, in the form the release takes (5.x:
+    ``distributed_config=DistributedConfig(...)``; 4.x: ``tp_plan="auto"``, 4.x has no FSDP option)."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    import guardkit
+
+    config_class: Any = getattr(transformers, "DistributedConfig", None)
+    fields = getattr(config_class, "__dataclass_fields__", {})
+    if parallel == "fsdp":
+        kwargs = {"distributed_config": config_class(fsdp_size=world_size)}
+    elif "tp_plan" in fields:
+        kwargs = {"distributed_config": config_class(tp_plan="auto")}
+    else:
+        kwargs = {"tp_plan": "auto"}
+    result: dict = {"raised": None}
+    with guardkit.capture() as seen:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(ckpt, device_map="auto", **kwargs)
+            result["parameter_types"] = sorted({type(p).__name__ for p in model.parameters()})
+        except Exception as exc:  # noqa: BLE001 - what the load raised is the observation
+            result["raised"] = guardkit.raised(exc)
+    return {**result, "warnings": seen.warnings, "logs": seen.logs}
+
+
+def _has_fsdp_option() -> bool:
+    import transformers
+
+    return "fsdp_size" in getattr(getattr(transformers, "DistributedConfig", None), "__dataclass_fields__", {})
+
+
+@pytest.mark.may_skip(reason="transformers 4.x has no FSDP option in from_pretrained (no DistributedConfig.fsdp_size)")
+def test_fsdp_load_with_device_map_auto(observe, checkpoint):
+    """torchrun with 2 processes, ``distributed_config=DistributedConfig(fsdp_size=2)`` and ``device_map="auto"``:
+    the model is sharded (DTensors), so no process holds a full copy."""
+    if not _has_fsdp_option():
+        pytest.skip("no DistributedConfig.fsdp_size on this release")
+    for rank, result in enumerate(run_ranks(_rank_parallel_load, 2, checkpoint, "fsdp", init_group=False)):
+        observe(f"rank{rank}", result)
+
+
+def test_tensor_parallel_config_with_device_map_auto(observe, checkpoint):
+    """torchrun with 2 processes, tensor parallelism asked for next to ``device_map="auto"``: upstream refuses the
+    pair ("mutually exclusive") before loading anything."""
+    for rank, result in enumerate(run_ranks(_rank_parallel_load, 2, checkpoint, "tp", init_group=False)):
+        observe(f"rank{rank}", result)
+
+
+#: Odd launcher variables, one class each, with ``device_map="auto"`` (the only load that reads them): what a
+#: launcher other than torchrun, or a hand-written environment, may give. Unset names are absent.
+ODD_ENVIRONMENTS = {
+    "rank_empty": {"WORLD_SIZE": "2", "RANK": ""},
+    "rank_not_a_number": {"WORLD_SIZE": "2", "RANK": "zero"},
+    "rank_only_as_local_rank": {"WORLD_SIZE": "2", "LOCAL_RANK": "1"},
+    "world_size_empty": {"WORLD_SIZE": "", "RANK": "0"},
+    "world_size_not_a_number": {"WORLD_SIZE": "two", "RANK": "0"},
+    "world_size_negative": {"WORLD_SIZE": "-1", "RANK": "0"},
+}
+
+
+def _rank_load_in(rank, world_size, ckpt, env):
+    """One process: torchrun's variables replaced by ``env``, then ``device_map="auto"``. No rendezvous address is
+    left, so a release that would start a process group from them (4.50 to 4.53) fails at once instead of waiting."""
+    import os
+
+    import guardkit
+
+    for name in guardkit.TORCHRUN:
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    result: dict = {"raised": None}
+    with guardkit.capture() as seen:
+        try:
+            result["loaded"] = _load(ckpt, "auto")
+        except Exception as exc:  # noqa: BLE001 - what the load raised is the observation
+            result["raised"] = guardkit.raised(exc)
+    return {**result, "warnings": seen.warnings, "logs": seen.logs}
+
+
+#: Before 4.54, a WORLD_SIZE that int() reads as non-zero made ``device_map="auto"`` tensor parallelism (the bug);
+#: an empty or non-numeric one raises the same ValueError on every build.
+_IN_THE_BUG = pytest.mark.intended(
+    "*", reason="WORLD_SIZE made device_map='auto' tensor parallelism before 4.54 (the bug)", when="transformers<4.54"
+)
+_STARTS_TENSOR_PARALLELISM = {"rank_empty", "rank_not_a_number", "rank_only_as_local_rank", "world_size_negative"}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [pytest.param(name, marks=_IN_THE_BUG if name in _STARTS_TENSOR_PARALLELISM else []) for name in ODD_ENVIRONMENTS],
+)
+def test_odd_launcher_variables(observe, checkpoint, odd):
+    """Each value behaves as on pristine: nothing raised that pristine does not raise, nothing new said."""
+    (result,) = run_ranks(_rank_load_in, 1, checkpoint, ODD_ENVIRONMENTS[odd], init_group=False)
+    observe("process", result)

@@ -150,3 +150,26 @@ def test_meta_error_does_not_blame_accelerate_include_buffers(checkpoint, monkey
     else:
         assert model is not None
         _assert_same_as_a_normal_load(model, checkpoint, skip=("scale",))
+
+
+@pytest.mark.parametrize("device_map", ["cpu", "auto"])
+def test_init_empty_weights_default_form_loads_or_gives_a_clear_error(checkpoint, device_map):
+    """The other meta context: accelerate's ``init_empty_weights()`` in its default form (``include_buffers=False``)
+    puts no default device in place but moves every parameter assigned to a module to meta, the loaded weights
+    among them. With a device map, the load either gives the same model as a normal load or stops with an error
+    that names the context and the remedy (``from_config``); never a model whose weights are on meta, without a
+    word (the bug's symptom), nor "Cannot copy out of meta tensor"."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with init_empty_weights():
+            model = AutoModelForCausalLM.from_pretrained(checkpoint, device_map=device_map)
+    except (ValueError, RuntimeError) as err:
+        message = str(err)
+        if message.startswith("Cannot copy out of meta tensor"):
+            raise
+        assert "init_empty_weights()" in message and "from_config" in message, message
+        assert "still on the meta device after loading" not in message, f"not the cause: {message}"
+        return
+    _assert_same_as_a_normal_load(model, checkpoint)

@@ -9,7 +9,9 @@ at hand.
 
 Run for real: 2 spawned ranks with torchrun's environment (no process group), the default transformers
 verbosity, each rank loads the same checkpoint twice with ``device_map="auto"`` and records what transformers'
-logger emitted at WARNING or above.
+logger emitted at WARNING or above. The INFO hint the warning replaces is looked for at INFO verbosity. The loads
+next to the warning (a sharded or tensor-parallel configuration, odd launcher variables) are guards:
+tests/guards/test_t4_device_map_auto.py.
 """
 
 from __future__ import annotations
@@ -96,3 +98,54 @@ def test_other_device_maps_stay_silent(checkpoint):
     """Nothing new for a load one replica per process: no warning on any rank."""
     results = run_ranks(_load_twice_recording_warnings, 2, checkpoint, "cpu", init_group=False)
     assert results == [[], []], results
+
+
+def _load_recording_info(rank, world_size, ckpt):
+    import logging
+
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_info()
+    records: list[str] = []
+
+    class Record(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Record(level=logging.INFO)
+    library_logger = logging.getLogger("transformers")
+    library_logger.addHandler(handler)
+    try:
+        AutoModelForCausalLM.from_pretrained(ckpt, device_map="auto")
+    finally:
+        library_logger.removeHandler(handler)
+    return [r for r in records if "device_map" in r]
+
+
+def test_the_info_hint_is_gone_at_every_verbosity(checkpoint):
+    """The INFO hint the warning replaces (it rendered its advice as ``device_map={: ...}`` and spoke to every
+    process, a single one under torchrun too) is not logged at INFO verbosity either: one process, WORLD_SIZE=1."""
+    (records,) = run_ranks(_load_recording_info, 1, checkpoint, init_group=False)
+    assert not [r for r in records if "You've set device_map=`auto`" in r], records
+
+
+def _load_in(rank, world_size, ckpt, env):
+    """torchrun's variables replaced by ``env``, then the recorded loads (no rendezvous: none is needed)."""
+    import os
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    return _load_twice_recording_warnings(rank, world_size, ckpt, "auto")
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"WORLD_SIZE": "2", "RANK": ""}, {"WORLD_SIZE": "2", "RANK": "zero"}, {"WORLD_SIZE": "2", "LOCAL_RANK": "1"}],
+    ids=["rank-empty", "rank-not-a-number", "rank-only-as-local-rank"],
+)
+def test_a_process_that_is_not_known_as_rank_0_loads_and_is_not_told(checkpoint, env):
+    """The rank is read as a launcher wrote it: an empty or non-numeric ``RANK`` (which ``int()`` refused, failing
+    the load) and a process known only as ``LOCAL_RANK=1`` load as on the upstream release, without the warning."""
+    assert run_ranks(_load_in, 1, checkpoint, env, init_group=False) == [[]]

@@ -884,6 +884,14 @@ def _places_everything_on_meta(device_map) -> bool:
     return all(str(device) == "meta" for device in devices)
 
 
+def _parameters_land_on_meta() -> bool:
+    """Whether parameters assigned to a module are moved to meta whatever their own device, as inside accelerate's
+    `init_empty_weights()` (which patches `nn.Module.register_parameter`)."""
+    module = nn.Module()
+    module.weight = nn.Parameter(torch.empty(0, device="cpu"))
+    return module.weight.device.type == "meta"
+
+
 def _unfilled_meta_tensors(model: "PreTrainedModel", device_map: Optional[Dict] = None) -> List[str]:
     """Names of parameters and buffers on the meta device that nothing will fill. Tensors of modules that the
     device map offloads to disk are on meta on purpose (the hooks of `dispatch_model` load them), as are those it
@@ -909,8 +917,9 @@ def _meta_tensors_error(model: "PreTrainedModel", names: List[str], meta_default
     if meta_default_device:
         return ValueError(
             f"`{cls}.from_pretrained` cannot load weights under a meta default device (`with torch.device(\"meta\")` "
-            f"or `torch.set_default_device(\"meta\")`): {listing(never_saved or names)} could never be filled. Call it "
-            "outside that context; to build a model without weights there, use `from_config`."
+            f"or `torch.set_default_device(\"meta\")`) or inside accelerate's `init_empty_weights()`: "
+            f"{listing(never_saved or names)} could never be filled. Call it outside that context; to build a model "
+            "without weights there, use `from_config`."
         )
     if never_saved == names:
         detail = " (non-persistent buffers, which no checkpoint holds)"
@@ -4121,7 +4130,7 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
         if (
             device_map == "auto"
             and int(os.environ.get("WORLD_SIZE", 0)) > 1
-            and int(os.environ.get("RANK", 0)) == 0
+            and os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) == "0"
         ):
             logger.warning_once(
                 f'`device_map="auto"` in a distributed run (WORLD_SIZE={os.environ["WORLD_SIZE"]}) loads a full copy '
@@ -4461,7 +4470,13 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
         # to the `device_map` would fail later with a misleading "Cannot copy out of meta tensor": stop here with the
         # cause. (Without a `device_map`, or with one that places the model on meta, nothing is loaded onto a device.)
         meta_default = torch.empty(0).device.type == "meta"  # `with torch.device("meta")` or the default device
-        if meta_default and device_map is not None and not _places_everything_on_meta(device_map):
+        # The same holds inside accelerate's `init_empty_weights()`, which moves every parameter assigned to a module
+        # (each loaded weight among them) to meta without a meta default device.
+        if (
+            device_map is not None
+            and not _places_everything_on_meta(device_map)
+            and (meta_default or _parameters_land_on_meta())
+        ):
             raise _meta_tensors_error(model, _unfilled_meta_tensors(model), meta_default_device=True)
 
         # Make sure to tie the weights correctly

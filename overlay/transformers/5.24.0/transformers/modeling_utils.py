@@ -255,6 +255,16 @@ def get_torch_context_manager_or_global_device():
     return device_in_context
 
 
+def _parameters_land_on_meta() -> bool:
+    """
+    Test if parameters assigned to a module are moved to the meta device whatever their own device, as inside
+    accelerate's `init_empty_weights()` (which patches `nn.Module.register_parameter`).
+    """
+    module = nn.Module()
+    module.weight = nn.Parameter(torch.empty(0, device="cpu"))
+    return module.weight.device.type == "meta"
+
+
 def get_state_dict_dtype(state_dict):
     """
     Returns the first found floating dtype in `state_dict` if there is one, otherwise returns the first dtype.
@@ -4215,19 +4225,6 @@ class PreTrainedModel(
                 "`state_dict` cannot be passed together with a model name or a `gguf_file`. Use one of the two loading strategies."
             )
 
-        if (
-            device_map == "auto"
-            and int(os.environ.get("WORLD_SIZE", "0")) > 1
-            and int(os.environ.get("RANK", "0")) == 0
-        ):
-            logger.warning_once(
-                f'`device_map="auto"` in a distributed run (WORLD_SIZE={os.environ["WORLD_SIZE"]}) loads a full copy '
-                "of the model in each process; it does not shard the model across processes. For tensor parallelism, "
-                'pass `distributed_config=DistributedConfig(tp_plan="auto")` instead; for one replica per process on '
-                'its own device, pass `device_map={"": local_rank}`, where `local_rank` is the index of the process '
-                "on its machine (the `LOCAL_RANK` environment variable)."
-            )
-
         has_standalone_tp_args = tp_plan is not None or tp_size is not None
 
         if distributed_config is not None and has_standalone_tp_args:
@@ -4253,6 +4250,21 @@ class PreTrainedModel(
                 distributed_config, device_map=device_map
             )
             device_mesh = mesh_manager.get_mesh(("pp", "fsdp", "tp")) if mesh_manager is not None else None
+
+        # Once the distributed configuration is resolved, a sharded load has its own `device_map`; "auto" left here
+        # means one full copy of the model per process
+        if (
+            device_map == "auto"
+            and int(os.environ.get("WORLD_SIZE", "0")) > 1
+            and os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) == "0"
+        ):
+            logger.warning_once(
+                f'`device_map="auto"` in a distributed run (WORLD_SIZE={os.environ["WORLD_SIZE"]}) loads a full copy '
+                "of the model in each process; it does not shard the model across processes. For tensor parallelism, "
+                'pass `distributed_config=DistributedConfig(tp_plan="auto")` instead; for one replica per process on '
+                'its own device, pass `device_map={"": local_rank}`, where `local_rank` is the index of the process '
+                "on its machine (the `LOCAL_RANK` environment variable)."
+            )
 
         if gguf_file is not None and not is_accelerate_available():
             raise ValueError("accelerate is required when loading a GGUF file `pip install accelerate`.")
@@ -4441,6 +4453,20 @@ class PreTrainedModel(
             download_kwargs=download_kwargs,
             disable_mmap=disable_mmap,
         )
+        # Inside accelerate's `init_empty_weights()` (without a meta default device), every parameter assigned to a
+        # module is moved to meta, the loaded weights too: refuse the load before reading them
+        if (
+            device_map is not None
+            and any(str(device) not in ("meta", "disk") for device in device_map.values())
+            and _parameters_land_on_meta()
+        ):
+            raise RuntimeError(
+                "You are using `from_pretrained` inside a context that moves every new parameter to the meta device, "
+                "such as accelerate's `init_empty_weights()`: the loaded weights would be moved there too.\n"
+                "This is an anti-pattern as `from_pretrained` wants to load existing weights.\nIf you want to "
+                "initialize an empty model on the meta device, use the context manager with `from_config`, or "
+                "`ModelClass(config)`"
+            )
         # Under a meta default device (`with torch.device("meta")` or `torch.set_default_device("meta")`), the
         # `device_map` decides where the weights go: tensors created while loading (such as the non-persistent buffers
         # that `_init_weights` recomputes) must not land on meta, where they hold no data
