@@ -146,7 +146,8 @@ def guards(session: nox.Session, pins: str) -> None:
     """Differential guards (tests/guards, each patch's Guard-Test): every scenario next to a bug runs on the set's
     pristine pins, then on its +fixed builds, and what a user could observe must be equal unless the guard declares
     the difference intended; then the guards that load an artifact (checkpoints, pickles) run on pristine again and
-    load what +fixed wrote, as +fixed loaded what pristine wrote (docs/proof-contract.md#nothing-else-changed-guards)."""
+    load what +fixed wrote, as +fixed loaded what pristine wrote
+    (docs/proof-contract.md#nothing-else-changed-guards)."""
     tmp = Path(session.create_tmp())
     reference = tmp / "pristine.json"
     reference.unlink(missing_ok=True)

@@ -260,10 +260,10 @@ def exchange(request, tmp_path) -> Exchange:
     state: State = request.config.guard_state
     if state.exchange is None:
         return Exchange(tmp_path / "exchange", request.node.nodeid, "own", "own")
-    writes, reads = ("readback", "fixed") if state.readback else ("fixed", "pristine") if state.against else (
-        "pristine",
-        "pristine",
-    )
+    if state.readback:
+        writes, reads = "readback", "fixed"
+    else:
+        writes, reads = ("fixed", "pristine") if state.against else ("pristine", "pristine")
     return Exchange(Path(state.exchange).resolve(), request.node.nodeid, writes, reads)
 
 

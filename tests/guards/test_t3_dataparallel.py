@@ -14,6 +14,8 @@ own ``compute_loss`` passes it are in the bug there, not next to it, and declare
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -288,7 +290,7 @@ def _recording_llama():
 
 #: What a ``compute_loss`` override may pass to the model besides the batch, other than the 0-d token count (T3's
 #: bug, and an ``int`` count, which the proofs cover): each reaches the replicas as on pristine.
-PASSED = {
+PASSED: dict[str, Callable[[torch.Tensor], dict[str, Any]]] = {
     "count-None": lambda n: {"num_items_in_batch": None},
     "count-bool": lambda n: {"num_items_in_batch": True},
     "count-one-element": lambda n: {"num_items_in_batch": n.reshape(1)},
