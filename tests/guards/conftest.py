@@ -13,6 +13,19 @@ norms, returned types, ``state_dict`` keys; floats to 1e-6), what the scenario r
 every warning and log record at the default level. Temporary paths and memory addresses are normalised away. A
 guard needs no knowledge of the right answer: pristine is the reference.
 
+What one build writes must load on the other (checkpoints, pickles, saved states): a guard that takes the
+``exchange`` fixture writes an artifact into ``exchange.write(name)`` and loads the one in ``exchange.read(name)``.
+With ``--guard-exchange DIR``, the pristine run loads what it wrote itself, the +fixed run loads what pristine wrote,
+and a third, short run on pristine loads what +fixed wrote and compares with the reference too (only the guards that
+take ``exchange`` run; pristine's own artifacts are the reference, and only the declarations marked
+``readback=True`` (or ``readback="only"``), a difference that the artifact itself carries, are in force there)::
+
+    pytest tests/guards --guard-record pristine.json --guard-exchange DIR      # pristine: writes DIR/pristine
+    pytest tests/guards --guard-against pristine.json --guard-exchange DIR     # +fixed: loads it, writes DIR/fixed
+    pytest tests/guards --guard-readback pristine.json --guard-exchange DIR    # pristine again: loads DIR/fixed
+
+Without ``--guard-exchange`` a guard loads what it wrote itself, in a temporary folder.
+
 A difference fails unless the guard declares it intended, with the reason, for the releases where it occurs::
 
     @pytest.mark.intended("losses", reason="...", when="transformers<4.51")
@@ -35,6 +48,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,23 +97,42 @@ def pytest_addoption(parser):
     group.addoption(
         "--guard-against", metavar="FILE", help="+fixed run: compare what each guard observes with FILE (pristine)"
     )
+    group.addoption(
+        "--guard-readback",
+        metavar="FILE",
+        help="pristine run after the +fixed one: the guards that take `exchange` load what +fixed wrote; compare "
+        "with FILE",
+    )
+    group.addoption(
+        "--guard-exchange",
+        metavar="DIR",
+        help="the folder where each run writes its artifacts and loads the other build's (the `exchange` fixture)",
+    )
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "guard(package): a differential guard of package's patches (see conftest)")
     config.addinivalue_line(
-        "markers", "intended(key, reason, when=None, match=None): a difference from pristine that the fix means"
+        "markers",
+        "intended(key, reason, when=None, match=None, readback=False): a difference from pristine that the fix "
+        "means (readback=True: also when pristine loads what +fixed wrote; readback='only': only then)",
     )
     config.addinivalue_line("markers", "may_skip(reason): the guard may skip for this reason (e.g. needs CUDA)")
     record, against = config.getoption("--guard-record"), config.getoption("--guard-against")
-    if (record or against) and os.environ.get("PYTHONHASHSEED") in (None, "", "random"):
+    readback, exchange = config.getoption("--guard-readback"), config.getoption("--guard-exchange")
+    if (record or against or readback) and os.environ.get("PYTHONHASHSEED") in (None, "", "random"):
         raise pytest.UsageError(
             "guards compare two runs: set PYTHONHASHSEED (e.g. PYTHONHASHSEED=0) so that both order sets of strings "
             "alike (a library message may list one); `nox -s guards` sets it"
         )
-    if record and against:
-        raise pytest.UsageError("--guard-record (pristine) and --guard-against (+fixed) are two runs: give one")
-    config.guard_state = State(record=record, against=against)
+    if sum(bool(x) for x in (record, against, readback)) > 1:
+        raise pytest.UsageError(
+            "--guard-record (pristine), --guard-against (+fixed) and --guard-readback (pristine) are three runs: "
+            "give one"
+        )
+    if readback and not exchange:
+        raise pytest.UsageError("--guard-readback loads what the +fixed run wrote: give its --guard-exchange DIR")
+    config.guard_state = State(record=record, against=against or readback, readback=bool(readback), exchange=exchange)
 
 
 @dataclass
@@ -110,6 +143,9 @@ class State:
     reference: dict[str, Any] | None = None
     verdicts: list[tuple[str, str]] = field(default_factory=list)
     not_run: list[str] = field(default_factory=list)
+    #: The third run: pristine loads what +fixed wrote (``against`` is then the reference it compares with).
+    readback: bool = False
+    exchange: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -131,6 +167,12 @@ def _upstream_version(package: str) -> str:
 @pytest.hookimpl(trylast=True)  # after -k and -m deselect: only the guards that run are checked
 def pytest_collection_modifyitems(config, items):
     state: State = config.guard_state
+    if state.readback:  # only the guards that load an artifact: the others ran on pristine already
+        kept = [item for item in items if "exchange" in getattr(item, "fixturenames", ())]
+        deselected = [item for item in items if item not in kept]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = kept
     packages = set()
     for item in items:
         marker = item.get_closest_marker("guard")
@@ -147,12 +189,16 @@ def pytest_collection_modifyitems(config, items):
         for intended in item.iter_markers("intended"):
             if len(intended.args) != 1 or not intended.kwargs.get("reason"):
                 raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.intended(key, reason=..., when=...) names why")
+            if intended.kwargs.get("readback", False) not in (False, True, "only"):
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.intended(readback=...) is False, True or 'only'")
     builds = {p: _installed(p) for p in sorted(packages)}
-    if state.record:
+    if state.record or state.readback:
         fixed = [p for p, info in builds.items() if info["fixed"]]
         if fixed:
+            what = "records the reference" if state.record else "loads on pristine what +fixed wrote"
             raise pytest.UsageError(
-                f"--guard-record records the reference, which is pristine; {', '.join(fixed)} is a +fixed build here"
+                f"--guard-{'record' if state.record else 'readback'} {what}, which is pristine; "
+                f"{', '.join(fixed)} is a +fixed build here"
             )
     if state.against:
         path = Path(state.against)
@@ -161,12 +207,13 @@ def pytest_collection_modifyitems(config, items):
         state.reference = json.loads(path.read_text())
         pristine = state.reference["pristine"]
         for p, info in builds.items():
-            if not info["fixed"]:
+            if not info["fixed"] and not state.readback:
                 raise pytest.UsageError(f"--guard-against compares a +fixed build with pristine; {p} is pristine here")
-            if pristine.get(p) != info["upstream"]["version"]:
+            version = info["upstream"]["version"] if info["fixed"] else info["version"]
+            if pristine.get(p) != version:
                 raise pytest.UsageError(
-                    f"{path} was recorded on {p} {pristine.get(p)}, but this is a +fixed build of "
-                    f"{info['upstream']['version']}: record the same set's pristine pins"
+                    f"{path} was recorded on {p} {pristine.get(p)}, but this is {'a +fixed build of ' * info['fixed']}"
+                    f"{version}: record the same set's pristine pins"
                 )
 
 
@@ -179,6 +226,45 @@ def observe(request) -> Observation:
     obs = Observation()
     request.node.guard_observation = obs
     return obs
+
+
+class Exchange:
+    """Where a guard writes an artifact for the other build, and where it finds the one it loads: ``write(name)``
+    and ``read(name)`` are folders, one per guard and name. The pristine run (``--guard-record``) loads what it
+    wrote itself; the +fixed run (``--guard-against``) what pristine wrote; the read-back run (``--guard-readback``,
+    pristine) what +fixed wrote. Without ``--guard-exchange``, a temporary folder of this run."""
+
+    def __init__(self, root: Path, nodeid: str, writes: str, reads: str) -> None:
+        self.root, self._writes, self._reads = root, writes, reads
+        self._folder = re.sub(r"[^\w.-]+", "_", nodeid)
+
+    def write(self, name: str) -> Path:
+        path = self.root / self._writes / self._folder / name
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        return path
+
+    def read(self, name: str) -> Path:
+        path = self.root / self._reads / self._folder / name
+        if not path.is_dir():
+            raise GuardError(
+                f"no artifact {name!r} at {path}: the {self._reads} run writes it (run it first, with the same "
+                "--guard-exchange and selection)"
+            )
+        return path
+
+
+@pytest.fixture
+def exchange(request, tmp_path) -> Exchange:
+    state: State = request.config.guard_state
+    if state.exchange is None:
+        return Exchange(tmp_path / "exchange", request.node.nodeid, "own", "own")
+    if state.readback:
+        writes, reads = "readback", "fixed"
+    else:
+        writes, reads = ("fixed", "pristine") if state.against else ("pristine", "pristine")
+    return Exchange(Path(state.exchange).resolve(), request.node.nodeid, writes, reads)
 
 
 def _own(files: list[str]) -> bool:
@@ -222,9 +308,14 @@ def pytest_pyfunc_call(pyfuncitem):
     if not obs.values and raised is None:
         raise GuardError(f"{pyfuncitem.nodeid} observed nothing: a guard that records nothing cannot differ")
     tmp = str(pyfuncitem.config._tmp_path_factory.getbasetemp())
+    paths = {tmp: "<tmp>", os.path.realpath(tmp): "<tmp>"}
+    exchange = pyfuncitem.funcargs.get("exchange")
+    if isinstance(exchange, Exchange):  # the folders of the build that wrote, and of the one that reads, are one
+        for side in ("pristine", "fixed", "readback", "own"):
+            paths[str(exchange.root / side)] = "<exchange>"
     record = guardkit.normalize(
         {**obs.values, "raised": raised, "warnings": seen.warnings, "logs": seen.logs},
-        {tmp: "<tmp>", os.path.realpath(tmp): "<tmp>"},
+        paths,
     )
     _judge(pyfuncitem, record)
     return True
@@ -252,7 +343,15 @@ def _judge(item, record: dict) -> None:
     reference = state.reference["records"].get(item.nodeid)
     if reference is None:
         raise GuardError(f"{state.against} has no record of {item.nodeid}: record the pristine run again")
-    declared = [m for m in item.iter_markers("intended") if _in_force(item, m)]
+    # Reading back, pristine runs the scenario and loads what +fixed wrote: only a difference that the artifact
+    # itself carries can be intended there, and the guard says so (``readback=True``: in both runs that load the
+    # other build's artifacts; ``"only"``: only there).
+    runs = {False: (False,), True: (False, True), "only": (True,)}
+    declared = [
+        m
+        for m in item.iter_markers("intended")
+        if _in_force(item, m) and state.readback in runs[m.kwargs.get("readback", False)]
+    ]
     reference, record, occurred = _set_aside(declared, reference, record)
     found = guardkit.differences(reference, record)
     by_key = [m for m in declared if "match" not in m.kwargs]
@@ -260,7 +359,8 @@ def _judge(item, record: dict) -> None:
     stale = [m for m in by_key if not any(guardkit.covers(m.args[0], d) or m.args[0] == "*" for d in found)]
     stale += [m for m, seen in zip([m for m in declared if "match" in m.kwargs], occurred, strict=True) if not seen]
     if unexplained or stale:
-        lines = [f"  {path}: pristine {_show(a)}, +fixed {_show(b)}" for path, a, b in unexplained]
+        other = "pristine loading what +fixed wrote" if state.readback else "+fixed"
+        lines = [f"  {path}: pristine {_show(a)}, {other} {_show(b)}" for path, a, b in unexplained]
         lines += [
             f"  {m.args[0]}: declared intended ({m.kwargs['reason']}) but equal to pristine here: remove the "
             "declaration or narrow its `when`"
@@ -269,7 +369,12 @@ def _judge(item, record: dict) -> None:
         where = [p for p, _, _ in unexplained] + [f"{m.args[0]} (declared, did not differ)" for m in stale]
         state.verdicts.append((item.nodeid, f"DIFFERS from pristine at {', '.join(where)}"))
         raise GuardDifference(
-            "the +fixed build differs from pristine where the guard declares no difference:\n" + "\n".join(lines)
+            (
+                "what the +fixed build wrote loads on pristine otherwise than what pristine wrote:\n"
+                if state.readback
+                else "the +fixed build differs from pristine where the guard declares no difference:\n"
+            )
+            + "\n".join(lines)
         )
     state.verdicts.append((item.nodeid, _verdict(declared, found, occurred)))
 
@@ -356,7 +461,13 @@ def pytest_sessionfinish(session):
 def pytest_terminal_summary(terminalreporter):
     state: State = terminalreporter.config.guard_state
     if state.verdicts:
-        title = "guards: +fixed compared with pristine" if state.against else "guards: pristine recorded"
+        title = (
+            "guards: pristine loading what +fixed wrote, compared with pristine"
+            if state.readback
+            else "guards: +fixed compared with pristine"
+            if state.against
+            else "guards: pristine recorded"
+        )
         terminalreporter.section(title)
         for nodeid, verdict in state.verdicts:
             terminalreporter.write_line(f"{nodeid}\n    {verdict}")

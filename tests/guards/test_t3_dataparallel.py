@@ -14,6 +14,8 @@ own ``compute_loss`` passes it are in the bug there, not next to it, and declare
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -92,8 +94,7 @@ def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, 
             losses.append(loss.item())
             return loss
 
-    if n_gpu > 1:
-        simulate(monkeypatch, n_gpu)
+    log = simulate(monkeypatch, n_gpu) if n_gpu > 1 else []
     fields = {
         "output_dir": str(tmp_path / "out"),
         "per_device_train_batch_size": BATCH // n_gpu,
@@ -114,6 +115,7 @@ def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, 
     args = TrainingArguments(**fields)
     args._n_gpu = n_gpu  # what n_gpu visible GPUs give: Trainer wraps DataParallel and scales the batch
     trainer = Recording(model=model, args=args, train_dataset=_rows(), eval_dataset=_rows(BATCH))
+    trainer.replica_log = log
     trainer.train()
     trainer.guard = {
         "losses": losses,
@@ -243,8 +245,10 @@ def test_evaluate_and_predict(observe, tmp_path, monkeypatch):
     reason="Trainer wraps the model in a DataParallel subclass that hands each replica its share of the count",
 )
 def test_the_wrapper(observe, tmp_path, monkeypatch):
-    """What the wrapped model exposes: its type, ``module``, ``state_dict`` keys, public attributes, and that it
-    pickles. The model takes no count (``accepts_loss_kwargs = False``), so no release is in the bug here."""
+    """What the wrapped model exposes: its type, ``module``, ``state_dict`` keys, public attributes, and its pickle,
+    which must name a class that pristine has (``torch.save(trainer.model_wrapped)`` loads on either build; the
+    exchange guards load it across builds). The model takes no count (``accepts_loss_kwargs = False``), so no
+    release is in the bug here."""
     trainer = _train(tmp_path, monkeypatch, _model(_no_count_llama()), steps=1)
     wrapped = trainer.model_wrapped
     copy = pickle.loads(pickle.dumps(wrapped))
@@ -257,10 +261,68 @@ def test_the_wrapper(observe, tmp_path, monkeypatch):
             "module_is_trainer_model": wrapped.module is trainer.model,
             "state_dict": list(wrapped.state_dict()),
             "public_attributes": sorted(k for k in vars(wrapped) if not k.startswith("_")),
-            "pickled_type_is_its_type": type(copy) is type(wrapped),
+            "pickled_type": f"{type(copy).__module__}.{type(copy).__qualname__}",
             "pickled_state_dict_equal": all(
                 torch.equal(a, b)
                 for a, b in zip(wrapped.state_dict().values(), copy.state_dict().values(), strict=True)
             ),
         },
     )
+
+
+def _recording_llama():
+    """A Llama whose ``forward`` takes the count and another keyword argument, ``scale``, as a model may; the count
+    reaches the loss, ``scale`` is only received."""
+    from transformers import LlamaForCausalLM
+
+    class KwargsLlama(LlamaForCausalLM):
+        def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None, scale=None, **kw):
+            return super().forward(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                labels=labels,
+                num_items_in_batch=num_items_in_batch,
+                **kw,
+            )
+
+    return _model(KwargsLlama)
+
+
+#: What a ``compute_loss`` override may pass to the model besides the batch, other than the 0-d token count (T3's
+#: bug, and an ``int`` count, which the proofs cover): each reaches the replicas as on pristine.
+PASSED: dict[str, Callable[[torch.Tensor], dict[str, Any]]] = {
+    "count-None": lambda n: {"num_items_in_batch": None},
+    "count-bool": lambda n: {"num_items_in_batch": True},
+    "count-one-element": lambda n: {"num_items_in_batch": n.reshape(1)},
+    "count-per-replica": lambda n: {"num_items_in_batch": n.reshape(1).expand(2).contiguous()},
+    "other-0-d-tensor": lambda n: {"scale": torch.tensor(0.5)},
+    "other-0-d-tensor-with-the-count": lambda n: {"num_items_in_batch": n, "scale": torch.tensor(0.5)},
+}
+
+
+@pytest.mark.parametrize("passed", list(PASSED))
+def test_what_reaches_the_replicas(observe, tmp_path, monkeypatch, passed):
+    """A ``compute_loss`` override that passes the model keyword arguments of its own: a count that is not a 0-d
+    tensor or a number (``None``, a ``bool``, a 1-element or per-replica tensor), or another 0-d tensor, which
+    DataParallel's scatter cannot split (pristine raises; +fixed leaves it alone, with or without the count). What
+    each replica receives (type, dtype, shape, value) and the losses are compared."""
+    from transformers import Trainer
+
+    class PassesKwargs(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            count = (inputs["labels"] != -100).sum()
+            outputs = model(**inputs, **PASSED[passed](count))
+            return (outputs.loss.mean(), outputs) if return_outputs else outputs.loss.mean()
+
+    trainer = _train(tmp_path, monkeypatch, _recording_llama(), trainer_cls=PassesKwargs, steps=1)
+    received = [
+        {
+            k: {"type": type(v).__name__, "dtype": str(getattr(v, "dtype", None)), "value": v}
+            for k, v in replica.items()
+            if k in ("num_items_in_batch", "scale")
+        }
+        for step in trainer.replica_log
+        for replica in step
+    ]
+    observe("received", received)
+    _observe(observe, trainer)

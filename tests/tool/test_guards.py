@@ -425,3 +425,106 @@ def test_the_guards_of_a_set_are_its_patches_guard_tests(demo_project, capsys):
     assert capsys.readouterr().out.split() == ["tests/guards/test_demo.py"]
     assert cli.main(["--root", str(demo_project.root), "guards", "--set", "nightly"]) == 2
     assert "unknown set 'nightly'" in capsys.readouterr().err
+
+
+# What one build writes, the other loads: pristine pickles a Box; this +fixed build pickles a subclass that pristine
+# lacks (as T3's DataParallel wrapper once did), and loads either.
+EXCHANGE_PRISTINE = """
+import pickle
+
+class Box:
+    def __init__(self, value):
+        self.value = value
+
+def save(path, value):
+    with open(path, "wb") as f:
+        pickle.dump(Box(value), f)
+
+def load(path):
+    with open(path, "rb") as f:
+        return pickle.load(f).value
+"""
+EXCHANGE_FIXED = (
+    EXCHANGE_PRISTINE
+    + """
+class FixedBox(Box):
+    pass
+
+def save(path, value):
+    with open(path, "wb") as f:
+        pickle.dump(FixedBox(value), f)
+"""
+)
+EXCHANGE_GUARDS = (
+    "import demo\n"
+    + DEMO_GUARD
+    + """def test_pickle(observe, exchange):
+    demo.save(exchange.write("box") / "box.pkl", 3)
+    observe("loaded", demo.load(exchange.read("box") / "box.pkl"))
+
+
+def test_no_artifact(observe):
+    observe("x", demo.load.__name__)
+"""
+)
+
+
+def test_an_artifact_that_pristine_cannot_load_fails_the_read_back_run(tmp_path):
+    """Pristine records and loads its own artifact; +fixed loads pristine's; pristine again (the read-back run, only
+    the guards that take `exchange`) loads what +fixed wrote and fails where it cannot."""
+    project = Project(tmp_path / "project")
+    project.guard(EXCHANGE_GUARDS)
+    exchange = ["--guard-exchange", str(tmp_path / "exchange")]
+    project.install(EXCHANGE_PRISTINE)
+    code, out, outcomes = project.run("--guard-record", *exchange)
+    assert code == 0 and outcomes == {"test_pickle": "passed", "test_no_artifact": "passed"}, out
+    project.install(EXCHANGE_FIXED, fixed=True)
+    code, out, outcomes = project.run("--guard-against", *exchange)
+    assert code == 0 and "test_pickle\n    same as pristine" in out, out
+    code, out, _ = project.run("--guard-readback", *exchange)
+    assert code == 4 and "loads on pristine what +fixed wrote, which is pristine; demo is a +fixed build" in out, out
+    project.install(EXCHANGE_PRISTINE)
+    code, out, outcomes = project.run("--guard-readback", *exchange)
+    assert code == 1 and outcomes == {"test_pickle": outcomes["test_pickle"]}, out  # test_no_artifact: deselected
+    assert "loads on pristine otherwise than what pristine wrote" in outcomes["test_pickle"], out
+    assert 'loaded: pristine 3, pristine loading what +fixed wrote "<absent>"' in outcomes["test_pickle"], out
+    assert "Can't get attribute 'FixedBox'" in out, out
+    code, out, _ = project.run("--guard-readback")
+    assert code == 4 and "--guard-readback loads what the +fixed run wrote: give its --guard-exchange DIR" in out
+
+
+def test_a_declaration_for_the_read_back_run_only(tmp_path):
+    """`readback="only"`: a difference that only what +fixed wrote carries, in force in the read-back run alone (in
+    the comparing run, where it does not occur, it would fail as stale)."""
+    project = Project(tmp_path / "project")
+    marks = "".join(
+        f'@pytest.mark.intended("{key}", reason="pristine lacks the subclass", readback="only")\n'
+        for key in ("raised", "loaded")
+    )
+    project.guard(EXCHANGE_GUARDS.replace("def test_pickle(", marks + "def test_pickle("))
+    exchange = ["--guard-exchange", str(tmp_path / "exchange")]
+    project.install(EXCHANGE_PRISTINE)
+    assert project.run("--guard-record", *exchange)[0] == 0
+    project.install(EXCHANGE_FIXED, fixed=True)
+    code, out, _ = project.run("--guard-against", *exchange)
+    assert code == 0 and "test_pickle\n    same as pristine\n" in out, out
+    project.install(EXCHANGE_PRISTINE)
+    code, out, outcomes = project.run("--guard-readback", *exchange)
+    assert code == 0 and outcomes["test_pickle"] == "passed", out
+    assert "as declared: loaded, raised (pristine lacks the subclass)" in out, out
+
+
+def test_without_an_exchange_folder_a_guard_loads_its_own_artifact(tmp_path):
+    project = Project(tmp_path / "project")
+    project.guard(EXCHANGE_GUARDS)
+    project.install(EXCHANGE_FIXED, fixed=True)
+    env = {**os.environ, "PYTHONPATH": str(project.site)}
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/guards", "-p", "no:cacheprovider", "-q"],
+        cwd=project.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr

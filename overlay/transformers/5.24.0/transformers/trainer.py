@@ -251,31 +251,41 @@ SCHEDULER_NAME = "scheduler.pt"
 FSDP_MODEL_NAME = "pytorch_model_fsdp"
 
 
-class _DataParallelWithScalarKwargs(nn.DataParallel):
+class _DataParallelWithNumItems(nn.DataParallel):
     """
-    `nn.DataParallel` for the Trainer's `num_items_in_batch`, the token count of the whole batch, by which the model
-    divides its summed loss. DataParallel chunks a tensor keyword argument along `dim`, which fails for a 0-d tensor,
-    and hands a number to every replica whole, so each replica's loss would be its share of the batch loss, and the
-    mean of the replicas' losses a fraction of it. This subclass gives every replica that runs the count divided by
-    the number of replicas that run, on its device: each replica's loss is then a mean over its share of the batch,
-    and their mean, which the Trainer takes, is the batch loss. Other 0-d tensor keyword arguments are given to every
-    replica whole, as non-tensor ones are.
+    `nn.DataParallel` that gives each replica its share of the Trainer's `num_items_in_batch`, the token count of the
+    whole batch by which the model divides its summed loss. DataParallel cannot chunk a 0-d tensor, and hands a
+    number to every replica whole, so each replica's loss would be its share of the batch loss, and the mean of the
+    replicas' losses a fraction of it. Here every replica that runs gets the count divided by the number of replicas
+    that run: its loss is then a mean over its share of the batch, and the mean of the replicas' losses, which the
+    Trainer takes, is the batch loss. Any other argument, and a count that is neither a number nor a 0-d tensor, is
+    scattered as `nn.DataParallel` scatters it.
     """
 
     def scatter(self, inputs, kwargs, device_ids):
-        kwargs = kwargs or {}
-        scalars = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.dim() == 0}
-        num_items_in_batch = kwargs.get("num_items_in_batch")
-        if not scalars and num_items_in_batch is None:
+        num_items_in_batch = (kwargs or {}).get("num_items_in_batch")
+        if isinstance(num_items_in_batch, torch.Tensor):
+            is_count = num_items_in_batch.dim() == 0
+        else:
+            is_count = isinstance(num_items_in_batch, (int, float)) and not isinstance(num_items_in_batch, bool)
+        if not is_count:
             return super().scatter(inputs, kwargs, device_ids)
-        # Scatter `None` in their place, which is replicated like any non-tensor argument, then put in the copies
-        inputs, kwargs = super().scatter(inputs, {**kwargs, **dict.fromkeys(scalars)}, device_ids)
-        device_type = self.src_device_obj.type
-        for device_id, replica_kwargs in zip(device_ids, kwargs):
-            replica_kwargs.update({k: v.to(torch.device(device_type, device_id)) for k, v in scalars.items()})
-            if num_items_in_batch is not None:
-                replica_kwargs["num_items_in_batch"] = replica_kwargs["num_items_in_batch"] / len(kwargs)
+        # `None` goes to every replica whole, as any non-tensor argument does; each replica's share replaces it
+        inputs, kwargs = super().scatter(inputs, {**kwargs, "num_items_in_batch": None}, device_ids)
+        # `DataParallel.forward` runs a replica on each of these devices
+        devices = device_ids[: len(inputs)]
+        for device_id, replica_kwargs in zip(devices, kwargs):
+            share = num_items_in_batch / len(devices)
+            if isinstance(share, torch.Tensor):
+                share = share.to(torch.device(self.src_device_obj.type, device_id))
+            replica_kwargs["num_items_in_batch"] = share
         return inputs, kwargs
+
+    def __reduce_ex__(self, protocol):
+        # Pickled as the `nn.DataParallel` it is apart from `scatter`, so that a saved model loads without this class
+        # (protocol 1's form, `copyreg._reconstructor`, may name another class than the object's)
+        constructor, (_, *args), *state = super().__reduce_ex__(1)
+        return (constructor, (nn.DataParallel, *args), *state)
 
 
 @requires(
@@ -2697,7 +2707,7 @@ class Trainer:
             and not getattr(model, "is_loaded_in_8bit", False)
             and not getattr(model, "is_loaded_in_4bit", False)
         ):
-            model = _DataParallelWithScalarKwargs(model)
+            model = _DataParallelWithNumItems(model)
 
         # Note: in torch.distributed mode, there's no point in wrapping the model
         # inside a DistributedDataParallel as we'll be under `no_grad` anyways.
