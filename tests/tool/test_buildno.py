@@ -285,8 +285,12 @@ def test_pip_and_uv_take_build_10_over_build_9(demo_project, tmp_path):
     from uv import find_uv_bin
 
     uv = find_uv_bin()
+    import venv
+
+    venv.create(tmp_path / "pip", with_pip=True)  # pip of its own: an environment uv made has none
+    pip = str(tmp_path / "pip" / "bin" / "python")
     for installer in (
-        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
+        [pip, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
         [uv, "pip", "install", "-q", "--offline", "--no-cache", "--python", sys.executable],
     ):
         target = tmp_path / f"target-{len(list(tmp_path.glob('target-*')))}"

@@ -235,7 +235,9 @@ class Project:
         junit.unlink(missing_ok=True)
         res = subprocess.run(
             [sys.executable, "-m", "pytest", "tests/guards", mode, str(self.reference), "-p", "no:cacheprovider"]
-            + [f"--junitxml={junit}", *args],
+            # the project is the rootdir: pytest reads an option's folder (--guard-exchange DIR, outside the
+            # project) as a path when it looks for the rootdir, and would find the ini of a checkout above it
+            + [f"--junitxml={junit}", "--rootdir", str(self.root), *args],
             cwd=self.root,
             env=env,
             capture_output=True,

@@ -366,9 +366,9 @@ def test_refresh_on_a_real_line(real_root, capsys):
 
     newest = config.load(real_root).line("transformers").version  # the line follow moves to each new release
     module = real_root / "overlay" / "transformers" / newest / "transformers" / "trainer.py"
-    old = "        # Scatter `None` in their place, which is replicated like any non-tensor argument, then put in the "
-    new = "        # Scatter `None` in their place (replicated like any non-tensor argument), then put in the "
-    old, new = old + "copies\n", new + "copies\n"
+    old = "        # `None` goes to every replica whole, as any non-tensor argument does; each replica's share "
+    new = "        # `None` goes to every replica whole (as any non-tensor argument does); each replica's share "
+    old, new = old + "replaces it\n", new + "replaces it\n"
     _edit(module, old.encode(), new.encode())
     assert cli.main(["--root", str(real_root), "vendor", "--check"]) == 1, "nox (lint) fails on the edit"
     assert f"overlay/transformers/{newest}/transformers/trainer.py was edited" in capsys.readouterr().out
