@@ -45,11 +45,15 @@ fail proves nothing.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import json
 import os
 import re
 import shutil
 import sys
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +163,17 @@ def _installed(package: str) -> dict:
     return info
 
 
+def _pristine_wheel(package: str) -> str | None:
+    """The sha256 of the wheel a pristine package was installed from: the file its installer's direct_url.json
+    names (the tool's verified cache, for the guards session); None where there is none to read."""
+    try:
+        direct = json.loads(importlib.metadata.distribution(package).read_text("direct_url.json") or "null")
+        path = Path(urllib.request.url2pathname(urllib.parse.urlparse(direct["url"]).path))
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except (TypeError, KeyError, ValueError, OSError, importlib.metadata.PackageNotFoundError):
+        return None
+
+
 def _upstream_version(package: str) -> str:
     info = _installed(package)
     return info["upstream"]["version"] if info["fixed"] else info["version"]
@@ -214,6 +229,14 @@ def pytest_collection_modifyitems(config, items):
                 raise pytest.UsageError(
                     f"{path} was recorded on {p} {pristine.get(p)}, but this is {'a +fixed build of ' * info['fixed']}"
                     f"{version}: record the same set's pristine pins"
+                )
+            wheel = state.reference.get("upstream", {}).get(p)
+            made_from = info["upstream"].get("sha256") if info["fixed"] else _pristine_wheel(p)
+            if wheel and made_from and wheel != made_from:
+                raise pytest.UsageError(
+                    f"{path} was recorded on the pristine wheel of {p} with sha256 {wheel[:16]}…, but this "
+                    f"{'+fixed build was made from' if info['fixed'] else 'pristine install is'} {made_from[:16]}…: "
+                    "another file of the same version; record the pristine run again on the wheels the build pins"
                 )
 
 
@@ -448,13 +471,15 @@ def pytest_runtest_makereport(item, call):
 def pytest_sessionfinish(session):
     state: State = session.config.guard_state
     if state.record and state.records:
-        builds = {}
+        builds, wheels = {}, {}
         for item in session.items:
             package = item.get_closest_marker("guard").kwargs["package"]
             builds[package] = _installed(package)["version"]
+            wheels[package] = _pristine_wheel(package)
         path = Path(state.record)
         part = path.with_name(path.name + ".part")
-        part.write_text(json.dumps({"pristine": builds, "records": state.records}, indent=1, sort_keys=True))
+        record = {"pristine": builds, "upstream": wheels, "records": state.records}
+        part.write_text(json.dumps(record, indent=1, sort_keys=True))
         os.replace(part, path)
 
 

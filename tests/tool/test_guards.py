@@ -9,6 +9,7 @@ are made once per worker). The refusals that stop a whole run (wrong builds, no 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -530,3 +531,29 @@ def test_without_an_exchange_folder_a_guard_loads_its_own_artifact(tmp_path):
         timeout=300,
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_record_made_on_other_pristine_wheels_is_refused(tmp_path):
+    """The record names the sha256 of each pristine wheel it was made on (read from the file the installer's
+    direct_url.json names); a +fixed build made from another upstream file (its manifest's upstream sha256) is not
+    compared with it."""
+    project = Project(tmp_path / "project")
+    project.guard("import demo\n" + DEMO_GUARD + "def test_greet(observe):\n    observe('greet', demo.__name__)\n")
+    wheel = tmp_path / "demo-1.0.0-py3-none-any.whl"
+    wheel.write_bytes(b"the pristine wheel's bytes")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    project.install(PRISTINE)
+    info = project.site / "demo-1.0.0.dist-info"
+    (info / "direct_url.json").write_text(json.dumps({"url": wheel.as_uri(), "archive_info": {}}))
+    code, out, _ = project.run("--guard-record")
+    assert code == 0, out
+    assert json.loads(project.reference.read_text())["upstream"] == {"demo": digest}
+    project.install(PRISTINE, fixed=True)  # its manifest names upstream sha256 0...0: another file
+    code, out, _ = project.run("--guard-against")
+    assert code == 4, out
+    assert f"was recorded on the pristine wheel of demo with sha256 {digest[:16]}" in out, out
+    assert "this +fixed build was made from 0000000000000000" in out, out
+    manifest = project.site / "demo-1.0.0+fixed.dist-info" / "overlay-fixes.json"
+    manifest.write_text(manifest.read_text().replace("0" * 64, digest))
+    code, out, _ = project.run("--guard-against")
+    assert code == 0, out
