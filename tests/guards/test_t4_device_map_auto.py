@@ -174,7 +174,30 @@ _STARTS_TENSOR_PARALLELISM = {"rank_empty", "rank_not_a_number", "rank_only_as_l
     "odd",
     [pytest.param(name, marks=_IN_THE_BUG if name in _STARTS_TENSOR_PARALLELISM else []) for name in ODD_ENVIRONMENTS],
 )
-def test_odd_launcher_variables(observe, checkpoint, odd):
+def test_odd_launcher_variables(observe, odd_loads, odd):
     """Each value behaves as on pristine: nothing raised that pristine does not raise, nothing new said."""
-    (result,) = run_ranks(_rank_load_in, 1, checkpoint, ODD_ENVIRONMENTS[odd], init_group=False)
-    observe("process", result)
+    observe("process", odd_loads[odd])
+
+
+@pytest.fixture(scope="module")
+def odd_loads(checkpoint) -> dict:
+    """Every value class's load, one after the other in one process (each with its own environment and a cleared
+    warn-once cache): one import of transformers instead of one per class."""
+    (results,) = run_ranks(_rank_load_each, 1, checkpoint, ODD_ENVIRONMENTS, init_group=False)
+    return results
+
+
+def _rank_load_each(rank, world_size, ckpt, environments):
+    import logging
+    import os
+
+    before = dict(os.environ)
+    results = {}
+    for name, env in environments.items():
+        os.environ.clear()
+        os.environ.update(before)
+        warning_once = getattr(logging.Logger, "warning_once", None)
+        if warning_once is not None and hasattr(warning_once, "cache_clear"):
+            warning_once.cache_clear()  # transformers' warn-once: each class is told as a fresh process would be
+        results[name] = _rank_load_in(rank, world_size, ckpt, env)
+    return results
