@@ -228,6 +228,7 @@ def parser() -> argparse.ArgumentParser:
     guards = _command(sub, cmd_guards, "guards")
     for command in (requirements, guards):
         command.add_argument("--set", default="default")
+    guards.add_argument("--package", action="append", help="only the guards of this package's line (repeatable)")
     vendor = _command(sub, cmd_vendor, "vendor", lines=True)
     vendor.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs, naming it")
     vendor.add_argument("--force", action="store_true", help="overwrite modules edited by hand (the edits are lost)")

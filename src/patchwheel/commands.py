@@ -175,8 +175,14 @@ def cmd_guards(args) -> int:
     project = config.load(root(args))
     if args.set not in project.sets:
         raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(project.sets)}")
+    members = project.sets[args.set]
+    for pkg in args.package or ():
+        if pkg not in members:
+            raise ConfigError(f"the set {args.set} has no package {pkg!r}", f"its packages: {', '.join(members)}")
     modules = set()
-    for pkg, version in project.sets[args.set].items():
+    for pkg, version in members.items():
+        if args.package and pkg not in args.package:
+            continue
         for patch in patches.load_series(project.line(pkg, version)):
             modules.update(trailers.guard_modules(patch))
     print("\n".join(sorted(modules)))

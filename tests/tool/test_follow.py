@@ -292,24 +292,31 @@ def test_a_proof_that_passes_before_drop_when_stops_it(demo_project, monkeypatch
     assert done.stop is not None and "its proof passes on demo 1.1.0, before its Drop-When (demo>=2.0)" in done.stop.why
 
 
+def _stage_fails_after(monkeypatch, count: int, error: BaseException):
+    """The write-back stages ``count`` files, then the next one raises ``error``. Returns the real stage."""
+    from patchwheel import writeback
+
+    real = writeback.stage
+    staged: list[object] = []
+
+    def stage(data, target):
+        if len(staged) == count:
+            raise error
+        staged.append(real(data, target))
+        return staged[-1]
+
+    monkeypatch.setattr(writeback, "stage", stage)
+    return real
+
+
 def test_a_write_that_fails_halfway_leaves_the_project_as_it_was(demo_project, monkeypatch, tmp_path):
     """The files are staged beside their targets first (a full disk stops it there), then renamed."""
-    from patchwheel import writeback
 
     latest_only(demo_project)
     demo_project.add_release("1.1.0", CORE)
     proofs(monkeypatch, tmp_path)
     before = tree(demo_project.root)
-    real = writeback.stage
-    staged: list[object] = []
-
-    def full_disk(data, target):
-        if staged:
-            raise OSError(28, "No space left on device")
-        staged.append(real(data, target))
-        return staged[-1]
-
-    monkeypatch.setattr(writeback, "stage", full_disk)
+    _stage_fails_after(monkeypatch, 1, OSError(28, "No space left on device"))
     (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)  # a stop, not a traceback
     assert done.stop is not None and "No space left on device" in done.stop.why, done.stop
     assert "nothing in the project was replaced" in done.stop.why
@@ -367,16 +374,7 @@ def test_a_write_back_killed_while_staging_is_rolled_back(demo_project, monkeypa
     demo_project.add_release("1.1.0", CORE)
     proofs(monkeypatch, tmp_path)
     before = tree(demo_project.root)
-    real = writeback.stage
-    staged: list[object] = []
-
-    def killed(data, target):
-        if len(staged) == 2:
-            raise SystemExit("killed")
-        staged.append(real(data, target))
-        return staged[-1]
-
-    monkeypatch.setattr(writeback, "stage", killed)
+    real = _stage_fails_after(monkeypatch, 2, SystemExit("killed"))
     monkeypatch.setattr(writeback, "discard", lambda path: None)  # kill -9 runs no cleanup
     with pytest.raises(SystemExit):
         follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)

@@ -428,6 +428,11 @@ def test_the_guards_of_a_set_are_its_patches_guard_tests(demo_project, capsys):
     assert capsys.readouterr().out.split() == ["tests/guards/test_demo.py"]
     assert cli.main(["--root", str(demo_project.root), "guards", "--set", "nightly"]) == 2
     assert "unknown set 'nightly'" in capsys.readouterr().err
+    # --package: the guards of that package's line only (the default suite runs a line's guards once)
+    assert cli.main(["--root", str(demo_project.root), "guards", "--set", "default", "--package", "demo"]) == 0
+    assert capsys.readouterr().out.split() == ["tests/guards/test_demo.py"]
+    assert cli.main(["--root", str(demo_project.root), "guards", "--set", "default", "--package", "other"]) == 2
+    assert "the set default has no package 'other'" in capsys.readouterr().err
 
 
 # What one build writes, the other loads: pristine pickles a Box; this +fixed build pickles a subclass that pristine

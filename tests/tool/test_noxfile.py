@@ -68,21 +68,22 @@ def test_sessions_that_read_dist_require_the_build_and_do_not_build_themselves(n
 
 
 @pytest.mark.parametrize(
-    "suite,proven",
+    "suite,proven,guarded",
     [
-        ("", ["a", "b", "latest"]),  # no [suite]: every set
-        ('\n[suite]\nsets = ["latest", "b"]\n', ["b", "latest"]),
+        ("", ["a", "b", "latest"], {"a": "demo,other", "b": "demo", "latest": "demo"}),  # no [suite]: every set
+        ('\n[suite]\nsets = ["latest", "b"]\n', ["b", "latest"], {"latest": "demo,other", "b": "demo"}),
     ],
 )
-def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven):
-    """`nox` (the README's test command) proves the sets [suite] names, both ways with their guards; `nox -s proof
-    guards` proves every set (the sets workflow). Asked of nox itself: the sessions it selects by default."""
+def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven, guarded):
+    """`nox` (the README's test command) proves the sets [suite] names, both ways with their guards, each line's
+    guards once (`other` 2.0 is in every set); `nox -s proof guards` proves every set with all its guards (the sets
+    workflow). Asked of nox itself: the sessions it selects by default."""
     import json
     import subprocess
     import sys
 
     (tmp_path / "overlay").mkdir()
-    sets = "".join(f'[set.{name}]\ndemo = "1.0"\n' for name in ("a", "b", "latest"))
+    sets = "".join(f'[set.{name}]\ndemo = "1.{i}"\nother = "2.0"\n' for i, name in enumerate(("a", "b", "latest")))
     (tmp_path / "overlay" / "sets.toml").write_text(sets + suite)
     (tmp_path / "noxfile.py").write_bytes((ROOT / "noxfile.py").read_bytes())
     listed = subprocess.run(
@@ -94,9 +95,12 @@ def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven):
     selected = json.loads(listed.stdout)
     by_kind: dict[str, set[str]] = {}
     for s in selected:
-        if s["name"] in ("proof", "guards"):
+        if s["name"] == "proof":
             by_kind.setdefault(s["name"] + s["call_spec"].get("flavor", ""), set()).add(s["call_spec"]["pins"])
-    assert by_kind == {kind: set(proven) for kind in ("prooffixed", "proofpristine", "guards")}
+    assert by_kind == {kind: set(proven) for kind in ("prooffixed", "proofpristine")}
+    assert {s["call_spec"]["pins"]: s["call_spec"]["packages"] for s in selected if s["name"] == "suite_guards"} == (
+        guarded
+    )
     everything = subprocess.run(
         [sys.executable, "-m", "nox", "-l", "--json", "-f", str(tmp_path / "noxfile.py"), "-s", "proof", "guards"],
         capture_output=True,

@@ -174,14 +174,7 @@ def test_follow_runs_read_only_and_its_pull_request_takes_only_its_new_line(tmp_
         "overlay/NOTICE": "notice\n",
         ".github/workflows/w.yml": "on: push\n" * 20,
     }
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    shutil.copytree(ROOT / ".github" / "scripts", repo / ".github" / "scripts")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    git = _checkout(repo, files)
 
     def propose(change, *flags: str) -> subprocess.CompletedProcess:
         change(repo)
@@ -297,6 +290,19 @@ def test_every_set_is_proven_daily_and_on_each_change_by_a_read_only_job():
     assert words[0].endswith("nox") and words[words.index("-s") + 1 :] == ["proof", "guards"]
 
 
+def _checkout(repo: Path, files: dict[str, str]) -> list[str]:
+    """A git checkout of ``files`` with the propose step's script, one commit; the git command to run in it."""
+    for rel, text in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    shutil.copytree(ROOT / ".github" / "scripts", repo / ".github" / "scripts")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    return git
+
+
 PATH_PARTS = st.sampled_from(["a", "b.py", "series", ".gitattributes", ".git", ".x", "..", "x y", "notes.txt"])
 PREFIXES = st.sampled_from(
     ["patches/demo/1.1.0", "overlay/demo/1.1.0/demo", "overlay/demo", "patches/demo/1.0.0", "patches", ".github", "src"]
@@ -316,14 +322,7 @@ def test_the_propose_filter_takes_a_path_only_inside_the_new_line(tmp_path_facto
         "overlay/demo/pins.toml": PINS,
         "overlay/sets.toml": SETS,
     }
-    for rel, text in files.items():
-        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-        (repo / rel).write_text(text)
-    shutil.copytree(ROOT / ".github" / "scripts", repo / ".github" / "scripts")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    git = _checkout(repo, files)
     new_line = {
         "patches/demo/1.1.0/series": "0001-x.patch\n",
         "overlay/demo/pins.toml": PINS + NEW_LINE,
