@@ -38,9 +38,9 @@ SUITE = _SETS_TOML.get("suite", {}).get("sets", SETS)
 
 
 def _lines_once(sets: list[str]) -> list[tuple[str, str]]:
-    """Each suite set with the packages whose line no earlier suite set names: the default suite runs a line's
-    guards once (`latest` and `v4` share accelerate 1.15.0, whose guards import no transformers). The sets workflow
-    runs every set's guards whole (`guards(pins=...)`)."""
+    """Each suite set with the packages whose line no earlier suite set names: the default suite proves a line, and
+    runs its guards, once (`latest` and `v4` share accelerate 1.15.0: its proofs and guards would run twice on the
+    same build). The sets workflow proves every set whole (`proof(...)`, `guards(...)`)."""
     seen: set[tuple[str, str]] = set()
     out = []
     for name in sets:
@@ -52,7 +52,7 @@ def _lines_once(sets: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-SUITE_GUARDS = _lines_once(SUITE)
+SUITE_LINES = _lines_once(SUITE)
 
 # The suite's sessions, the longest first. `nox -j 4` (the README's test command) runs four at a time on any
 # machine: each has its own environment, and a session leaves its core idle part of the time (a rank test's parent
@@ -60,9 +60,13 @@ SUITE_GUARDS = _lines_once(SUITE)
 # 6 min 29 s, four 4 min 52 s to 6 min 38 s. Their output is printed whole as each ends.
 nox.options.sessions = [
     "tests",
-    *(f"suite_guards(pins='{name}', packages='{packages}')" for name, packages in SUITE_GUARDS),
+    *(f"suite_guards(pins='{name}', packages='{packages}')" for name, packages in SUITE_LINES),
     "e2e",
-    *(f"proof(pins='{name}', flavor='{flavor}')" for flavor in ("pristine", "fixed") for name in SUITE),
+    *(
+        f"suite_proof(pins='{name}', packages='{packages}', flavor='{flavor}')"
+        for flavor in ("pristine", "fixed")
+        for name, packages in SUITE_LINES
+    ),
     "upstream_check",
     "lint",
 ]
@@ -150,6 +154,19 @@ def tests(session: nox.Session) -> None:
 @nox.parametrize("pins", SETS)
 def proof(session: nox.Session, flavor: str, pins: str) -> None:
     """Proof tests on a consumer set's pristine pins (each must fail with its bug) or +fixed builds (must pass)."""
+    run_proof(session, flavor, pins, [])
+
+
+@nox.session(allow_parallel=True, requires=["dist"])
+@nox.parametrize("flavor", ["pristine", "fixed"])
+@nox.parametrize(("pins", "packages"), SUITE_LINES)
+def suite_proof(session: nox.Session, flavor: str, pins: str, packages: str) -> None:
+    """The default suite's proofs: the set's proof and feature tests of the packages whose line no earlier suite set
+    names (the others ran, on the same builds, in that set's session)."""
+    run_proof(session, flavor, pins, [arg for pkg in packages.split(",") for arg in ("--proof-package", pkg)])
+
+
+def run_proof(session: nox.Session, flavor: str, pins: str, only: list[str]) -> None:
     reqs = Path(session.create_tmp()) / f"{flavor}-{pins}.txt"
     tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
     session.install(*from_dist(session), *shared_torch(session), "-r", str(reqs), "pytest")
@@ -160,6 +177,7 @@ def proof(session: nox.Session, flavor: str, pins: str) -> None:
     session.run(
         "pytest",
         "tests/proof",
+        *only,
         "-p",
         "no:cacheprovider",
         *basetemp(session),
@@ -180,7 +198,7 @@ def guards(session: nox.Session, pins: str) -> None:
 
 
 @nox.session(allow_parallel=True, requires=["dist"])
-@nox.parametrize(("pins", "packages"), SUITE_GUARDS)
+@nox.parametrize(("pins", "packages"), SUITE_LINES)
 def suite_guards(session: nox.Session, pins: str, packages: str) -> None:
     """The default suite's guards: the set's guards of the packages whose line no earlier suite set names."""
     run_guards(session, pins, [arg for pkg in packages.split(",") for arg in ("--package", pkg)])

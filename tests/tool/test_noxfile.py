@@ -75,9 +75,9 @@ def test_sessions_that_read_dist_require_the_build_and_do_not_build_themselves(n
     ],
 )
 def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven, guarded):
-    """`nox` (the README's test command) proves the sets [suite] names, both ways with their guards, each line's
-    guards once (`other` 2.0 is in every set); `nox -s proof guards` proves every set with all its guards (the sets
-    workflow). Asked of nox itself: the sessions it selects by default."""
+    """`nox` (the README's test command) proves the sets [suite] names, both ways with their guards, each line once
+    (`other` 2.0 is in every set); `nox -s proof guards` proves every set whole (the sets workflow). Asked of nox
+    itself: the sessions it selects by default."""
     import json
     import subprocess
     import sys
@@ -93,14 +93,13 @@ def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven, gua
         check=True,
     )
     selected = json.loads(listed.stdout)
-    by_kind: dict[str, set[str]] = {}
+    by_kind: dict[str, dict[str, str]] = {}
     for s in selected:
-        if s["name"] == "proof":
-            by_kind.setdefault(s["name"] + s["call_spec"].get("flavor", ""), set()).add(s["call_spec"]["pins"])
-    assert by_kind == {kind: set(proven) for kind in ("prooffixed", "proofpristine")}
-    assert {s["call_spec"]["pins"]: s["call_spec"]["packages"] for s in selected if s["name"] == "suite_guards"} == (
-        guarded
-    )
+        if s["name"] in ("suite_proof", "suite_guards"):
+            kind = s["name"] + s["call_spec"].get("flavor", "")
+            by_kind.setdefault(kind, {})[s["call_spec"]["pins"]] = s["call_spec"]["packages"]
+    assert by_kind == {kind: guarded for kind in ("suite_prooffixed", "suite_proofpristine", "suite_guards")}
+    assert set(guarded) == set(proven)
     everything = subprocess.run(
         [sys.executable, "-m", "nox", "-l", "--json", "-f", str(tmp_path / "noxfile.py"), "-s", "proof", "guards"],
         capture_output=True,

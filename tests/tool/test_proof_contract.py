@@ -463,3 +463,27 @@ def test_a_bug_a_later_release_brought_is_a_regression_guard_on_older_lines(proj
     project.install("1.1.0")  # the line that carries it: the same pass is an XPASS
     code, out, _ = project.pytest(module)
     assert code == 1 and "XPASS(strict)" in out, out
+
+
+def test_a_package_selection_leaves_the_other_packages_tests_out(project):
+    """`--proof-package` (the default suite proves a line shared by two sets once): a module of another package is
+    deselected, not run, not judged; one of the package runs as ever."""
+    module = project.module(
+        "test_fixed_later.py",
+        _marked(
+            "[('TypeError', 'not iterable')]",
+            "not iterable",
+            """
+        def test_no_crash():
+            import demo
+            assert demo.harmless() == 1
+        """,
+        ),
+    )
+    project.line("1.0.0", module)
+    project.line("1.1.0", None)
+    project.install("1.1.0")
+    code, out, _ = project.pytest(module, "--proof-package", "other")
+    assert code == 5 and "1 deselected" in out, out  # pytest's "no tests ran"
+    code, out, _ = project.pytest(module, "--proof-package", "demo")
+    assert code == 0 and "1 passed" in out, out
