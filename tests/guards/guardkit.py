@@ -49,6 +49,33 @@ class _Handler(logging.Handler):
             self.records.append(record)
 
 
+def trainer_args(output_dir: str, n_gpu: int, batch: int, steps: int, **overrides: Any):
+    """TrainingArguments of the DataParallel guards: plain SGD at a constant rate, no clipping (the updated weights
+    show a change of the gradients' scale), nothing saved or reported; ``_n_gpu`` as ``n_gpu`` visible GPUs give it,
+    so that the Trainer wraps the model in DataParallel and scales the batch."""
+    from transformers import TrainingArguments
+
+    fields = {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": batch // n_gpu,
+        "max_steps": steps,
+        "learning_rate": 0.5,
+        "optim": "sgd",
+        "lr_scheduler_type": "constant",
+        "report_to": [],
+        "use_cpu": True,
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "seed": 0,
+        "disable_tqdm": True,
+        "max_grad_norm": 0.0,
+        **overrides,
+    }
+    args = TrainingArguments(**fields)
+    args._n_gpu = n_gpu
+    return args
+
+
 def forget_once() -> None:
     """Clear the libraries' "once" caches (transformers' ``logger.warning_once``/``info_once``, accelerate's
     ``warning_once``), so that each scenario shows what it would show alone, whatever the scenarios before it did:

@@ -18,6 +18,7 @@ import json
 import pytest
 import torch
 
+import guardkit
 from dataparallel_sim import simulate
 from tiny_llama import small_config
 
@@ -51,28 +52,11 @@ def _model(seed=0):
 
 
 def _trainer(output_dir, monkeypatch, model, *, steps=1, n_gpu=2, **args_kw):
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer
 
     if n_gpu > 1:
         simulate(monkeypatch, n_gpu)
-    fields = {
-        "output_dir": str(output_dir),
-        "per_device_train_batch_size": BATCH // n_gpu,
-        "max_steps": steps,
-        "learning_rate": 0.5,
-        "optim": "sgd",
-        "lr_scheduler_type": "constant",
-        "report_to": [],
-        "use_cpu": True,
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "seed": 0,
-        "disable_tqdm": True,
-        "max_grad_norm": 0.0,
-        **args_kw,
-    }
-    args = TrainingArguments(**fields)
-    args._n_gpu = n_gpu  # what n_gpu visible GPUs give: Trainer wraps the model in DataParallel
+    args = guardkit.trainer_args(str(output_dir), n_gpu, BATCH, steps, **args_kw)
     return Trainer(model=model, args=args, train_dataset=_rows())
 
 

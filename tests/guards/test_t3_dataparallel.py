@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+import guardkit
 from dataparallel_sim import simulate
 from tiny_llama import small_config
 
@@ -84,7 +85,7 @@ def _no_count_llama():
 
 
 def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, evaluate=False, **args_kw):
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer
 
     losses: list[float] = []
 
@@ -95,25 +96,9 @@ def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, 
             return loss
 
     log = simulate(monkeypatch, n_gpu) if n_gpu > 1 else []
-    fields = {
-        "output_dir": str(tmp_path / "out"),
-        "per_device_train_batch_size": BATCH // n_gpu,
-        "per_device_eval_batch_size": BATCH // n_gpu,
-        "max_steps": steps,
-        "learning_rate": 0.5,
-        "optim": "sgd",
-        "lr_scheduler_type": "constant",
-        "report_to": [],
-        "use_cpu": True,
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "seed": 0,
-        "disable_tqdm": True,
-        "max_grad_norm": 0.0,  # no clipping: the updated weights show a change of the gradients' scale
-        **args_kw,
-    }
-    args = TrainingArguments(**fields)
-    args._n_gpu = n_gpu  # what n_gpu visible GPUs give: Trainer wraps DataParallel and scales the batch
+    args = guardkit.trainer_args(
+        str(tmp_path / "out"), n_gpu, BATCH, steps, per_device_eval_batch_size=BATCH // n_gpu, **args_kw
+    )
     trainer = Recording(model=model, args=args, train_dataset=_rows(), eval_dataset=_rows(BATCH))
     trainer.replica_log = log
     trainer.train()

@@ -188,16 +188,15 @@ def odd_loads(checkpoint) -> dict:
 
 
 def _rank_load_each(rank, world_size, ckpt, environments):
-    import logging
     import os
+
+    import guardkit
 
     before = dict(os.environ)
     results = {}
     for name, env in environments.items():
         os.environ.clear()
         os.environ.update(before)
-        warning_once = getattr(logging.Logger, "warning_once", None)
-        if warning_once is not None and hasattr(warning_once, "cache_clear"):
-            warning_once.cache_clear()  # transformers' warn-once: each class is told as a fresh process would be
+        guardkit.forget_once()  # each class is told what a fresh process would be told
         results[name] = _rank_load_in(rank, world_size, ckpt, env)
     return results
