@@ -17,3 +17,16 @@ class BugSymptom(AssertionError):
 
 class CouldNotObserve(Exception):
     """The test could not reach the behaviour it judges; neither the bug nor its absence was seen."""
+
+
+#: What torch raises where code asks for an accelerator on a machine without one (transformers 4.50's tensor-parallel
+#: start-up does): a CPU build of torch says the first, a CUDA build on a machine with no GPU driver the second.
+NO_ACCELERATOR = (
+    "Cannot access accelerator device when none is available.",
+    "Found no NVIDIA driver on your system.",
+)
+
+
+def no_accelerator(message: str) -> bool:
+    """Whether ``message`` is torch's refusal for want of an accelerator (either build of torch)."""
+    return message.startswith(NO_ACCELERATOR)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from harness import run_ranks
-from proofkit import BugSymptom
+from proofkit import BugSymptom, no_accelerator
 from tiny_llama import small_config
 
 # 4.50.x fails in its nccl-only TP start-up on CPU; from 4.52 the TP start-up works on CPU and shards for real
@@ -116,4 +116,4 @@ def test_explicit_tp_plan_still_takes_the_tensor_parallel_path(checkpoint):
     """Tensor parallelism stays available on request. On CPU, 4.50's TP start-up asks torch for an accelerator,
     which fails the same way on the pristine and the fixed build; that failure shows the TP path was taken."""
     for msg in run_ranks(_explicit_tp, 2, checkpoint):
-        assert "Cannot access accelerator device when none is available" in msg or msg == "loaded", msg
+        assert no_accelerator(msg) or msg == "loaded", msg
