@@ -19,7 +19,7 @@ import pytest
 from patchwheel import cli, fetch, index
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import mutants, proofenv, rebase, upstream
+from patchwheel.maint import mutants, proofenv, rebase, torchsource, upstream
 from patchwheel.maint.selection import Selection
 from patchwheel.reporter import silent
 
@@ -36,11 +36,16 @@ class FakeBuilds:
         self.installs: list[str] = []
         monkeypatch.setattr(proofenv, "_create", lambda path: proofenv._site(Path(path)).mkdir(parents=True))
         monkeypatch.setattr(proofenv, "_install", self.install)
+        # The torch source is asked before the base is made: a stand-in that has every version.
+        source = torchsource.Source("/nowhere", False, "a test")
+        monkeypatch.setattr(
+            torchsource, "wheel", lambda v, _links: torchsource.TorchWheel(v, "torch.whl", "file:///torch.whl", source)
+        )
 
     def install(self, env: Path, *args: str, on_base: bool = False) -> None:
         time.sleep(self.seconds)
         with self.lock:
-            self.installs.append("base" if any(a.startswith("torch==") for a in args) else "release")
+            self.installs.append("base" if any(a.startswith("torch @ ") for a in args) else "release")
 
     def count(self, kind: str) -> int:
         return self.installs.count(kind)
@@ -119,7 +124,7 @@ def test_release_env_is_built_once_for_concurrent_threads(demo_project, monkeypa
     assert _in_threads(worker, 4) == []
     assert (builds.count("base"), builds.count("release")) == (1, 1), builds.installs
     assert len(set(seen)) == 1, "a thread's environment was deleted and replaced under it"
-    env = demo_project.cache / "envs" / "demo-1.0.0"
+    env = proofenv.envs_dir(demo_project.cache) / "demo-1.0.0"
     assert (proofenv._site(env) / "patchwheel-base.pth").is_file()
     leftovers = [p.name for p in env.parent.iterdir() if p.is_dir() and p.name.startswith(".")]
     assert leftovers == [], leftovers

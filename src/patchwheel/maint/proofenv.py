@@ -42,6 +42,7 @@ from .. import fetch
 from ..config import Artifact
 from ..errors import EnvironmentFailed
 from ..names import wheel_name_version
+from . import torchsource
 
 MARKER = "patchwheel-env.json"
 _path_locks: dict[str, threading.Lock] = {}
@@ -53,8 +54,13 @@ _path_locks_guard = threading.Lock()
 sysconfig.get_config_vars()
 
 
+#: The torch of a run that names none, where no project says: the CLI sets TORCH_VERSION from the project's
+#: ``[torch] suite`` (overlay/sets.toml) before any command runs, and noxfile.py does for its sessions.
+FALLBACK_TORCH = "2.13.0"
+
+
 def torch_version() -> str:
-    return os.environ.get("TORCH_VERSION", "2.13.0")
+    return os.environ.get("TORCH_VERSION") or FALLBACK_TORCH
 
 
 def wheel_version(filename: str) -> str:
@@ -206,21 +212,29 @@ def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list
         (_site(env) / "patchwheel-base.pth").write_text(str(_site(base)) + "\n")
         _install(env, *install(), on_base=True)
 
-    return _make(cache / "envs" / name, json.dumps({"torch": torch_version(), **marker}), build)
+    return _make(envs_dir(cache) / name, json.dumps({"torch": torch_version(), **marker}), build)
 
 
 def base_env(cache: Path) -> Path:
-    torch = torch_version()
+    """The shared environment with torch (TORCH_VERSION, from the torch source: :mod:`torchsource`) and pytest.
+    The source is asked first, so a version it lacks fails here, before anything is made."""
+    torch = torchsource.wheel(torch_version(), pip_find_links())
     return _make(
-        cache / "envs" / f"base-torch-{torch}",
-        json.dumps({"torch": torch}),
-        lambda env: _install(env, f"torch=={torch}", "pytest"),
+        cache / "envs" / f"base-torch-{torch_version()}",
+        json.dumps({"torch": torch_version(), "wheel": torch.url.partition("#")[0]}),
+        lambda env: _install(env, torch.requirement, "pytest", *torch.source.installer_args()),
     )
+
+
+def envs_dir(cache: Path) -> Path:
+    """Where the environments on top of the base live: a folder per torch, so that runs under two torch releases
+    keep each other's environments instead of rebuilding them in turn."""
+    return cache / "envs" / f"torch-{torch_version()}"
 
 
 def release_env_path(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
     """Where :func:`release_env` keeps the environment of these wheels."""
-    return cache / "envs" / "+".join(f"{pkg}-{wheel_version(art.filename)}" for pkg, art in wheels)
+    return envs_dir(cache) / "+".join(f"{pkg}-{wheel_version(art.filename)}" for pkg, art in wheels)
 
 
 def release_env(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
