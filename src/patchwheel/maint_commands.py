@@ -35,9 +35,14 @@ def cmd_upstream_run(args) -> int:
     from .maint import upstream
 
     project = config.load(root(args))
+    if args.new_torch and (args.releases or args.behaviour or args.text_only):
+        raise ConfigError(
+            "--new-torch judges the whole matrix again, and replaces it", "leave out the releases and --behaviour"
+        )
     selection, behaviour = _releases_and_proofs(args)
     bisect = not (args.behaviour or args.every)
-    upstream.record(project, upstream.check_lines(project, selection, behaviour, workers=args.workers, bisect=bisect))
+    lines = upstream.check_lines(project, selection, behaviour, workers=args.workers, bisect=bisect)
+    upstream.record(project, lines, new_torch=args.new_torch)
     return 0
 
 
@@ -57,11 +62,24 @@ def cmd_upstream_check(args) -> int:
         print(f"the releases of every Drop-When transition: {' '.join(args.releases)}")
     args.every = False
     selection, behaviour = _releases_and_proofs(args)
-    diffs, releases = upstream.check(project, selection, behaviour, workers=args.workers)
-    for d in diffs:
-        print(f"stale: {d}")
-    if diffs:
+    findings, releases = upstream.check(project, selection, behaviour, workers=args.workers)
+    said = {"stale": "stale", "unjudged": "could not judge", "torch": "another torch"}
+    for f in findings:
+        print(f"{said[f.kind]}: {f.text}")
+    kinds = {f.kind for f in findings}
+    if "unjudged" in kinds:
+        print(
+            "some releases could not be judged, which says nothing of the matrix: make their environments (the "
+            "package index, TORCH_SOURCE and TORCH_VERSION) and run the check again"
+        )
+    if "torch" in kinds:
+        print(
+            "a verdict differs under this run's torch, which is not a stale matrix: look at the proof under both "
+            "torch releases before changing the patch or the matrix"
+        )
+    if "stale" in kinds:
         print(f"the committed matrix is stale: run `nox -s upstream` and commit {WHERE}")
+    if findings:
         return 1
     print(f"the committed matrix agrees with a fresh run on {releases} release(s)")
     return 0

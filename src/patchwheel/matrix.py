@@ -79,13 +79,15 @@ class Cell:
     inferred_from: list[str] | None = None  # the two run releases an inferred verdict comes from
     drop_when_met: bool | None = None
     flags: list[str] = field(default_factory=list)
+    torch: str | None = None  # the torch a run verdict was judged on
 
     @property
     def was_run(self) -> bool:
         return self.behaviour not in (None, FEATURE) and self.inferred_from is None
 
-    def judged(self, verdict: str | None, detail: str | None) -> None:
+    def judged(self, verdict: str | None, detail: str | None, torch: str | None = None) -> None:
         self.behaviour, self.behaviour_detail, self.inferred_from = verdict, detail, None
+        self.torch = torch if verdict in VERDICTS else None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"text": self.text, "text_detail": self.text_detail, "behaviour": self.behaviour}
@@ -94,6 +96,8 @@ class Cell:
             out["behaviour_detail"] = self.behaviour_detail
         if self.inferred_from is not None:
             out["inferred_from"] = list(self.inferred_from)
+        if self.torch is not None:
+            out["torch"] = self.torch
         return out
 
     @classmethod
@@ -106,6 +110,7 @@ class Cell:
             inferred_from=d.get("inferred_from"),
             drop_when_met=d.get("drop_when_met"),
             flags=list(d.get("flags", [])),
+            torch=d.get("torch"),
         )
 
 
@@ -254,8 +259,9 @@ def _infer(cells: dict[str, Cell], version: str, left: str | None, right: str | 
             anchor = cells[left]
             detail = f"{anchor.behaviour_detail or ''} [inferred, not run: {left} and {right} were run and agree]"
             cell.behaviour, cell.behaviour_detail, cell.inferred_from = anchor.behaviour, detail, [left, right]
+            cell.torch = anchor.torch
             return
-    cell.behaviour, cell.behaviour_detail, cell.inferred_from = None, None, None
+    cell.behaviour, cell.behaviour_detail, cell.inferred_from, cell.torch = None, None, None, None
 
 
 @dataclass
@@ -293,14 +299,28 @@ class Matrix:
 
     @classmethod
     def from_json(cls, data: dict) -> Matrix:
-        return cls(data.get("torch"), [LineMatrix.from_json(ln) for ln in data.get("lines", [])])
+        matrix = cls(data.get("torch"), [LineMatrix.from_json(ln) for ln in data.get("lines", [])])
+        for cell in matrix.cells():  # written before each cell named its torch: the matrix's, which judged them all
+            if cell.torch is None and cell.behaviour in VERDICTS:
+                cell.torch = matrix.torch
+        return matrix
+
+    def cells(self) -> Iterable[Cell]:
+        return (cell for line in self.lines for row in line.patches for cell in row.cells.values())
 
     def line(self, key: str) -> LineMatrix | None:
         return next((ln for ln in self.lines if ln.line == key), None)
 
     def merged(self, new_lines: list[LineMatrix], torch: str) -> Matrix:
         """This matrix with the cells that were run in ``new_lines`` taken over, every other cell kept (a run is
-        kept over a new inference, a judged cell over nothing), the rest inferred again."""
+        kept over a new inference, a judged cell over nothing), the rest inferred again. Runs under another torch
+        than this matrix's are refused: the matrix would hold verdicts of two torch releases under one name."""
+        if self.torch not in (None, torch):
+            raise MatrixError(
+                f"{WHERE} was judged with torch {self.torch}, this run with torch {torch}: merged, it would mix them",
+                f"run with TORCH_VERSION={self.torch}, or judge the whole matrix again under torch {torch}: "
+                "`nox -s upstream -- run --new-torch`",
+            )
         old = {ln.line: copy.deepcopy(ln) for ln in self.lines}  # this matrix stays as it was
         out = Matrix(torch, [])
         for new in new_lines:
@@ -348,10 +368,11 @@ def _merge_line(prev: LineMatrix, new: LineMatrix) -> None:
                 and old.behaviour
                 and (cell.behaviour is None or (cell.inferred_from is not None and old.was_run))
             ):  # keep what was judged before over nothing, and a run over an inference
-                cell.behaviour, cell.behaviour_detail, cell.inferred_from = (
+                cell.behaviour, cell.behaviour_detail, cell.inferred_from, cell.torch = (
                     old.behaviour,
                     old.behaviour_detail,
                     old.inferred_from,
+                    old.torch,
                 )
             cells[version] = cell
         p.cells = {v: cells[v] for v in sorted(cells, key=Version)}

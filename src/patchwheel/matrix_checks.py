@@ -4,40 +4,87 @@ to cover every Drop-When transition."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from packaging.version import Version
 
 from .matrix import WHERE, LineMatrix, Matrix, Row, changes, drop_when_met, flags
 from .patches import Patch
 from .trailers import DROP_BY_BEHAVIOUR
 
+#: A proof run's detail where no environment could be made for the release (proofenv's judge writes it).
+NO_ENVIRONMENT = "no environment: "
 
-def compare(matrix: Matrix, fresh_lines: list[LineMatrix]) -> list[str]:
-    """The verdicts of a fresh run (text, behaviour where run) that differ from the committed ``matrix``."""
-    out = []
+
+@dataclass(frozen=True)
+class Finding:
+    """One way a fresh run disagrees with the committed matrix. ``kind``: ``stale`` (the matrix no longer says what
+    a run under its own torch gives), ``unjudged`` (the release's environment could not be made: nothing is known
+    of the cell), ``torch`` (the run used another torch than the cell was judged on, and its verdict differs)."""
+
+    kind: str
+    text: str
+
+
+def compare(matrix: Matrix, fresh_lines: list[LineMatrix]) -> list[Finding]:
+    """How a fresh run (text, behaviour where run) differs from the committed ``matrix``: like is compared with
+    like, so a cell judged on another torch, or not judged at all, is never called stale."""
+    out: list[Finding] = []
+    lost: set[tuple[str, str]] = set()
     for fresh in fresh_lines:
         old = matrix.line(fresh.line)
         if old is None:
-            out.append(f"{fresh.line}: not in the committed matrix")
+            out.append(Finding("stale", f"{fresh.line}: not in the committed matrix"))
             continue
         for p in fresh.patches:
             prev_row = old.row(p.name)
             for version, cell in p.cells.items():
                 prev = prev_row.cells.get(version) if prev_row else None
                 if prev is None:
-                    out.append(f"{fresh.line} {p.name} vs {version}: missing from the committed matrix")
+                    out.append(
+                        Finding("stale", f"{fresh.line} {p.name} vs {version}: missing from the committed matrix")
+                    )
                     continue
                 if prev.text != cell.text:
                     out.append(
-                        f"{fresh.line} {p.name} vs {version}: text is {cell.text}, the committed matrix says "
-                        f"{prev.text}"
+                        Finding(
+                            "stale",
+                            f"{fresh.line} {p.name} vs {version}: text is {cell.text}, the committed matrix says "
+                            f"{prev.text}",
+                        )
                     )
                 ran = cell.behaviour is not None and cell.inferred_from is None  # only what was run
-                if ran and prev.behaviour != cell.behaviour:
-                    says = "infers" if prev.inferred_from is not None else "says"
+                if not ran or prev.behaviour == cell.behaviour:
+                    continue
+                detail = cell.behaviour_detail or ""
+                if cell.behaviour == "error" and detail.startswith(NO_ENVIRONMENT):
+                    if (fresh.package, version) not in lost:  # one finding per release: one environment
+                        lost.add((fresh.package, version))
+                        why = detail[len(NO_ENVIRONMENT) :]
+                        out.append(
+                            Finding(
+                                "unjudged",
+                                f"the environment for {fresh.package} {version} could not be made ({why})",
+                            )
+                        )
+                    continue
+                says = "infers" if prev.inferred_from is not None else "says"
+                if prev.torch is not None and cell.torch is not None and prev.torch != cell.torch:
                     out.append(
-                        f"{fresh.line} {p.name} vs {version}: behaviour is {cell.behaviour}, "
-                        f"the committed matrix {says} {prev.behaviour}"
+                        Finding(
+                            "torch",
+                            f"{fresh.line} {p.name} vs {version}: behaviour under torch {cell.torch} is "
+                            f"{cell.behaviour}, the committed matrix {says} {prev.behaviour} under torch {prev.torch}",
+                        )
                     )
+                    continue
+                out.append(
+                    Finding(
+                        "stale",
+                        f"{fresh.line} {p.name} vs {version}: behaviour is {cell.behaviour}, "
+                        f"the committed matrix {says} {prev.behaviour}",
+                    )
+                )
     return out
 
 

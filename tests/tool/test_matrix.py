@@ -9,6 +9,7 @@ from patchwheel import cli, matrix_checks, patches
 from patchwheel.maint import upstream
 from patchwheel.maint.selection import Selection
 from patchwheel.matrix import LineMatrix, Matrix, flags
+from patchwheel.matrix_checks import Finding
 from patchwheel.matrix_md import render
 from patchwheel.reporter import silent
 
@@ -92,7 +93,9 @@ def test_upstream_matrix_and_staleness_check(demo_project, capsys):
     status = demo_project.root / "patches" / "STATUS.json"
     status.write_text(status.read_text().replace('"text": "offset"', '"text": "clean"'))
     diffs, _ = upstream.check(project, sel, None, workers=1, report=silent())
-    assert diffs == ["demo/1.0.0 0001-greet-comma.patch vs 1.1.0: text is offset, the committed matrix says clean"]
+    assert diffs == [
+        Finding("stale", "demo/1.0.0 0001-greet-comma.patch vs 1.1.0: text is offset, the committed matrix says clean")
+    ]
     assert cli.main(["--root", str(demo_project.root), "upstream", "check", "--text-only"]) == 1
     assert "vs 1.1.0: text is offset, the committed matrix says clean" in capsys.readouterr().out
 

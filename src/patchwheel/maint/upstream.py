@@ -138,7 +138,7 @@ def check_line(
         try:
             env = proofenv.release_env(project.cache, wheels)
         except (EnvironmentFailed, FetchError) as exc:  # e.g. its requirements cannot be met beside the companions
-            lost = proofenv.ProofOutcome("error", "no environment: " + " ".join(exc.message.split())[:160])
+            lost = proofenv.ProofOutcome("error", matrix_checks.NO_ENVIRONMENT + " ".join(exc.message.split())[:160])
             progress.step(f"{line.key} vs {version}: {lost.detail}")
             return {p.name: FEATURE_OUTCOME if p.is_feature else lost for p in series}
         proofs = sorted({p.test_module for p in series if not p.is_feature})
@@ -151,7 +151,7 @@ def check_line(
 
     def record(version: str, outcomes: dict[str, proofenv.ProofOutcome]) -> None:
         for name, o in outcomes.items():
-            rows[name].cells[version].judged(o.verdict, o.detail)
+            rows[name].cells[version].judged(o.verdict, o.detail, proofenv.torch_version())
 
     with report.progress(line.key, len(releases) + (0 if bisect else len(wanted))) as progress:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -217,10 +217,11 @@ def check_lines(
     ]
 
 
-def record(project: Project, lines: list[LineMatrix], report: Reporter = CONSOLE) -> Matrix:
+def record(project: Project, lines: list[LineMatrix], report: Reporter = CONSOLE, *, new_torch: bool = False) -> Matrix:
     """`upstream run`'s second half: the cells :func:`check_lines` judged, merged into the committed matrix, which
-    is written."""
-    matrix = (Matrix.load(project.status_json) or Matrix()).merged(lines, torch=proofenv.torch_version())
+    is written. ``new_torch``: the run judged the whole matrix under another torch, and replaces it."""
+    base = Matrix() if new_torch else (Matrix.load(project.status_json) or Matrix())
+    matrix = base.merged(lines, torch=proofenv.torch_version())
     matrix.save(project.status_json)
     report(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
     return matrix
@@ -228,7 +229,7 @@ def record(project: Project, lines: list[LineMatrix], report: Reporter = CONSOLE
 
 def check(
     project: Project, selection: Selection, behaviour: Selection | None, *, workers: int, report: Reporter = CONSOLE
-) -> tuple[list[str], int]:
+) -> tuple[list[matrix_checks.Finding], int]:
     """`upstream check`: a fresh run of the selected cells (proofs on ``behaviour``'s releases, no bisection)
     against the committed matrix, which is not written. The differences, and how many releases were run."""
     committed = Matrix.require(project.status_json)

@@ -236,12 +236,15 @@ def read_fragment(project: Project, path: Path, cells: dict[tuple[str, str], dic
                 raise _forged(path, f"{where}.{field}", f"{_short(row[field])} is not the {field} of {patch.name}")
         if list(row["cells"]) != [version]:
             raise _forged(path, f"{where}.cells", f"{_short(list(row['cells']))} are not the cell's release {version}")
-        _check_cell(path, f"{where}.cells[{version!r}]", row["cells"][version], patch, version)
+        _check_cell(path, f"{where}.cells[{version!r}]", row["cells"][version], patch, version, fragment["torch"])
     return fragment
 
 
-def _check_cell(path: Path, where: str, cell: object, patch: Patch, version: str) -> None:
-    cell = _shape(path, where, cell, _CELL)
+def _check_cell(path: Path, where: str, cell: object, patch: Patch, version: str, torch: str) -> None:
+    # A verdict names the torch it was judged on (the fragment's); a feature's mark names none.
+    cell = _shape(path, where, cell, _CELL if patch.is_feature else _CELL | {"torch": (str,)})
+    if not patch.is_feature and cell["torch"] != torch:
+        raise _forged(path, f"{where}.torch", f"{_short(cell['torch'])} is not the fragment's torch {torch}")
     if cell["text"] not in TEXT_CODE:
         known = ", ".join(TEXT_CODE)
         raise _forged(path, f"{where}.text", f"{_short(cell['text'])} is not a text result ({known})")
