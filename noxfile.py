@@ -27,9 +27,12 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-TORCH = f"torch=={os.environ.get('TORCH_VERSION', '2.13.0')}"
 TOOL_ENV = {"PYTHONPATH": str(ROOT / "src")}
 _SETS_TOML = tomllib.loads((ROOT / "overlay" / "sets.toml").read_text())
+# The torch of every session: TORCH_VERSION, else the suite's ([torch] suite of overlay/sets.toml). Set here, so that
+# the tool and the tests each session starts use the same one; TORCH_SOURCE says where it comes from.
+os.environ["TORCH_VERSION"] = os.environ.get("TORCH_VERSION") or _SETS_TOML["torch"]["suite"]
+TORCH = f"torch=={os.environ['TORCH_VERSION']}"
 #: Every consumer set: `nox -s proof guards` proves them all (the sets workflow does, daily and on each change).
 SETS = sorted(_SETS_TOML["set"])
 #: The sets the default suite proves: [suite] of overlay/sets.toml (lint: `latest` and the newest line of each
@@ -149,9 +152,15 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "tests/tool", "-n", "auto", "--dist", "worksteal", *basetemp(session), *session.posargs)
 
 
+def _set_params() -> list:
+    """The sets, each tagged ``set-<name>``: `nox -t set-latest` runs that set's proofs both ways and its guards (what
+    the sets workflow runs per set and torch)."""
+    return [nox.param(name, tags=[f"set-{name}"]) for name in SETS]
+
+
 @nox.session(allow_parallel=True, requires=["dist"])
 @nox.parametrize("flavor", ["pristine", "fixed"])
-@nox.parametrize("pins", SETS)
+@nox.parametrize("pins", _set_params())
 def proof(session: nox.Session, flavor: str, pins: str) -> None:
     """Proof tests on a consumer set's pristine pins (each must fail with its bug) or +fixed builds (must pass)."""
     run_proof(session, flavor, pins, [])
@@ -187,7 +196,7 @@ def run_proof(session: nox.Session, flavor: str, pins: str, only: list[str]) -> 
 
 
 @nox.session(allow_parallel=True, requires=["dist"])
-@nox.parametrize("pins", SETS)
+@nox.parametrize("pins", _set_params())
 def guards(session: nox.Session, pins: str) -> None:
     """Differential guards (tests/guards, each patch's Guard-Test): every scenario next to a bug runs on the set's
     pristine pins, then on its +fixed builds, and what a user could observe must be equal unless the guard declares

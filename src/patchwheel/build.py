@@ -51,7 +51,10 @@ def _dist_wheel(b: Built) -> DistWheel:
     """A wheel this build made, as build.json records it."""
     line = b.line
     patches = tuple(p.name for p in b.patches)
-    return DistWheel(b.filename, b.sha256, line.package, line.version, line.fixed_version, line.wheel.sha256, patches)
+    return DistWheel(
+        b.filename, b.sha256, line.package, line.version, line.fixed_version, line.wheel.sha256, patches,
+        line.proven_torch,
+    )  # fmt: skip
 
 
 def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[str, bytes | None]) -> dict:
@@ -77,7 +80,7 @@ def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[st
         "patched_files": {
             path: hashlib.sha256(data).hexdigest() for path, data in sorted(patched_files.items()) if data is not None
         },
-    }
+    } | ({"proven_torch": list(line.proven_torch)} if line.proven_torch else {})
 
 
 def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
@@ -205,6 +208,7 @@ def _outdated(w: DistWheel, line: ReleaseLine, path: Path) -> bool:
         w.upstream_sha256 not in (None, line.wheel.sha256)
         or w.fixed_version != line.fixed_version
         or list(w.patches) != [p.name for p in series]
+        or w.proven_torch != line.proven_torch
     ):
         return True
     try:

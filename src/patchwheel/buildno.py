@@ -42,7 +42,8 @@ REWRITE_FORMAT = 1
 
 def inputs_digest(line: ReleaseLine) -> str:
     """The sha256 of everything the wheel's bytes depend on: the pinned upstream wheel (file name and sha256), the
-    line's local label, import name and source root, the rewrite's format, and the series as the build reads it
+    line's local label, import name and source root, the rewrite's format, the torch releases it is proven on (its
+    manifest names them), and the series as the build reads it
     (each listed patch's name and the sha256 of its bytes, in order; comments and blank lines of ``series`` change
     nothing in the wheel, so they do not count)."""
     from .patches import series_names
@@ -54,6 +55,7 @@ def inputs_digest(line: ReleaseLine) -> str:
         f"local-label {line.local_label}",
         f"import-name {line.import_name}",
         f"source-root {line.source_root}",
+        *([f"proven-torch {' '.join(line.proven_torch)}"] if line.proven_torch else []),
     ):
         h.update(part.encode() + b"\n")
     for name in series_names(line):
@@ -98,7 +100,8 @@ def problem(line: ReleaseLine) -> str | None:
         )
     if line.build.inputs != digest:
         return (
-            f"the inputs of {line.key} (patches/{line.key}/, or its upstream pin or settings in {pins}) changed "
+            f"the inputs of {line.key} (patches/{line.key}/, its upstream pin or settings in {pins}, or the torch "
+            "its sets are proven on, [torch] of overlay/sets.toml) changed "
             f"since build {line.build.number} was recorded there: a wheel name "
             f"that may be published must not get other bytes; run `{_bump_command(line)}` (build "
             f"{line.build.number + 1})"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 
+from . import torchaxis
 from .commands import (
     cmd_build,
     cmd_bump,
@@ -77,6 +79,7 @@ def _terminated(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(modernize(list(sys.argv[1:] if argv is None else argv)))
+    torchaxis.use_suite_torch(Path(args.root))
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return args.func(args)
@@ -147,6 +150,11 @@ def _matrix_commands(sub) -> None:
     run = _command(upstream, cmd_upstream_run, "upstream run")
     run.add_argument("releases", nargs="*", help="e.g. transformers==4.53.3 'accelerate>=1.10' (default: all newer)")
     run.add_argument("--every", action="store_true", help="run proofs on every selected release: nothing inferred")
+    run.add_argument(
+        "--new-torch",
+        action="store_true",
+        help="judge the whole matrix again under this run's torch (TORCH_VERSION), replacing the committed one",
+    )
     check = _command(upstream, cmd_upstream_check, "upstream check")
     check.add_argument("releases", nargs="*", help="e.g. transformers==4.54.0 (default: all newer)")
     check.add_argument(

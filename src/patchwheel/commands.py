@@ -69,11 +69,15 @@ def cmd_lint(args) -> int:
         print(f"overlay/sets.toml [suite]: {'ok' if not suite else 'FAILED'}")
         for p in suite:
             print(f"  - {p}")
+        torch = lint.torch_problems(project)
+        print(f"overlay/sets.toml [torch]: {'ok' if not torch else 'FAILED'} (floors against Requires-Dist)")
+        for p in torch:
+            print(f"  - {p}")
         tree = lint.tree_problems(project)
         print(f"patches/, overlay/: {'ok' if not tree else 'FAILED'} (only the files lint knows)")
         for p in tree:
             print(f"  - {p}")
-        bad += len(suite) + len(tree)
+        bad += len(suite) + len(torch) + len(tree)
     return 1 if bad else 0
 
 
@@ -136,6 +140,7 @@ def cmd_status(args) -> int:
     else:
         rep = status.report(names)
     knownbugs.annotate(project, Matrix.load(project.status_json), rep)
+    rep["torch_note"] = status.torch_note(rep)  # information only: the exit status does not change
     if args.json:
         print(json.dumps(rep, indent=2))
     else:

@@ -14,21 +14,22 @@ import difflib
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import writeback
+from . import torchaxis, writeback
 from .errors import ConfigError
 from .names import SHA256, file_name_problem, path_problem, wheel_name_version
+from .torchaxis import TorchAxis
 
 _LOCAL = re.compile(r"^[a-z0-9]+(?:[.][a-z0-9]+)*\Z")
 #: The keys each file may have: anything else is a typo that would otherwise be ignored, leaving a default in place.
 PINS_KEYS = ("package", "local-label", "import-name", "source-root", "release", "retired")
 RELEASE_KEYS = ("wheel", "sdist", "build")
-SETS_KEYS = ("set", "suite")
+SETS_KEYS = ("set", "suite", "torch")
 #: The consumer set of what new users install: `follow` moves it to each new line, and the default suite proves it.
 LATEST = "latest"
 SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -82,6 +83,7 @@ class ReleaseLine:
     source_root: str
     build: BuildRecord | None = None
     retired_build: int = 0  # the highest build a retired line of this release recorded ([retired]): start above it
+    proven_torch: tuple[str, ...] = ()  # the torch releases the sets that hold it are proven on ([torch])
 
     @property
     def fixed_version(self) -> str:
@@ -129,6 +131,7 @@ class Project:
     lines: dict[str, list[ReleaseLine]]  # package -> lines, oldest first
     sets: dict[str, dict[str, str]] = field(default_factory=dict)  # set name -> {package: version}
     suite: tuple[str, ...] | None = None  # the sets the default suite proves ([suite] sets); None: every set
+    torch: TorchAxis | None = None  # the torch each set is proven on ([torch]); None: not stated
     # The paths every tool shares, set from ``root`` once (PATHS says where each is):
     status_json: Path = field(init=False)  # the committed matrix (its Markdown, STATUS.md, beside it)
     dist: Path = field(init=False)  # where `build` writes by default, and the suite's sessions read
@@ -341,6 +344,7 @@ def load(root: Path | str) -> Project:
             )
     sets: dict[str, dict[str, str]] = {}
     suite: tuple[str, ...] | None = None
+    axis: TorchAxis | None = None
     sets_file = overlay_dir / "sets.toml"
     if sets_file.is_file():
         data = _read_toml(sets_file)
@@ -365,7 +369,13 @@ def load(root: Path | str) -> Project:
                 ov.line(pkg, str(version))  # raises a clear error when unknown
             sets[name] = {canonicalize_name(k): str(v) for k, v in members.items()}
         suite = _suite(sets_file, data["suite"], sets) if "suite" in data else None
-    return Project(root, lines, sets, suite)
+        if "torch" in data:
+            axis = torchaxis.parse(sets_file, data["torch"], sets)
+            lines = {
+                pkg: [replace(ln, proven_torch=axis.of_line(sets, pkg, ln.version)) for ln in pkg_lines]
+                for pkg, pkg_lines in lines.items()
+            }
+    return Project(root, lines, sets, suite, axis)
 
 
 def _suite(sets_file: Path, raw: object, sets: dict[str, dict[str, str]]) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ class DistWheel:
     fixed_version: str
     upstream_sha256: str | None
     patches: tuple[str, ...]
+    proven_torch: tuple[str, ...] = ()  # the torch releases its fixes are proven on ([torch] of sets.toml)
 
     @property
     def key(self) -> tuple[str, Version]:
@@ -52,7 +53,7 @@ class DistWheel:
             "fixed_version": self.fixed_version,
             "upstream_sha256": self.upstream_sha256,
             "patches": list(self.patches),
-        }
+        } | ({"proven_torch": list(self.proven_torch)} if self.proven_torch else {})
 
 
 def _home() -> Path | None:
@@ -115,6 +116,9 @@ def _published_entry(mf: Path, i: int, raw: object) -> DistWheel:
         raise damaged(f"sha256 {sha256!r} is not 64 hex digits")
     if not isinstance(patches, list) or not all(isinstance(p, str) for p in patches):
         raise damaged("patches is not a list of names")
+    torch = raw.get("proven_torch", [])
+    if not isinstance(torch, list) or not all(isinstance(t, str) for t in torch):
+        raise damaged("proven_torch is not a list of versions")
     derived = {"package": str(package), "upstream_version": version.public, "fixed_version": str(version)}
     fields = {key: raw.get(key, value) for key, value in derived.items()}
     upstream_sha256 = raw.get("upstream_sha256")
@@ -133,6 +137,7 @@ def _published_entry(mf: Path, i: int, raw: object) -> DistWheel:
         fields["fixed_version"],
         upstream_sha256,
         tuple(patches),
+        tuple(torch),
     )
 
 

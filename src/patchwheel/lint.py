@@ -7,11 +7,12 @@ asks the same of the tree it is about to write."""
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 
 from packaging.version import Version
 
-from . import buildno, matrix_checks, patches
+from . import buildno, fetch, matrix_checks, patches, rewrite, torchaxis
 from .config import LATEST, Project, ReleaseLine
 from .matrix import Matrix
 from .names import PATCH_NAME, VENDOR_RECORD
@@ -47,6 +48,24 @@ def suite_problems(project: Project) -> list[str]:
                     f"{where} proves no set naming {line.key}, the newest line of {pkg} {major}.x: add "
                     + (f"{' or '.join(naming)} to it" if naming else "a set naming it to overlay/sets.toml and to it")
                 )
+    return out
+
+
+def torch_problems(project: Project) -> list[str]:
+    """``[torch]`` of overlay/sets.toml against the pinned wheels: each set's floor is the oldest torch its
+    releases declare (their METADATA, read from the sha256-verified wheels), and none of its torch releases is one
+    they refuse. A project with no [torch] states nothing of torch, and nothing is checked."""
+    if project.torch is None:
+        return []
+    out = []
+    for name, members in project.sets.items():
+        metadata = {}
+        for pkg, version in members.items():
+            line = project.line(pkg, version)
+            with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as zf:
+                info = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+                metadata[f"{pkg}=={version}"] = rewrite.read_member(zf, info).decode("utf-8", "replace")
+        out += torchaxis.floor_problems(name, project.torch, metadata)
     return out
 
 

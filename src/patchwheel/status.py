@@ -179,6 +179,9 @@ def inspect(name: str, path=None) -> dict:
         problems.append(f"{FIXES_MANIFEST} is damaged: {why}")
         return info
     info.update(fixed=True, upstream=manifest["upstream"], patches=manifest["patches"], build=_build_tag(dist))
+    torch = manifest.get("proven_torch")
+    if isinstance(torch, list) and all(isinstance(t, str) for t in torch):
+        info["proven_torch"] = torch
     if manifest.get("version") != dist.version:
         problems.append(f"manifest says {manifest.get('version')}, installed metadata {dist.version}")
     site = str(dist.locate_file(""))
@@ -204,7 +207,28 @@ def _build_tag(dist) -> str | None:
 
 
 def report(names=PACKAGES, path=None) -> dict:
-    return {"python": sys.executable, "packages": [inspect(n, path) for n in names]}
+    try:
+        torch = _find("torch", path).version
+    except metadata.PackageNotFoundError:
+        torch = None
+    return {"python": sys.executable, "torch": torch, "packages": [inspect(n, path) for n in names]}
+
+
+def torch_note(rep: dict):
+    """Where the environment's torch is not one the +fixed builds' fixes were proven on: a sentence saying so (it
+    is information, not a known bug: the exit status does not change); None otherwise."""
+    torch = rep.get("torch")
+    proven = sorted({t for p in rep["packages"] for t in p.get("proven_torch") or ()}, key=_release)
+    if not torch or not proven or torch.split("+")[0] in proven:
+        return None
+    return (
+        f"torch {torch} here: the fixes of these +fixed builds were proven on torch {', '.join(proven)}, not on "
+        "this one (they may well hold; nothing shows that they do)"
+    )
+
+
+def _release(version: str) -> tuple:
+    return tuple(int(n) if n.isdigit() else 0 for n in version.split("."))
 
 
 def _is_str(value) -> bool:
@@ -244,6 +268,8 @@ def report_problem(rep, names) -> str | None:
     why = _shape(rep, {"python": (_is_str, "a string")})
     if why is not None:
         return why
+    if not (rep.get("torch") is None or _is_str(rep["torch"])):
+        return "'torch' is not a string"
     packages = rep.get("packages")
     if not isinstance(packages, list):
         return "'packages' is not a list"
@@ -265,6 +291,8 @@ def _package_problem(p: dict) -> str | None:
     why = _shape(p, _INSTALLED)
     if why is not None:
         return why
+    if "proven_torch" in p and not _is_strings(p["proven_torch"]):
+        return "'proven_torch' is not a list of strings"
     for i, patch in enumerate(p["patches"], 1):
         why = _patch_problem(patch, i)
         if why is not None:
@@ -280,6 +308,7 @@ def _package_problem(p: dict) -> str | None:
 
 def render(rep: dict) -> str:
     out = [f"environment: {rep['python']}"]
+    out.append(f"  {'torch':<13} {rep.get('torch') or 'not installed'}")
     for p in rep["packages"]:
         if not p["installed"]:
             out.append(f"  {p['package']:<13} not installed")
@@ -296,6 +325,8 @@ def render(rep: dict) -> str:
                     f"  {p['package']:<13} {p['version']:<16} +fixed build of {up['version']} "
                     f"({build}upstream wheel sha256 {up['sha256'][:12]}…), {len(p['patches'])} fix(es), {state}"
                 )
+            if p.get("proven_torch"):
+                out.append(f"      fixes proven on torch {', '.join(p['proven_torch'])}")
             for patch in p["patches"]:
                 out.append(f"      {patch['name']}")
                 out.append(f"          {patch.get('subject') or ''}")
@@ -303,6 +334,8 @@ def render(rep: dict) -> str:
         else:
             out.append(f"  {p['package']:<13} {p['version']:<16} pristine upstream (no fixes)")
         out += [f"      problem: {msg}" for msg in p["problems"]]
+    if note := torch_note(rep):
+        out.append(f"note: {note}")
     return "\n".join(out)
 
 

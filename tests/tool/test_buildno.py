@@ -47,8 +47,8 @@ def test_a_reworded_patch_gets_the_next_build_number(demo_project, tmp_path):
     rc, out, _ = _run("--root", root, "lint")
     assert rc == 1, out
     assert (
-        "the inputs of demo/1.0.0 (patches/demo/1.0.0/, or its upstream pin or settings in overlay/demo/pins.toml) "
-        "changed since build 1 was recorded there"
+        "the inputs of demo/1.0.0 (patches/demo/1.0.0/, its upstream pin or settings in overlay/demo/pins.toml, or "
+        "the torch its sets are proven on, [torch] of overlay/sets.toml) changed since build 1 was recorded there"
     ) in out
     assert "run `python -m patchwheel bump demo==1.0.0` (build 2)" in out
     rc, _, err = _run("--root", root, "build")

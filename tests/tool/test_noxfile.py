@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -108,3 +109,39 @@ def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven, gua
     )
     proving = [s for s in json.loads(everything.stdout) if s["name"] in ("proof", "guards")]
     assert len(proving) == 3 * 3, "proof both ways and guards, for every set"
+
+
+def test_each_set_s_sessions_carry_its_tag_for_the_sets_workflow(noxfile):
+    """The sets workflow runs `nox -t set-<name>` per (set, torch) cell: the tag selects exactly that set's proofs,
+    both ways, and its guards."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    doc = yaml.safe_load((ROOT / ".github" / "workflows" / "sets.yml").read_text())
+    job = doc["jobs"]["sets"]
+    assert job["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.plan.outputs.cells) }}"
+    assert job["env"]["TORCH_VERSION"] == "${{ matrix.torch }}"
+    assert any('nox -j 4 -t "set-${{ matrix.set }}"' in step.get("run", "") for step in job["steps"])
+    script = ROOT / ".github" / "scripts" / "torch_cells.py"
+    ran = subprocess.run(
+        [sys.executable, str(script), str(ROOT)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        check=True,
+    )
+    cells = json.loads(ran.stdout.removeprefix("cells="))
+    assert {c["set"] for c in cells} == set(noxfile.SETS) and all(c["torch"].count(".") == 2 for c in cells)
+    for name in noxfile.SETS:
+        listed = subprocess.run(
+            [sys.executable, "-m", "nox", "-l", "--json", "-f", str(ROOT / "noxfile.py"), "-t", f"set-{name}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        chosen = sorted(s["session"] for s in json.loads(listed.stdout) if s["session"] != "dist")
+        assert chosen == sorted(
+            [f"guards(pins='{name}')", *(f"proof(pins='{name}', flavor='{f}')" for f in ("pristine", "fixed"))]
+        ), chosen
