@@ -10,10 +10,12 @@
     nox -s follow         carry each package's newest line onto newer upstream releases
     nox -s derive -- <pkg>==<version>           a line for a release users run, from the nearest line
 
-TORCH_VERSION (default 2.13.0) pins torch in every test environment; a bare `torch` would pull the newest
-release with several GB of CUDA packages. Test sessions take torch from one shared environment the tool makes
-(`patchwheel base-env`), which finds pip's torch find-links folder itself (uv reads no pip configuration).
-Environments are made by uv (nox[uv]), or virtualenv + pip where uv is not installed.
+TORCH_VERSION (default: [torch] suite of overlay/sets.toml, 2.13.0) pins torch in every test environment; a bare
+`torch` would pull the newest release with several GB of CUDA packages. Test sessions take torch from one shared
+environment the tool makes (`patchwheel base-env`) from one source: TORCH_SOURCE (a folder of wheels or an index),
+else pip's find-links folder, which it finds itself (uv reads no pip configuration); a version the source lacks
+fails at once. `nox -t set-<name>` runs one set's proofs both ways and its guards (the sets workflow runs each set
+on each torch its [torch] table names). Environments are made by uv (nox[uv]), or virtualenv + pip.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from .maint_commands import (
     cmd_watch_cell,
     cmd_watch_list,
     cmd_watch_merge,
+    cmd_watch_torch,
 )
 from .matrix import WHERE
 
@@ -110,6 +111,7 @@ HELP = {
     "watch list": "the (line, release) cells newer than the committed matrix, as JSON",
     "watch cell": "check one cell (text and proofs) into a fragment file",
     "watch merge": f"merge the cells' fragments into {WHERE}",
+    "watch torch": "whether the torch source has a torch newer than [torch] newest of overlay/sets.toml (exit 1)",
     "follow": "carry each package's newest line onto the newer upstream releases, where nothing needs judgement "
     "(exit 1: a package stopped, with the commands a maintainer runs)",
     "derive": "make a release line for a release users run, from the nearest line, proven both ways "
@@ -174,6 +176,7 @@ def _matrix_commands(sub) -> None:
     _command(upstream, cmd_upstream_rerender, "upstream rerender")
     watch = _verbs(sub, "watch")
     _command(watch, cmd_watch_list, "watch list")
+    _command(watch, cmd_watch_torch, "watch torch")
     cell = _command(watch, cmd_watch_cell, "watch cell")
     cell.add_argument("release", nargs="*", help="the cell's release, e.g. transformers==5.25.0")
     cell.add_argument("--line", help="the release line, e.g. transformers/5.24.0")

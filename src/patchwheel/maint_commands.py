@@ -101,6 +101,28 @@ def cmd_watch_list(args) -> int:
     return 0
 
 
+def cmd_watch_torch(args) -> int:
+    """The newest torch release the torch source has for this Python, against [torch] newest: every set is to be
+    proven on the newest torch, so a newer one is work for a maintainer (exit 1)."""
+    from .maint import proofenv, torchsource
+
+    project = config.load(root(args))
+    if project.torch is None:
+        print(f"{project.sets_file} has no [torch]: nothing to watch")
+        return 0
+    src = torchsource.source(proofenv.pip_find_links())
+    newest = max((Version(v.public) for v in torchsource.available(src)), default=None)
+    if newest is None or newest <= Version(project.torch.newest):
+        print(f"{src} has no torch newer than [torch] newest, {project.torch.newest} (its newest: {newest or 'none'})")
+        return 0
+    print(
+        f"torch {newest} is out ({src}); [torch] newest of overlay/sets.toml is {project.torch.newest}: prove every "
+        f'set on it (TORCH_VERSION={newest} nox -s proof guards), then write newest = "{newest}" and bump the lines '
+        "(python -m patchwheel bump)"
+    )
+    return 1
+
+
 def cmd_watch_cell(args) -> int:
     from .maint import watch
 

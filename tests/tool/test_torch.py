@@ -290,3 +290,23 @@ def test_upstream_check_says_could_not_judge_not_stale(demo_project, monkeypatch
 def test_new_torch_judges_the_whole_matrix(demo_project, capsys):
     assert cli.main(["--root", str(demo_project.root), "upstream", "run", "--new-torch", "demo==1.1.0"]) == 2
     assert "--new-torch judges the whole matrix again" in capsys.readouterr().err
+
+
+def test_the_watch_says_when_torch_has_a_newer_release_than_the_newest_a_set_is_proven_on(
+    demo_project, tmp_path, monkeypatch, capsys
+):
+    sets = demo_project.root / "overlay" / "sets.toml"
+    sets.write_text(sets.read_text() + TORCH_TABLE.format(floor=torchaxis.declared_floor([])))
+    folder = _wheels(tmp_path / "wheels", "torch-2.14.1-py3-none-any.whl")
+    monkeypatch.setenv("TORCH_SOURCE", str(folder))
+    assert cli.main(["--root", str(demo_project.root), "watch", "torch"]) == 0
+    assert capsys.readouterr().out == (
+        f"{folder} (TORCH_SOURCE) has no torch newer than [torch] newest, 2.14.1 (its newest: 2.14.1)\n"
+    )
+    _wheels(folder, "torch-2.15.0+cpu-py3-none-any.whl", "torch-2.16.0rc1-py3-none-any.whl")
+    assert cli.main(["--root", str(demo_project.root), "watch", "torch"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"torch 2.15.0 is out ({folder} (TORCH_SOURCE)); [torch] newest of overlay/sets.toml is 2.14.1"
+    )
+    assert "TORCH_VERSION=2.15.0 nox -s proof guards" in out, "a release candidate is not a release"

@@ -45,6 +45,7 @@ def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
     assert [c[:2] for c in commands] == [
         ["watch", "list"],
         ["follow", "--pending"],
+        ["watch", "torch"],
         ["watch", "cell"],
         ["watch", "merge"],
         ["follow", "$PACKAGE"],
@@ -58,7 +59,7 @@ def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
     assert doc["jobs"]["merge"]["needs"] == ["list", "cell"]
     merging = next(step for step in doc["jobs"]["merge"]["steps"] if "watch merge" in step.get("run", ""))
     assert merging["env"]["CELLS"] == "${{ needs.list.outputs.cells }}"  # the list job's cells, as it printed them
-    assert commands[3][-2:] == ["--cells", "$RUNNER_TEMP/cells.json"]
+    assert commands[4][-2:] == ["--cells", "$RUNNER_TEMP/cells.json"]
     assert 'printf \'%s\\n\' "$CELLS" > "$RUNNER_TEMP/cells.json"' in merging["run"]
     assert set(doc[True]) == {"schedule", "workflow_dispatch"}  # yaml reads the key `on` as True
 
@@ -277,17 +278,21 @@ def test_follow_runs_read_only_and_its_pull_request_takes_only_its_new_line(tmp_
 
 
 def test_every_set_is_proven_daily_and_on_each_change_by_a_read_only_job():
-    """The default suite proves only the sets of [suite] (overlay/sets.toml); the sets workflow proves every set
-    (`nox -s proof guards`: every parametrization), every day and on each change of what a verdict depends on."""
+    """The default suite proves only the sets of [suite] (overlay/sets.toml), on the suite's torch; the sets
+    workflow proves every set on each of its torch releases (`nox -t set-<name>` per (set, torch) cell, the plan
+    job's list), every day and on each change of what a verdict depends on."""
     doc = workflow("sets.yml")
     on = doc[True]
     assert re.fullmatch(r"\d+ \d+ \* \* \*", on["schedule"][0]["cron"]), "every day"
     for event in ("push", "pull_request"):
         assert {"patches/**", "overlay/**", "tests/proof/**", "tests/guards/**", "src/**"} <= set(on[event]["paths"])
-    assert doc["permissions"] == {"contents": "read"} and "permissions" not in doc["jobs"]["sets"]
-    (job,) = doc["jobs"].values()
+    assert doc["permissions"] == {"contents": "read"}
+    assert not any("permissions" in job for job in doc["jobs"].values())
+    job = doc["jobs"]["sets"]
     words = shlex.split(job["steps"][-1]["run"])
-    assert words[0].endswith("nox") and words[words.index("-s") + 1 :] == ["proof", "guards"]
+    assert words[0].endswith("nox") and words[words.index("-t") + 1 :] == ["set-${{ matrix.set }}"]
+    assert job["env"]["TORCH_SOURCE"] == "https://download.pytorch.org/whl/cpu"
+    assert job["needs"] == "plan" and "torch_cells.py" in doc["jobs"]["plan"]["steps"][-1]["run"]
 
 
 def _checkout(repo: Path, files: dict[str, str]) -> list[str]:
