@@ -138,7 +138,11 @@ def check_line(
         try:
             env = proofenv.release_env(project.cache, wheels)
         except (EnvironmentFailed, FetchError) as exc:  # e.g. its requirements cannot be met beside the companions
-            lost = proofenv.ProofOutcome("error", matrix_checks.NO_ENVIRONMENT + " ".join(exc.message.split())[:160])
+            # the installer's own words (its output's end), not the command that ran it
+            why = " ".join(exc.message.partition(":\n")[2].split() or exc.message.split())
+            lost = proofenv.ProofOutcome(
+                "error", matrix_checks.NO_ENVIRONMENT + (why[:300] + " …" if len(why) > 300 else why)
+            )
             progress.step(f"{line.key} vs {version}: {lost.detail}")
             return {p.name: FEATURE_OUTCOME if p.is_feature else lost for p in series}
         proofs = sorted({p.test_module for p in series if not p.is_feature})
