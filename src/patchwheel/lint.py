@@ -59,14 +59,28 @@ def torch_problems(project: Project) -> list[str]:
         return []
     out = []
     for name, members in project.sets.items():
-        metadata = {}
-        for pkg, version in members.items():
-            line = project.line(pkg, version)
-            with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as zf:
-                info = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
-                metadata[f"{pkg}=={version}"] = rewrite.read_member(zf, info).decode("utf-8", "replace")
-        out += torchaxis.floor_problems(name, project.torch, metadata)
+        out += torchaxis.floor_problems(name, project.torch, set_metadata(project, members))
     return out
+
+
+def set_metadata(project: Project, members: dict[str, str]) -> dict[str, str]:
+    """``pkg==version`` -> the METADATA of its pinned upstream wheel (sha256-verified, from the cache), for each
+    member of a set."""
+    out = {}
+    for pkg, version in members.items():
+        line = project.line(pkg, version)
+        with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as zf:
+            info = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+            out[f"{pkg}=={version}"] = rewrite.read_member(zf, info).decode("utf-8", "replace")
+    return out
+
+
+def set_floor(project: Project, members: dict[str, str]) -> str:
+    """The torch floor a set of these members has: the oldest torch their releases declare (what lint holds
+    ``[torch.floor]`` to, and what `follow` and `derive` write when they change a set)."""
+    return torchaxis.declared_floor(
+        [r for text in set_metadata(project, members).values() for r in torchaxis.declared(text)]
+    )
 
 
 def tree_problems(project: Project) -> list[str]:

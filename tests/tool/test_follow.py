@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from patchwheel import cli, config, gitops
+from patchwheel import cli, config, gitops, lint, torchaxis
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import follow, followreport
-from patchwheel.maint.scratch import remove_release, set_member
+from patchwheel.maint.scratch import add_set, remove_release, set_floor, set_member
 from patchwheel.maint.setruns import Run
 
 from conftest import CORE, INIT, PROVEN, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
@@ -400,3 +400,40 @@ def test_remove_release_keeps_each_table_s_comments_with_it(tmp_path):
     pins.write_text(f'package = "demo"\n\n{one}\n{two}')
     remove_release(pins, "1.0.0")
     assert pins.read_text() == f'package = "demo"\n\n{two}'
+
+
+def test_follow_keeps_the_torch_a_set_is_proven_on_stated(demo_project, monkeypatch, tmp_path):
+    """With [torch] in sets.toml, a line's wheel names the torch it is proven on: the new line, once `latest` names
+    it, is proven on that set's torch, keeps its first build number, and the tree follow writes passes lint."""
+    latest_only(demo_project)
+    floor = torchaxis.declared_floor([])  # the demo's releases declare no torch
+    sets = demo_project.root / "overlay" / "sets.toml"
+    sets.write_text(
+        sets.read_text() + f'\n[torch]\nsuite = "2.13.0"\nnewest = "2.14.1"\n[torch.floor]\nlatest = "{floor}"\n'
+    )
+    demo_project.bump()
+    demo_project.add_release("1.1.0", b"# a new first line\n" + CORE)
+    proofs(monkeypatch, tmp_path)
+    (done,) = follow.follow(demo_project.load(), None, Prover(), log=print)
+    assert done.stop is None, done.stop
+    project = config.load(demo_project.root)
+    new = project.line("demo")
+    assert new.version == "1.1.0" and new.proven_torch == (floor, "2.13.0", "2.14.1")
+    assert new.build is not None and new.build.number == 1, "a line made by this run keeps its first number"
+    assert follow.lint(project) == [] and lint.torch_problems(project) == []
+
+
+def test_set_floor_and_add_set_write_the_floor_and_keep_every_other_line(tmp_path):
+    sets = tmp_path / "sets.toml"
+    text = '[set.latest]\ndemo = "1.0.0"\n\n[torch]\nsuite = "2.13.0"\nnewest = "2.14.1"\n\n'
+    text += '[torch.floor]\nlatest = "2.6.0"  # kept\n\n[suite]\nsets = ["latest"]\n'
+    sets.write_text(text)
+    assert set_floor(sets, "latest", "2.7.0")
+    assert 'latest = "2.7.0"  # kept\n' in sets.read_text()
+    add_set(sets, "v4.53", {"demo": "0.9.0"}, "2.1.0")
+    data = __import__("tomllib").loads(sets.read_text())
+    assert data["torch"]["floor"] == {"latest": "2.7.0", "v4.53": "2.1.0"} and data["set"]["v4.53"] == {"demo": "0.9.0"}
+    assert data["suite"] == {"sets": ["latest"]}
+    plain = tmp_path / "plain.toml"
+    plain.write_text('[set.latest]\ndemo = "1.0.0"\n')
+    assert not set_floor(plain, "latest", "2.7.0"), "a file without [torch] states no floor"

@@ -315,10 +315,9 @@ def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], Non
     before = None if members is None else members[done.package]
     if members is None:
         companions = {p: project.line(p).version for p in project.packages() if p != done.package}
-        add_set(project.sets_file, done.set_name, {done.package: done.version, **companions})
-        done.set_change = f"the set {done.set_name} (new): " + ", ".join(
-            f"{p} {v}" for p, v in {done.package: done.version, **companions}.items()
-        )
+        members = {done.package: done.version, **companions}
+        add_set(project.sets_file, done.set_name, members, follow.set_floor_of(project, members))
+        done.set_change = f"the set {done.set_name} (new): " + ", ".join(f"{p} {v}" for p, v in members.items())
     else:
         set_member(project.sets_file, done.set_name, done.package, done.version)
         done.set_change = f"the set {done.set_name}: {done.package} {before} -> {done.version}"
@@ -331,6 +330,7 @@ def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], Non
         say(f"[suite] proves the set {done.set_name}: it names the newest line of {done.package} {major}.x")
     if before is not None:
         done.retired = follow.retire(config.load(work.root), done.package, say, only={f"{done.package}/{before}"})
+    follow.restate_torch(work.root, [done.set_name], {f"{done.package}/{done.version}"}, say)
     project = config.load(work.root)
     line = project.line(done.package, done.version)
     say(f"the matrix: the line {line.key} on every release newer than it")

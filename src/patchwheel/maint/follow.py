@@ -31,16 +31,17 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from .. import config, fetch, patches, vendored
+from .. import buildno, config, fetch, patches, vendored
 from ..build import build
-from ..config import Artifact, Project, ReleaseLine
+from ..config import Artifact, BuildRecord, Project, ReleaseLine
 from ..errors import MatrixError, PatchwheelError
-from ..lint import suite_problems
+from ..lint import set_floor as set_floor_of
+from ..lint import suite_problems, torch_problems
 from ..matrix import Matrix
 from ..patches import Patch
 from ..reporter import CONSOLE
 from . import proofenv, rebase, submission, upstream
-from .scratch import Scratch, TreeChanged, record_retired, remove_release, set_member
+from .scratch import Scratch, TreeChanged, record_retired, remove_release, set_floor, set_member
 from .selection import Selection
 from .setruns import Run
 
@@ -195,7 +196,34 @@ def _carry_all(
             done.moved = f"{LATEST}: {pkg} {done.newest} -> {version}"
             say(f"the set {LATEST} now names {pkg} {version}")
         done.retired += retire(config.load(root), pkg, say)
+        restate_torch(root, [LATEST], {f"{pkg}/{version}"}, say)
     return None
+
+
+def restate_torch(root: Path, changed: list[str], made: set[str], say: Callable[[str], None]) -> None:
+    """After the sets ``changed`` were changed: each one's torch floor as its releases now declare it
+    (``[torch.floor]``), and the build record of every line whose record names other inputs now (a line's wheel
+    names the torch it is proven on). A line this run made (``made``: line keys) keeps its first number; any
+    other takes the next one."""
+    project = config.load(root)
+    if project.torch is None:
+        return
+    for name in changed:
+        floor = set_floor_of(project, project.sets[name])
+        if floor != project.torch.floors.get(name) and set_floor(project.sets_file, name, floor):
+            say(f"[torch.floor] {name}: {project.torch.floors.get(name)} -> {floor} (its releases declare it)")
+    project = config.load(root)
+    for line in project.all_lines():
+        if line.build is None or line.build.inputs == buildno.inputs_digest(line):
+            continue
+        if line.key in made:
+            buildno.write_record(
+                project.pins_file(line.package),
+                line.version,
+                BuildRecord(line.build.number, buildno.inputs_digest(line)),
+            )
+        else:
+            buildno.bump(project, line, log=say)
 
 
 def as_judged(verdicts: list[Verdict]) -> Callable[[Patch], proofenv.ProofOutcome]:
@@ -352,7 +380,7 @@ def lint(project: Project) -> list[str]:
     modules."""
     matrix = Matrix.load(project.status_json)
     out = [f"{line.key}: {p}" for line in project.all_lines() for p in submission.lint_line(project, line, matrix)]
-    return out + suite_problems(project) + vendored.check(project)
+    return out + suite_problems(project) + torch_problems(project) + vendored.check(project)
 
 
 def _by_hand(pkg: str, version: str) -> list[str]:

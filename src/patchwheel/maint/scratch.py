@@ -176,9 +176,35 @@ def set_member(sets_file: Path, set_name: str, package: str, version: str) -> No
     _write_checked(sets_file, "".join(lines), reads_back, f'set {package} = "{version}" in [set.{quoted}] by hand')
 
 
-def add_set(sets_file: Path, name: str, members: dict[str, str]) -> None:
+def set_floor(sets_file: Path, set_name: str, floor: str) -> bool:
+    """``<set_name> = "<floor>"`` in ``[torch.floor]`` of overlay/sets.toml (changed, or added at the table's end),
+    every other line kept; False where the file has no such table (it states no torch)."""
+    lines = sets_file.read_text().splitlines(keepends=True)
+    span = _table(lines, "torch.floor")
+    if span is None:
+        return False
+    key = re.compile(rf"""^\s*(["']?){re.escape(set_name)}\1\s*=""")
+    at = next((i for i in range(*span) if key.match(lines[i])), None)
+    quoted = set_name if re.fullmatch(r"[A-Za-z0-9_-]+", set_name) else f'"{set_name}"'
+    if at is None:
+        end = span[1]
+        while end > span[0] + 1 and not lines[end - 1].strip():
+            end -= 1  # before the blank lines that close the table
+        lines.insert(end, f'{quoted} = "{floor}"\n')
+    else:
+        lines[at] = re.sub(r"=\s*(\"[^\"]*\"|'[^']*')", f'= "{floor}"', lines[at], count=1)
+
+    def reads_back(data: dict) -> bool:
+        return data["torch"]["floor"][set_name] == floor
+
+    _write_checked(sets_file, "".join(lines), reads_back, f'write {quoted} = "{floor}" in [torch.floor] by hand')
+    return True
+
+
+def add_set(sets_file: Path, name: str, members: dict[str, str], floor: str | None = None) -> None:
     """A new ``[set.<name>]`` table after the other sets of overlay/sets.toml (before ``[suite]`` and the comments
-    above it, where the file has one), every other line kept."""
+    above it, where the file has one), every other line kept; with ``floor``, its torch floor too, in the same
+    write (a set without one is refused when the file has [torch])."""
     lines = (sets_file.read_text() if sets_file.is_file() else "").splitlines(keepends=True)
     quoted = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{name}"'
     table = f"# Made by `patchwheel derive` for users who pin {next(iter(members))} {next(iter(members.values()))}.\n"
@@ -189,9 +215,16 @@ def add_set(sets_file: Path, name: str, members: dict[str, str]) -> None:
         at -= 1  # the comments just above [suite] are its own
     head, tail = "".join(lines[:at]).rstrip("\n"), "".join(lines[at:])
     new = (head + "\n\n" if head.strip() else "") + table + ("\n" + tail if tail else "")
+    if floor is not None and "[torch.floor]" in new:
+        floors = new.index("[torch.floor]")
+        end = new.find("\n[", floors + 1)
+        end = len(new.rstrip("\n")) if end == -1 else len(new[:end].rstrip("\n"))
+        new = new[:end] + f'\n{quoted} = "{floor}"' + new[end:]
 
     def reads_back(data: dict) -> bool:
-        return data["set"][name] == members
+        return data["set"][name] == members and (
+            floor is None or "torch" not in data or data["torch"]["floor"][name] == floor
+        )
 
     _write_checked(sets_file, new, reads_back, f"add it by hand: {table}")
 
