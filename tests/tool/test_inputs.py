@@ -384,7 +384,7 @@ def test_unknown_sets_key_is_refused_with_a_suggestion(demo_project):
     sets.write_text('[sets.default]\ndemo = "1.0.0"\n')
     with pytest.raises(PatchwheelError) as err:
         demo_project.load()
-    assert err.value.message == f"{sets}: unknown key 'sets' (did you mean 'set'?); known keys: set, suite"
+    assert err.value.message == f"{sets}: unknown key 'sets' (did you mean 'set'?); known keys: set, suite, torch"
     sets.write_text('set = "default"\n')
     with pytest.raises(PatchwheelError, match=r"sets.toml: 'set' must be a table of sets"):
         demo_project.load()
