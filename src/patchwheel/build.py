@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import buildno, rewrite, staging, vendored
+from . import buildno, records, rewrite, staging, vendored
 from . import fetch as fetch_mod
 from .apply import apply_line
 from .config import Project, ReleaseLine
@@ -31,7 +31,7 @@ from .distdir import DistWheel, check_dist_path, read_previous, wheel_manifest
 from .errors import DistError, PatchwheelError
 from .index import write_simple
 from .names import DIST_RECORD
-from .patches import Patch, load_series
+from .patches import Patch, load_series, series_names
 from .reporter import CONSOLE
 from .verify import verify
 
@@ -47,11 +47,13 @@ class Built:
     seconds: float
 
 
+def _line_fields(line: ReleaseLine) -> tuple[str, str, str, str]:
+    return line.package, line.version, line.fixed_version, line.wheel.sha256
+
+
 def _dist_wheel(b: Built) -> DistWheel:
     """A wheel this build made, as build.json records it."""
-    line = b.line
-    patches = tuple(p.name for p in b.patches)
-    return DistWheel(b.filename, b.sha256, line.package, line.version, line.fixed_version, line.wheel.sha256, patches)
+    return DistWheel(b.filename, b.sha256, *_line_fields(b.line), tuple(p.name for p in b.patches))
 
 
 def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[str, bytes | None]) -> dict:
@@ -94,6 +96,7 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     verify(line, dest, upstream_wheel, patches, entries)  # verify: by reverse-apply, and against overlay/ (vendored)
     vendored.check_wheel(line, dest, patched)
     sha = fetch_mod.sha256_file(dest)
+    records.remember_built(line, names.filename, sha)
     return Built(line, names.filename, sha, patches, time.perf_counter() - t0)
 
 
@@ -141,13 +144,16 @@ def _keep(
     project: Project, lines: list[ReleaseLine], previous: list[DistWheel] | None, dist: Path, stage: Path, log
 ) -> list[DistWheel]:
     """The wheels of the lines this run does not rebuild, from dist/: a build of one line must not wipe the others
-    Each is checked against build.json (present, its sha256), then made again into the staging folder from the
+    Each is checked against build.json (present, its sha256), then against the record this tool kept in its own
+    cache when it built that wheel (:mod:`records`: the sha256 it made from the line's inputs as they are now). A
+    wheel with a matching record is copied into the staging folder; one without is made again there from the
     pinned upstream wheel and the line's series, and kept only when that gives the same name and bytes: build.json
     is no proof, whoever changed a wheel can change it too. Wheels of lines that are no longer pinned
     are dropped, as a full build drops them."""
     rebuilt = {(line.package, Version(line.version)) for line in lines}
     pinned = {(line.package, Version(line.version)): line for line in project.all_lines()}
     checked: list[tuple[DistWheel, ReleaseLine]] = []
+    recorded: dict[str, bool] = {}  # a record of this tool's cache names its bytes (records.built_matches)
     outdated: list[tuple[DistWheel, ReleaseLine]] = []
     for w in previous or []:
         if w.key in rebuilt:
@@ -162,7 +168,10 @@ def _keep(
         got = fetch_mod.sha256_file(source)
         if got != w.sha256:
             raise DistError(f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT)
-        (outdated if _outdated(w, line, source) else checked).append((w, line))
+        recorded[w.filename] = w.filename == rewrite.wheel_names(line).filename and records.built_matches(
+            line, w.filename, got
+        )
+        (outdated if not recorded[w.filename] and _outdated(w, line, source) else checked).append((w, line))
     if outdated:
         paths = [f"{dist}/{w.filename}" for w, _ in outdated]
         one = len(paths) == 1
@@ -176,6 +185,13 @@ def _keep(
     kept = []
     for w, line in checked:
         source = dist / w.filename
+        if recorded.get(w.filename):
+            shutil.copyfile(source, stage / w.filename)
+            if fetch_mod.sha256_file(stage / w.filename) == w.sha256:  # the copy, as it is published
+                log(f"kept {w.filename} (this tool built it from the same inputs: its record in the tool's cache)")
+                names = tuple(series_names(line))  # as the record's inputs name them (lint passed when it was made)
+                kept.append(DistWheel(w.filename, w.sha256, *_line_fields(line), names))
+                continue
         try:
             b = build_line(line, stage, log=lambda m: log(f"      {m}"))
         except PatchwheelError as exc:
