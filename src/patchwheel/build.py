@@ -83,19 +83,40 @@ def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[st
 
 
 def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
+    """One line's +fixed wheel, verified. Each member of the pinned wheel is inflated at most once, and only those
+    the build changes or reads: the others are copied raw, their RECORD rows taken from upstream's RECORD, which the
+    first build from that pinned wheel audits whole (:mod:`records`; until then every member is inflated once)."""
     t0 = time.perf_counter()
-    patches = load_series(line)  # lint
+    patches = load_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
     buildno.check(line)  # the wheel's name must be the series' own
-    upstream_wheel = fetch_mod.fetch(line.package, line.wheel, log=log)  # fetch
-    entries = rewrite.read(upstream_wheel)
-    patched = apply_line(line, patches, {e.name: e.data for e in entries})  # apply
+    upstream_wheel, blob = fetch_mod.fetch_verified(line.package, line.wheel, log=log)  # fetch
+    names = rewrite.wheel_names(line)
+    record = f"{names.old_distinfo}/RECORD"
+    if records.audited(line.wheel.sha256):
+        touched = {w for p in patches for t in p.touched if (w := line.wheel_path(t)) is not None}
+        wanted = (
+            touched
+            | {f"{line.import_name}/__init__.py", record}
+            | {f"{names.old_distinfo}/{n}" for n in ("METADATA", "WHEEL")}
+        )
+        entries = rewrite.scan(upstream_wheel, blob, wanted.__contains__)
+        rows = rewrite.record_rows(rewrite.inflated(upstream_wheel, next(e for e in entries if e.name == record)))
+    else:
+        entries = rewrite.scan(upstream_wheel, blob, lambda name: True)
+        if (audited := rewrite.audit(entries, record)) is not None:
+            records.remember_audited(line.wheel.sha256)
+        rows = audited or {}
+    files = rewrite.Members(upstream_wheel, entries)
+    patched = apply_line(line, patches, files)  # apply
     manifest = manifest_for(line, patches, patched)  # rewrite
-    names, new_entries = rewrite.plan(line, entries, patched, manifest)
+    new_entries = rewrite.plan(line, entries, patched, manifest, rows)[1]
     dest = out_dir / names.filename
     rewrite.write(new_entries, dest)
-    verify(line, dest, upstream_wheel, patches, entries)  # verify: by reverse-apply, and against overlay/ (vendored)
-    vendored.check_wheel(line, dest, patched)
-    sha = fetch_mod.sha256_file(dest)
+    built = dest.read_bytes()
+    in_wheel: dict[str, bytes | None] = {}
+    verify(line, dest, upstream_wheel, patches, entries, built_bytes=built, upstream_rows=rows, files=in_wheel)
+    vendored.check_wheel(line, dest, patched, in_wheel)  # the patched files, as the wheel holds them
+    sha = hashlib.sha256(built).hexdigest()
     records.remember_built(line, names.filename, sha)
     return Built(line, names.filename, sha, patches, time.perf_counter() - t0)
 
