@@ -4,8 +4,9 @@ Named steps, as in pypa/vendoring's sync: lint -> fetch -> apply -> rewrite -> v
 index -> pins -> swap into dist/. Everything is written into a staging folder beside dist/ and swapped in
 only after every step passed, so a failure leaves dist/ exactly as it was.
 
-Building some lines keeps the wheels of the others (each rebuilt from its pinned upstream wheel and series, and
-kept only when the bytes are the same), and the index, pins and build.json always describe every wheel in dist/.
+Building some lines keeps the wheels of the others (each kept on this tool's record of the bytes it built from the
+line's inputs as they are now, :mod:`records`, or else rebuilt and kept only when the bytes are the same), and the
+index, pins and build.json always describe every wheel in dist/.
 A build replaces only a dist/ it made (:mod:`distdir`). How the staging folder is claimed, swept and swapped in
 while dist/ is being served: see :mod:`staging`.
 """
@@ -166,8 +167,9 @@ def _keep(
 ) -> list[DistWheel]:
     """The wheels of the lines this run does not rebuild, from dist/: a build of one line must not wipe the others
     Each is checked against build.json (present, its sha256), then against the record this tool kept in its own
-    cache when it built that wheel (:mod:`records`: the sha256 it made from the line's inputs as they are now). A
-    wheel with a matching record is copied into the staging folder; one without is made again there from the
+    cache when it built that wheel (:mod:`records`: the sha256 it made from the line's inputs as they are now), as
+    the staging folder holds it (:func:`_stage`). A wheel with a matching record is kept; one without is made
+    again there from the
     pinned upstream wheel and the line's series, and kept only when that gives the same name and bytes: build.json
     is no proof, whoever changed a wheel can change it too. Wheels of lines that are no longer pinned
     are dropped, as a full build drops them."""
@@ -186,7 +188,9 @@ def _keep(
         source = dist / w.filename
         if not source.is_file():
             raise DistError(f"dist/ is damaged: {source} is missing (build.json lists it)", _CLEAN_HINT)
-        got = fetch_mod.sha256_file(source)
+        staged = stage / w.filename
+        _stage(source, staged)
+        got = fetch_mod.sha256_file(staged)  # what is hashed is what the new dist/ holds
         if got != w.sha256:
             raise DistError(f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT)
         recorded[w.filename] = w.filename == rewrite.wheel_names(line).filename and records.built_matches(
@@ -206,13 +210,12 @@ def _keep(
     kept = []
     for w, line in checked:
         source = dist / w.filename
-        if recorded.get(w.filename):
-            shutil.copyfile(source, stage / w.filename)
-            if fetch_mod.sha256_file(stage / w.filename) == w.sha256:  # the copy, as it is published
-                log(f"kept {w.filename} (this tool built it from the same inputs: its record in the tool's cache)")
-                names = tuple(series_names(line))  # as the record's inputs name them (lint passed when it was made)
-                kept.append(DistWheel(w.filename, w.sha256, *_line_fields(line), names))
-                continue
+        if recorded[w.filename]:
+            log(f"kept {w.filename} (this tool built it from the same inputs: its record in the tool's cache)")
+            names = tuple(series_names(line))  # as the record's inputs name them (lint passed when it was made)
+            kept.append(DistWheel(w.filename, w.sha256, *_line_fields(line), names))
+            continue
+        (stage / w.filename).unlink()  # (the rebuild writes its own file there, never through the link)
         try:
             b = build_line(line, stage, log=lambda m: log(f"      {m}"))
         except PatchwheelError as exc:
@@ -228,6 +231,15 @@ def _keep(
         log(f"kept {w.filename} (a rebuild from the pinned wheel and the series gives the same bytes)")
         kept.append(_dist_wheel(b))
     return kept
+
+
+def _stage(source: Path, staged: Path) -> None:
+    """A kept wheel into the staging folder: a hard link where the filesystem has them (nothing is copied; every
+    write of the build makes a new file, :func:`zipwrite.write`), else a copy."""
+    try:
+        os.link(source, staged, follow_symlinks=False)
+    except OSError:
+        shutil.copyfile(source, staged, follow_symlinks=False)
 
 
 def _outdated(w: DistWheel, line: ReleaseLine, path: Path) -> bool:

@@ -93,9 +93,14 @@ class Entry:
     member) upstream's compressed bytes; ``row``: its RECORD hash and size where its content was not inflated."""
 
     info: zipfile.ZipInfo
-    data: bytes | None
+    content: bytes | None
     raw: bytes | None = None
     row: tuple[str, str] | None = None
+
+    @property
+    def data(self) -> bytes:
+        """Its content, which the caller knows was read (every member :func:`read` gives)."""
+        return _need(self.name, self.content)
 
     @property
     def name(self) -> str:
@@ -118,7 +123,7 @@ def record_rows(record: bytes) -> dict[str, tuple[str, str]]:
 
 def contents(entries: list[Entry]) -> dict[str, bytes]:
     """Each member's content by name, from :func:`read` (which inflates them all)."""
-    return {e.name: _need(e.name, e.data) for e in entries}
+    return {e.name: e.data for e in entries}
 
 
 def _need(name: str, data: bytes | None) -> bytes:
@@ -130,7 +135,7 @@ def _need(name: str, data: bytes | None) -> bytes:
 def audit(entries: list[Entry], record_name: str) -> dict[str, tuple[str, str]] | None:
     """Upstream's RECORD rows, when they are right: every member inflated (:func:`read`) is listed once with its
     sha256 and size, and nothing else is. None otherwise (the build then hashes every member itself)."""
-    by_name = {e.name: e.data for e in entries}
+    by_name = {e.name: e.content for e in entries}
     record = by_name.get(record_name)
     if record is None or None in by_name.values():
         return None
@@ -161,7 +166,7 @@ def plan(
     existing = {e.name for e in upstream}
     created = sorted(p for p, d in patched.items() if d is not None and p not in existing)
     for e in upstream:
-        name, data, raw = e.name, e.data, e.raw
+        name, data, raw = e.name, e.content, e.raw
         if name.startswith(names.old_distinfo + "/"):
             name = names.new_distinfo + name[len(names.old_distinfo) :]
             if name == f"{names.new_distinfo}/RECORD":
@@ -196,7 +201,7 @@ def plan(
             if upstream_rows is None or e.name not in upstream_rows:
                 raise VerifyError(f"{e.name} was not read and has no audited RECORD row", "report this")
             row = upstream_rows[e.name]
-        out.append(Entry(_info(e.info, name), data, raw if data is e.data else None, row))
+        out.append(Entry(_info(e.info, name), data, raw if data is e.content else None, row))
     if record_at is None or metadata_info is None or record_info is None:
         raise VerifyError(
             f"{line.wheel.filename} has no {names.old_distinfo}/RECORD or METADATA",
@@ -207,7 +212,7 @@ def plan(
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
     for e in out:
-        writer.writerow([e.name, *(e.row or (record_hash(e.data), len(e.data)))])  # type: ignore[arg-type]
+        writer.writerow([e.name, *(e.row or (record_hash(e.data), len(e.data)))])
     record_name = f"{names.new_distinfo}/RECORD"
     writer.writerow([record_name, "", ""])
     out.insert(record_at + 1, Entry(_info(record_info, record_name), rows.getvalue().encode()))
@@ -233,8 +238,8 @@ def scan(path, blob: bytes, wanted: Callable[[str], bool]) -> list[Entry]:
 
 def inflated(path, e: Entry) -> bytes:
     """A member's content: as read, or inflated now from its compressed bytes (bounded, CRC-checked)."""
-    if e.data is not None:
-        return e.data
+    if e.content is not None:
+        return e.content
     assert e.raw is not None  # (every member :func:`scan` gives has its compressed bytes)
     try:
         return _content(path, e.info, e.raw)

@@ -84,7 +84,7 @@ def verify(
 
     def row(name: str) -> tuple[str, str]:
         e = old_data.entries[name] if name in same else new_data.entries[name]
-        if e.data is None and name in same and upstream_rows is not None and e.name in upstream_rows:
+        if e.content is None and name in same and upstream_rows is not None and e.name in upstream_rows:
             return upstream_rows[e.name]
         data = old_data[name] if name in same else new_data[name]
         return record_hash(data), str(len(data))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 import zipfile
 import zlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import VerifyError
@@ -33,18 +34,18 @@ def _deflate(data: bytes) -> bytes:
 def write(entries: list[Entry], dest) -> None:
     """Write a plain PKZIP archive: unchanged entries keep their compressed bytes, changed ones are deflated."""
     central = []
-    with open(dest, "wb") as fh:
+    Path(dest).unlink(missing_ok=True)  # a new file: never written through a link to another (build._stage)
+    with open(dest, "xb") as fh:
         for e in entries:
             zi = e.info
             if e.raw is not None:
                 method, raw = zi.compress_type, e.raw
             else:
-                assert e.data is not None  # (a member is either copied raw or written from its content)
                 method = zipfile.ZIP_DEFLATED if zi.compress_type == zipfile.ZIP_DEFLATED else zipfile.ZIP_STORED
                 raw = _deflate(e.data) if method == zipfile.ZIP_DEFLATED else e.data
             name = zi.filename.encode("utf-8")
             flags = 0x800 if not zi.filename.isascii() else 0
-            crc, size = (zi.CRC, zi.file_size) if e.data is None else (zlib.crc32(e.data), len(e.data))
+            crc, size = (zi.CRC, zi.file_size) if e.content is None else (zlib.crc32(e.data), len(e.data))
             offset = fh.tell()
             if max(len(raw), size, offset) >= _LIMIT:
                 raise VerifyError(
