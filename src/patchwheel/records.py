@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import buildno
 from .config import ReleaseLine, cache_dir
+from .errors import PatchwheelError
 from .names import SHA256
 
 _SCHEMA = 1
@@ -96,7 +97,11 @@ def remember_built(line: ReleaseLine, filename: str, sha256: str) -> None:
 def built_matches(line: ReleaseLine, filename: str, sha256: str) -> bool:
     """Whether this tool built ``filename`` with this ``sha256`` (the sha256 of the file as it is now) from the
     line's inputs as they are now."""
-    record = _read(_folder("built") / line_key(line))
+    try:
+        key = line_key(line)
+    except PatchwheelError:  # a series that cannot be read has no record: the caller says what is wrong with it
+        return False
+    record = _read(_folder("built") / key)
     return SHA256.match(sha256) is not None and record == {"filename": filename, "sha256": sha256}
 
 

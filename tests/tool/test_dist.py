@@ -245,6 +245,25 @@ def test_a_kept_wheel_with_this_tools_record_is_not_rebuilt(demo_project, monkey
     assert _snapshot(dist) == before
 
 
+@pytest.mark.parametrize("damage", ["not JSON", "another sha256", "a list"])
+def test_a_damaged_record_is_no_match_and_the_kept_wheel_is_rebuilt(demo_project, monkeypatch, damage):
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    made = _counting_builds(monkeypatch)
+    _build(demo_project)
+    for record in (demo_project.cache / "records" / "built").iterdir():
+        text = {
+            "not JSON": "{",
+            "another sha256": record.read_text().replace('"sha256": "', '"sha256": "0'),
+            "a list": "[]",
+        }
+        record.write_text(text[damage])
+    before = _snapshot(dist)
+    _build(demo_project, select=["demo==1.0.0"])
+    assert made[2:] == ["1.1.0", "1.0.0"], "no record: the kept wheel is proven by a rebuild"
+    assert _snapshot(dist) == before
+
+
 @pytest.mark.parametrize("forged", ["build.json", "build.json and the record's file name"])
 def test_a_changed_kept_wheel_with_a_forged_build_json_is_rebuilt_and_refused(demo_project, monkeypatch, forged):
     """Whoever can write dist/ can change a kept wheel and build.json to match, not the tool's record of what it
