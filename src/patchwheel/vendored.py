@@ -23,7 +23,6 @@ import hashlib
 import json
 import re
 import shutil
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -65,7 +64,7 @@ class Vendored:
 def _license(entries: list[rewrite.Entry]) -> tuple[bytes | None, str]:
     """The wheel's license file (METADATA's first License-File, under .dist-info/ or .dist-info/licenses/) and
     the license as METADATA names it."""
-    by_name = rewrite.contents(entries)
+    by_name = {e.name: e.data for e in entries}
     meta_name = next((n for n in by_name if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
     if meta_name is None:
         return None, "not stated"
@@ -83,7 +82,7 @@ def generate(line: ReleaseLine, series: list[Patch] | None = None) -> Vendored:
     """pristine wheel + series -> the line's vendored files (the wheel is fetched and sha256-verified)."""
     series = load_series(line, messages=False) if series is None else series
     entries = rewrite.read(fetch.fetch(line.package, line.wheel))
-    patched = apply_line(line, series, rewrite.contents(entries))
+    patched = apply_line(line, series, {e.name: e.data for e in entries})
     modules = {w: d for w, d in sorted(patched.items()) if d is not None}
     license, stated = _license(entries)
     record = {
@@ -368,15 +367,9 @@ def check(project: Project, lines: list[ReleaseLine] | None = None) -> list[str]
     return problems
 
 
-def check_wheel(
-    line: ReleaseLine, built: Path, patched: dict[str, bytes | None], in_wheel: dict[str, bytes | None] | None = None
-) -> None:
-    """The rewritten wheel's patched files, read back from the wheel (``in_wheel``: as verify read them from it),
-    equal overlay/<pkg>/<version>/."""
-    if in_wheel is None:
-        with zipfile.ZipFile(built) as zf:  # only the patched members: not a second read of the whole wheel
-            names = set(zf.namelist())
-            in_wheel = {rel: rewrite.read_member(zf, rel) for rel in patched if rel in names}
+def check_wheel(line: ReleaseLine, built: Path, patched: dict[str, bytes | None], in_wheel: dict) -> None:
+    """The rewritten wheel's patched files (``in_wheel``: as verify read them back from it) equal
+    overlay/<pkg>/<version>/."""
     folder = line.vendor_dir
     have = {rel for rel in _on_disk(folder) if rel not in _OWN}
     hint = (
