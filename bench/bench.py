@@ -19,6 +19,9 @@
 7. from "a release is on the index" to "its line is proven and written": `patchwheel follow transformers` in a copy
    of the project whose transformers pins, lines and sets are those of the commit before the newest transformers
    line was added (all else as it is now), so the newest release is new to it again.
+8. what the build costs per line, CPU and wall, against the physical limit measured in the same run (hash the
+   pinned wheel, read its central directory, copy every member raw), and a one-line build with the other lines in
+   dist/ against the same build into an empty dist/ (bench/buildcost.py, which also runs alone).
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ from patchwheel import config, fetch, patches  # noqa: E402
 from patchwheel.apply import git_env  # noqa: E402
 from patchwheel.maint import textcheck  # noqa: E402
 from patchwheel.maint.workrepo import release_files  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+import buildcost  # noqa: E402
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -292,6 +298,7 @@ def main() -> int:
             ("transformers wheel, warm cache: patched sdist + pip wheel", f"{s:.2f} s", f"median of {len(slow)}")
         )
         rows.append(("speed-up of the rewrite", f"{s / f:.1f}x", "target: at least 5x, rewrite at most 2 s"))
+        rows += buildcost.rows(ROOT, args.repeat, tmp / "cost")
         target = {v: a for v, a, _ in fetch.releases(line.package)}["4.53.3"]
         touched = sorted({t for p in series for t in p.touched})
         old = {k: v for k, v in release_files(line, touched).items() if v is not None}

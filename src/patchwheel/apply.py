@@ -17,11 +17,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from .config import ReleaseLine
-from .errors import ApplyError
+from .errors import ApplyError, PatchError
 from .gitops import git_env as git_env  # re-exported: mutants.py runs its own git apply with it
-from .gitops import try_git
-from .patches import Patch
+from .gitops import parse_numstat, run_git, try_git
+from .patches import Patch, git_disagrees
 from .tempfolder import TempFolder
+from .undo import undo_series
+
+_LINT_HINT = "fix each point above; `python -m patchwheel lint` re-checks"
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _NO_FILE = re.compile(r"^error: (.+): (No such file or directory|does not exist in index)$", re.M)
@@ -83,6 +86,15 @@ def read_regular(root: Path, rel: str) -> bytes | None:
             os.close(fd)
 
 
+def _git_would_find_a_repository(root: Path) -> bool:
+    """Whether git, run in ``root`` with :func:`gitops.git_env` (no GIT_DIR; GIT_CEILING_DIRECTORIES stops it at
+    ``root``'s parent), would take it for a work tree or a repository: a ``.git`` in it, or the files of a bare
+    repository (``HEAD``, ``objects/``, ``refs/``). (``git rev-parse`` said so, one process per tree.)"""
+    if os.path.lexists(root / ".git"):
+        return True
+    return all(os.path.lexists(root / name) for name in ("HEAD", "objects", "refs"))
+
+
 class ScratchTree(TempFolder):
     """A temporary tree laid out like upstream's git tree, holding only the files the series touches."""
 
@@ -95,7 +107,7 @@ class ScratchTree(TempFolder):
                 p = self.root / rel
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_bytes(data)
-            if try_git(self.root, "rev-parse", "--is-inside-work-tree")[0] == 0:  # git apply would skip every file
+            if _git_would_find_a_repository(self.root):  # git apply would skip every file
                 raise ApplyError(
                     f"scratch tree {self.root} is inside a git work tree",
                     "set TMPDIR to a folder outside any git repository",
@@ -120,6 +132,11 @@ def apply_series(
     """
     touched = sorted({p for patch in patches for p in patch.touched})
     start = {p: d for p in touched if (d := read_upstream(p)) is not None}
+    if patches and (done := _apply_at_once(patches, start, touched)) is not None:
+        return done
+    for patch in patches:  # lint's check, where the build left it to the one git process above
+        if disagreement := git_disagrees(patch):
+            raise PatchError(f"patch series of {where} is not valid:\n  - {disagreement}", _LINT_HINT)
     with ScratchTree(start) as tree:
         for patch in patches:
             rc, out = _git_apply(tree.root, patch)
@@ -142,6 +159,23 @@ def apply_series(
                     "report this: the scratch tree must be outside any git work tree",
                 )
         return tree.read(touched)
+
+
+def _apply_at_once(patches: list[Patch], start: dict[str, bytes], touched: list[str]) -> dict[str, bytes | None] | None:
+    """The series applied by one ``git apply`` process (it applies its patch files in turn, each on what the one
+    before left), which also says what it applied (``--numstat``: it must be what lint reads, :func:`git_disagrees`),
+    and proven present by undoing it in memory (:mod:`undo`). None when any of that fails: the caller then applies
+    patch by patch, for the first problem and its message."""
+    with ScratchTree(start) as tree:
+        args = ["apply", "--whitespace=nowarn", "--numstat", "-z", "--apply", *(str(p.path) for p in patches)]
+        code, out = run_git(tree.root, *args)
+        if code != 0 or parse_numstat(out) != tuple((f.added, f.deleted, f.path) for p in patches for f in p.files):
+            return None
+        result = tree.read(touched)
+    back = undo_series(patches, result)
+    if back is None or any(back.get(p) != start.get(p) for p in touched):
+        return None
+    return result
 
 
 def reverse_series(patches: list[Patch], patched: dict[str, bytes | None]) -> dict[str, bytes | None]:

@@ -4,8 +4,9 @@ Named steps, as in pypa/vendoring's sync: lint -> fetch -> apply -> rewrite -> v
 index -> pins -> swap into dist/. Everything is written into a staging folder beside dist/ and swapped in
 only after every step passed, so a failure leaves dist/ exactly as it was.
 
-Building some lines keeps the wheels of the others (each rebuilt from its pinned upstream wheel and series, and
-kept only when the bytes are the same), and the index, pins and build.json always describe every wheel in dist/.
+Building some lines keeps the wheels of the others (each kept on this tool's record of the bytes it built from the
+line's inputs as they are now, :mod:`records`, or else rebuilt and kept only when the bytes are the same), and the
+index, pins and build.json always describe every wheel in dist/.
 A build replaces only a dist/ it made (:mod:`distdir`). How the staging folder is claimed, swept and swapped in
 while dist/ is being served: see :mod:`staging`.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import buildno, rewrite, staging, vendored
+from . import buildno, records, rewrite, staging, vendored
 from . import fetch as fetch_mod
 from .apply import apply_line
 from .config import Project, ReleaseLine
@@ -31,7 +32,7 @@ from .distdir import DistWheel, check_dist_path, read_previous, wheel_manifest
 from .errors import DistError, PatchwheelError
 from .index import write_simple
 from .names import DIST_RECORD
-from .patches import Patch, load_series
+from .patches import Patch, load_series, series_names
 from .reporter import CONSOLE
 from .verify import verify
 
@@ -47,14 +48,14 @@ class Built:
     seconds: float
 
 
+def _line_fields(line: ReleaseLine) -> tuple[str, str, str, str]:
+    return line.package, line.version, line.fixed_version, line.wheel.sha256
+
+
 def _dist_wheel(b: Built) -> DistWheel:
     """A wheel this build made, as build.json records it."""
-    line = b.line
     patches = tuple(p.name for p in b.patches)
-    return DistWheel(
-        b.filename, b.sha256, line.package, line.version, line.fixed_version, line.wheel.sha256, patches,
-        line.proven_torch,
-    )  # fmt: skip
+    return DistWheel(b.filename, b.sha256, *_line_fields(b.line), patches, b.line.proven_torch)
 
 
 def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[str, bytes | None]) -> dict:
@@ -84,19 +85,41 @@ def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[st
 
 
 def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
+    """One line's +fixed wheel, verified. Each member of the pinned wheel is inflated at most once, and only those
+    the build changes or reads: the others are copied raw, their RECORD rows taken from upstream's RECORD, which the
+    first build from that pinned wheel audits whole (:mod:`records`; until then every member is inflated once)."""
     t0 = time.perf_counter()
-    patches = load_series(line)  # lint
+    patches = load_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
     buildno.check(line)  # the wheel's name must be the series' own
-    upstream_wheel = fetch_mod.fetch(line.package, line.wheel, log=log)  # fetch
-    entries = rewrite.read(upstream_wheel)
-    patched = apply_line(line, patches, {e.name: e.data for e in entries})  # apply
+    upstream_wheel, blob = fetch_mod.fetch_verified(line.package, line.wheel, log=log)  # fetch
+    names = rewrite.wheel_names(line)
+    record = f"{names.old_distinfo}/RECORD"
+    if records.audited(line.wheel.sha256):
+        touched = {w for p in patches for t in p.touched if (w := line.wheel_path(t)) is not None}
+        wanted = (
+            touched
+            | {f"{line.import_name}/__init__.py", record}
+            | {f"{names.old_distinfo}/{n}" for n in ("METADATA", "WHEEL")}
+        )
+        entries = rewrite.scan(upstream_wheel, blob, wanted.__contains__)
+        rows = rewrite.record_rows(rewrite.inflated(upstream_wheel, next(e for e in entries if e.name == record)))
+    else:
+        entries = rewrite.scan(upstream_wheel, blob, lambda name: True)
+        if (audited := rewrite.audit(entries, record)) is not None:
+            records.remember_audited(line.wheel.sha256)
+        rows = audited or {}
+    files = rewrite.Members(upstream_wheel, entries)
+    patched = apply_line(line, patches, files)  # apply
     manifest = manifest_for(line, patches, patched)  # rewrite
-    names, new_entries = rewrite.plan(line, entries, patched, manifest)
+    new_entries = rewrite.plan(line, entries, patched, manifest, rows)[1]
     dest = out_dir / names.filename
     rewrite.write(new_entries, dest)
-    verify(line, dest, upstream_wheel, patches, entries)  # verify: by reverse-apply, and against overlay/ (vendored)
-    vendored.check_wheel(line, dest, patched)
-    sha = fetch_mod.sha256_file(dest)
+    built = dest.read_bytes()
+    in_wheel: dict[str, bytes | None] = {}
+    verify(line, dest, upstream_wheel, patches, entries, built_bytes=built, upstream_rows=rows, files=in_wheel)
+    vendored.check_wheel(line, dest, patched, in_wheel)  # the patched files, as the wheel holds them
+    sha = hashlib.sha256(built).hexdigest()
+    records.remember_built(line, names.filename, sha)
     return Built(line, names.filename, sha, patches, time.perf_counter() - t0)
 
 
@@ -144,13 +167,17 @@ def _keep(
     project: Project, lines: list[ReleaseLine], previous: list[DistWheel] | None, dist: Path, stage: Path, log
 ) -> list[DistWheel]:
     """The wheels of the lines this run does not rebuild, from dist/: a build of one line must not wipe the others
-    Each is checked against build.json (present, its sha256), then made again into the staging folder from the
+    Each is checked against build.json (present, its sha256), then against the record this tool kept in its own
+    cache when it built that wheel (:mod:`records`: the sha256 it made from the line's inputs as they are now), as
+    the staging folder holds it (:func:`_stage`). A wheel with a matching record is kept; one without is made
+    again there from the
     pinned upstream wheel and the line's series, and kept only when that gives the same name and bytes: build.json
     is no proof, whoever changed a wheel can change it too. Wheels of lines that are no longer pinned
     are dropped, as a full build drops them."""
     rebuilt = {(line.package, Version(line.version)) for line in lines}
     pinned = {(line.package, Version(line.version)): line for line in project.all_lines()}
     checked: list[tuple[DistWheel, ReleaseLine]] = []
+    recorded: dict[str, bool] = {}  # a record of this tool's cache names its bytes (records.built_matches)
     outdated: list[tuple[DistWheel, ReleaseLine]] = []
     for w in previous or []:
         if w.key in rebuilt:
@@ -162,10 +189,15 @@ def _keep(
         source = dist / w.filename
         if not source.is_file():
             raise DistError(f"dist/ is damaged: {source} is missing (build.json lists it)", _CLEAN_HINT)
-        got = fetch_mod.sha256_file(source)
+        staged = stage / w.filename
+        _stage(source, staged)
+        got = fetch_mod.sha256_file(staged)  # what is hashed is what the new dist/ holds
         if got != w.sha256:
             raise DistError(f"dist/ is damaged: {source} has sha256 {got}, build.json records {w.sha256}", _CLEAN_HINT)
-        (outdated if _outdated(w, line, source) else checked).append((w, line))
+        recorded[w.filename] = w.filename == rewrite.wheel_names(line).filename and records.built_matches(
+            line, w.filename, got
+        )
+        (outdated if not recorded[w.filename] and _outdated(w, line, source) else checked).append((w, line))
     if outdated:
         paths = [f"{dist}/{w.filename}" for w, _ in outdated]
         one = len(paths) == 1
@@ -179,6 +211,12 @@ def _keep(
     kept = []
     for w, line in checked:
         source = dist / w.filename
+        if recorded[w.filename]:
+            log(f"kept {w.filename} (this tool built it from the same inputs: its record in the tool's cache)")
+            names = tuple(series_names(line))  # as the record's inputs name them (lint passed when it was made)
+            kept.append(DistWheel(w.filename, w.sha256, *_line_fields(line), names, line.proven_torch))
+            continue
+        (stage / w.filename).unlink()  # (the rebuild writes its own file there, never through the link)
         try:
             b = build_line(line, stage, log=lambda m: log(f"      {m}"))
         except PatchwheelError as exc:
@@ -194,6 +232,15 @@ def _keep(
         log(f"kept {w.filename} (a rebuild from the pinned wheel and the series gives the same bytes)")
         kept.append(_dist_wheel(b))
     return kept
+
+
+def _stage(source: Path, staged: Path) -> None:
+    """A kept wheel into the staging folder: a hard link where the filesystem has them (nothing is copied; every
+    write of the build makes a new file, :func:`zipwrite.write`), else a copy."""
+    try:
+        os.link(source, staged, follow_symlinks=False)
+    except OSError:
+        shutil.copyfile(source, staged, follow_symlinks=False)
 
 
 def _outdated(w: DistWheel, line: ReleaseLine, path: Path) -> bool:

@@ -312,6 +312,20 @@ def _unchecked(package: str, artifact: Artifact, cache: Path, exc: PatchwheelErr
     )
 
 
+def fetch_verified(package: str, artifact: Artifact, *, log=None) -> tuple[Path, bytes]:
+    """:func:`fetch`, and the file's bytes, read once and verified against the pin: what is used is what was
+    hashed."""
+    _check_artifact(artifact)
+    target = cache_dir() / "sha256" / artifact.sha256 / artifact.filename
+    if target.is_file() and hashlib.sha256(data := target.read_bytes()).hexdigest() == artifact.sha256:
+        return target, data
+    path = fetch(package, artifact, log=log)  # (a damaged file in the cache is dropped there)
+    data = path.read_bytes()
+    if (got := hashlib.sha256(data).hexdigest()) != artifact.sha256:
+        raise _mismatch(artifact, got, str(path))
+    return path, data
+
+
 def fetch(package: str, artifact: Artifact, *, index: str | None = None, cache: Path | None = None, log=None) -> Path:
     """Return a local path to ``artifact``, verified against its pinned sha256."""
     _check_artifact(artifact)

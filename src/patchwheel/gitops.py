@@ -117,11 +117,22 @@ def numstat(patch: bytes) -> tuple[tuple[int, int, str], ...] | str:
         )
     if res.returncode != 0:
         return res.stderr.decode(errors="replace").strip() or f"git apply exited with status {res.returncode}"
-    out = []
-    for record in res.stdout.split(b"\0")[:-1]:  # "added<TAB>removed<TAB>path" (-z: the path as it is)
+    return parse_numstat(res.stdout)
+
+
+def parse_numstat(out: bytes) -> tuple[tuple[int, int, str], ...]:
+    """``git apply --numstat -z``'s records: "added<TAB>removed<TAB>path" (-z: the path as it is)."""
+    rows = []
+    for record in out.split(b"\0")[:-1]:
         added, removed, path = record.decode(errors="replace").split("\t", 2)
-        out.append((int(added) if added.isdigit() else -1, int(removed) if removed.isdigit() else -1, path))
-    return tuple(out)
+        rows.append((int(added) if added.isdigit() else -1, int(removed) if removed.isdigit() else -1, path))
+    return tuple(rows)
+
+
+def run_git(repo: Path, *args: str) -> tuple[int, bytes]:
+    """Like :func:`try_git`: the exit status and git's standard output alone, as bytes."""
+    res = subprocess.run(["git", *args], cwd=repo, env=git_env(repo), capture_output=True)
+    return res.returncode, res.stdout
 
 
 def scratch_repo(files: Mapping[str, bytes], message: str = "pristine") -> Path:

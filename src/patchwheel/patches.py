@@ -287,11 +287,13 @@ def series_names(line: ReleaseLine) -> list[str]:
     return names
 
 
-def load_series(line: ReleaseLine, *, messages: bool = True) -> list[Patch]:
+def load_series(line: ReleaseLine, *, messages: bool = True, numstat: bool = True) -> list[Patch]:
     """The release line's patches in series order, after a strict lint (raises on the first report). With
     ``messages=False`` the messages and trailers are not judged: the maintenance tools that change a patch's code
-    (vendor, refresh, new) work on a patch whose message is still being written."""
-    problems = lint_line(line, messages=messages)
+    (vendor, refresh, new) work on a patch whose message is still being written. With ``numstat=False`` what git
+    reads in each patch is left to the caller: the build asks the git process that applies the series
+    (:func:`apply.apply_series`), instead of one process per patch."""
+    problems = lint_line(line, messages=messages, numstat=numstat)
     if problems:
         raise PatchError(
             f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
@@ -338,9 +340,9 @@ def git_disagrees(patch: Patch) -> str | None:
     )
 
 
-def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = True) -> list[str]:
+def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = True, numstat: bool = True) -> list[str]:
     """Every problem of one release line's series, as readable strings (empty when clean); ``messages=False``
-    leaves out the checks of messages and trailers."""
+    leaves out the checks of messages and trailers, ``numstat=False`` :func:`git_disagrees` (see load_series)."""
     problems: list[str] = []
     try:
         names = series_names(line)
@@ -367,7 +369,7 @@ def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = T
             continue
         if cut := mailinfo_cut(patch):
             problems.append(cut)
-        if disagreement := git_disagrees(patch):
+        if numstat and (disagreement := git_disagrees(patch)):
             problems.append(disagreement)
         if messages:
             problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])

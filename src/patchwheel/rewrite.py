@@ -21,14 +21,17 @@ import re
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from . import buildno
 from .config import ReleaseLine
 from .errors import VerifyError
 from .names import FIXES_MANIFEST, path_problem, wheel_name_version
+from .zipwrite import COMPRESSLEVEL as COMPRESSLEVEL  # the level changed members are deflated at
+from .zipwrite import LOCAL
+from .zipwrite import write as write  # the build writes what it planned here
 
-COMPRESSLEVEL = 6
 #: Bounds on what reading a wheel inflates (a wheel whose sha256 matches its index listing may still be a zip bomb):
 #: transformers' largest member is under 1 MiB and all of it under 100 MiB uncompressed.
 MAX_MEMBER_SIZE = 256 * 1024 * 1024
@@ -86,11 +89,18 @@ def with_build_line(wheel: bytes, tag: str) -> bytes:
 
 @dataclass(frozen=True)
 class Entry:
-    """One zip member: its metadata, its content, and (for an unchanged member) upstream's compressed bytes."""
+    """One zip member: its metadata, its content (None: not inflated, see :func:`scan`), and (for an unchanged
+    member) upstream's compressed bytes; ``row``: its RECORD hash and size where its content was not inflated."""
 
     info: zipfile.ZipInfo
-    data: bytes
+    content: bytes | None
     raw: bytes | None = None
+    row: tuple[str, str] | None = None
+
+    @property
+    def data(self) -> bytes:
+        """Its content, which the caller knows was read (every member :func:`read` gives)."""
+        return _need(self.name, self.content)
 
     @property
     def name(self) -> str:
@@ -102,15 +112,52 @@ def _info(template: zipfile.ZipInfo, name: str) -> zipfile.ZipInfo:
     zi.external_attr = template.external_attr
     zi.create_system = template.create_system
     zi.compress_type = template.compress_type
+    zi.CRC, zi.file_size = template.CRC, template.file_size  # what a member copied raw, not inflated, is written with
     return zi
 
 
+def record_rows(record: bytes) -> dict[str, tuple[str, str]]:
+    """A RECORD's rows: path -> (hash, size), as written."""
+    return {row[0]: (row[1], row[2]) for row in csv.reader(io.StringIO(record.decode())) if len(row) == 3}
+
+
+def contents(entries: list[Entry]) -> dict[str, bytes]:
+    """Each member's content by name, from :func:`read` (which inflates them all)."""
+    return {e.name: e.data for e in entries}
+
+
+def _need(name: str, data: bytes | None) -> bytes:
+    if data is None:
+        raise VerifyError(f"{name} was not inflated where its content is needed", "report this")
+    return data
+
+
+def audit(entries: list[Entry], record_name: str) -> dict[str, tuple[str, str]] | None:
+    """Upstream's RECORD rows, when they are right: every member inflated (:func:`read`) is listed once with its
+    sha256 and size, and nothing else is. None otherwise (the build then hashes every member itself)."""
+    by_name = {e.name: e.content for e in entries}
+    record = by_name.get(record_name)
+    if record is None or None in by_name.values():
+        return None
+    try:
+        rows = record_rows(record)
+    except (UnicodeDecodeError, csv.Error):
+        return None
+    want = {n: (record_hash(d), str(len(d))) for n, d in by_name.items() if n != record_name and d is not None}
+    return rows if {n: r for n, r in rows.items() if n != record_name} == want else None
+
+
 def plan(
-    line: ReleaseLine, upstream: list[Entry], patched: dict[str, bytes | None], manifest: dict
+    line: ReleaseLine,
+    upstream: list[Entry],
+    patched: dict[str, bytes | None],
+    manifest: dict,
+    upstream_rows: dict[str, tuple[str, str]] | None = None,
 ) -> tuple[WheelNames, list[Entry]]:
     """Pure: the +fixed wheel's entries, in order, from upstream's entries and the patched package files.
 
-    ``patched`` maps wheel paths (``transformers/x.py``) to new bytes, None meaning deleted.
+    ``patched`` maps wheel paths (``transformers/x.py``) to new bytes, None meaning deleted. ``upstream_rows``:
+    upstream's RECORD rows, audited (:func:`audit`), for the members that were not inflated.
     """
     names = wheel_names(line)
     esc = re.escape(line.version)
@@ -119,7 +166,7 @@ def plan(
     existing = {e.name for e in upstream}
     created = sorted(p for p, d in patched.items() if d is not None and p not in existing)
     for e in upstream:
-        name, data, raw = e.name, e.data, e.raw
+        name, data, raw = e.name, e.content, e.raw
         if name.startswith(names.old_distinfo + "/"):
             name = names.new_distinfo + name[len(names.old_distinfo) :]
             if name == f"{names.new_distinfo}/RECORD":
@@ -127,29 +174,34 @@ def plan(
                 continue
             if name == f"{names.new_distinfo}/METADATA":
                 data = _replace_once(
-                    data,
+                    _need(e.name, data),
                     rf"^Version: {esc}\r?$",
                     f"Version: {line.fixed_version}",
                     f"'Version: {line.version}' line in METADATA",
                 )
                 metadata_info = e.info
             if name == f"{names.new_distinfo}/WHEEL":
-                data = with_build_line(data, buildno.tag(line))
+                data = with_build_line(_need(e.name, data), buildno.tag(line))
             if created and not any(o.name.startswith(names.new_distinfo) for o in out):
                 # files new to the package go right before the dist-info folder
-                out += [Entry(_info(e.info, path), patched[path]) for path in created]  # type: ignore[arg-type]
+                out += [Entry(_info(e.info, path), patched[path]) for path in created]
         elif e.name in patched:
             if patched[e.name] is None:
                 continue
-            data = patched[e.name]  # type: ignore[assignment]
+            data = patched[e.name]
         if e.name == f"{line.import_name}/__init__.py":
             data = _replace_once(
-                data,
+                _need(e.name, data),
                 rf"""^__version__\s*=\s*(['"]){esc}\1""",
                 f'__version__ = "{line.fixed_version}"',
                 f'__version__ = "{line.version}"',
             )
-        out.append(Entry(_info(e.info, name), data, raw if data is e.data else None))
+        row = None
+        if data is None:
+            if upstream_rows is None or e.name not in upstream_rows:
+                raise VerifyError(f"{e.name} was not read and has no audited RECORD row", "report this")
+            row = upstream_rows[e.name]
+        out.append(Entry(_info(e.info, name), data, raw if data is e.content else None, row))
     if record_at is None or metadata_info is None or record_info is None:
         raise VerifyError(
             f"{line.wheel.filename} has no {names.old_distinfo}/RECORD or METADATA",
@@ -160,89 +212,73 @@ def plan(
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
     for e in out:
-        writer.writerow([e.name, record_hash(e.data), len(e.data)])
+        writer.writerow([e.name, *(e.row or (record_hash(e.data), len(e.data)))])
     record_name = f"{names.new_distinfo}/RECORD"
     writer.writerow([record_name, "", ""])
     out.insert(record_at + 1, Entry(_info(record_info, record_name), rows.getvalue().encode()))
     return names, out
 
 
-_LOCAL = struct.Struct("<4s2B4HL2L2H")
-_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
-_END = struct.Struct("<4s4H2LH")
-_LIMIT = 0xFFFFFFFF
-
-
-def _dos(date_time) -> tuple[int, int]:
-    y, mo, d, h, mi, s = date_time
-    return (h << 11) | (mi << 5) | (s // 2), ((y - 1980) << 9) | (mo << 5) | d
-
-
-def _deflate(data: bytes) -> bytes:
-    c = zlib.compressobj(COMPRESSLEVEL, zlib.DEFLATED, -15)
-    return c.compress(data) + c.flush()
-
-
-def write(entries: list[Entry], dest) -> None:
-    """Write a plain PKZIP archive: unchanged entries keep their compressed bytes, changed ones are deflated."""
-    central = []
-    with open(dest, "wb") as fh:
-        for e in entries:
-            zi = e.info
-            if e.raw is not None:
-                method, raw = zi.compress_type, e.raw
-            else:
-                method = zipfile.ZIP_DEFLATED if zi.compress_type == zipfile.ZIP_DEFLATED else zipfile.ZIP_STORED
-                raw = _deflate(e.data) if method == zipfile.ZIP_DEFLATED else e.data
-            name = zi.filename.encode("utf-8")
-            flags = 0x800 if not zi.filename.isascii() else 0
-            crc = zlib.crc32(e.data)
-            offset = fh.tell()
-            if max(len(raw), len(e.data), offset) >= _LIMIT:
-                raise VerifyError(
-                    f"{zi.filename}: needs zip64, which this writer does not do", "extend patchwheel.rewrite.write"
-                )
-            t, d = _dos(zi.date_time)
-            fh.write(_LOCAL.pack(b"PK\x03\x04", 20, 0, flags, method, t, d, crc, len(raw), len(e.data), len(name), 0))
-            fh.write(name)
-            fh.write(raw)
-            central.append(
-                _CENTRAL.pack(
-                    b"PK\x01\x02",
-                    20,
-                    zi.create_system,
-                    20,
-                    0,
-                    flags,
-                    method,
-                    t,
-                    d,
-                    crc,
-                    len(raw),
-                    len(e.data),
-                    len(name),
-                    0,
-                    0,
-                    0,
-                    0,
-                    zi.external_attr,
-                    offset,
-                )
-                + name
-            )
-        start = fh.tell()
-        for c in central:
-            fh.write(c)
-        fh.write(_END.pack(b"PK\x05\x06", 0, 0, len(central), len(central), fh.tell() - start, start, 0))
-
-
 def read(path) -> list[Entry]:
     """Every member with its content and its compressed bytes, CRC-checked. A member name that is not a plain
     relative path is refused: the +fixed wheel would carry it to every installer (zip slip)."""
+    with open(path, "rb") as fh:
+        return scan(path, fh.read(), lambda name: True)
+
+
+def scan(path, blob: bytes, wanted: Callable[[str], bool]) -> list[Entry]:
+    """Every member of the zip file ``blob`` (read from ``path``) from its central directory, with its compressed
+    bytes, checked as :func:`read` checks them (paths, methods, bounded sizes, local headers); only the ``wanted``
+    members are inflated (and CRC-checked), the others have no content (:func:`inflated` gives it)."""
     try:
-        return _read(path)
+        return _read(path, blob, wanted)
     except (zipfile.BadZipFile, zlib.error, struct.error, EOFError) as exc:
         raise VerifyError(f"{path}: not a readable zip file ({exc})", "the file is damaged") from exc
+
+
+def inflated(path, e: Entry) -> bytes:
+    """A member's content: as read, or inflated now from its compressed bytes (bounded, CRC-checked)."""
+    if e.content is not None:
+        return e.content
+    assert e.raw is not None  # (every member :func:`scan` gives has its compressed bytes)
+    try:
+        return _content(path, e.info, e.raw)
+    except zlib.error as exc:
+        raise VerifyError(f"{path}: not a readable zip file ({exc})", "the file is damaged") from exc
+
+
+def same_member(a: Entry, b: Entry) -> bool:
+    """Whether two members hold the same compressed bytes under the same method, CRC and sizes: the same content,
+    told without inflating either."""
+    x, y = a.info, b.info
+    return (x.compress_type, x.CRC, x.compress_size, x.file_size) == (
+        y.compress_type,
+        y.CRC,
+        y.compress_size,
+        y.file_size,
+    ) and a.raw == b.raw
+
+
+class Members(Mapping[str, bytes]):
+    """The members of a wheel by name (renamed by ``rename``), their content inflated when first asked for."""
+
+    def __init__(self, path, entries: list[Entry], rename: Callable[[str], str] = lambda n: n) -> None:
+        self.path, self.entries = path, {rename(e.name): e for e in entries}
+        self._done: dict[str, bytes] = {}
+
+    def __getitem__(self, name: str) -> bytes:
+        if name not in self._done:
+            self._done[name] = inflated(self.path, self.entries[name])
+        return self._done[name]
+
+    def __contains__(self, name: object) -> bool:  # (Mapping's would inflate it)
+        return name in self.entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 def _inflate(path, zi: zipfile.ZipInfo, raw: bytes) -> bytes:
@@ -283,9 +319,16 @@ def _check_sizes(path, infos: list[zipfile.ZipInfo]) -> None:
         )
 
 
-def _read(path) -> list[Entry]:
+def _content(path, zi: zipfile.ZipInfo, raw: bytes) -> bytes:
+    data = _inflate(path, zi, raw) if zi.compress_type == zipfile.ZIP_DEFLATED else raw
+    if zlib.crc32(data) != zi.CRC or len(data) != zi.file_size:
+        raise VerifyError(f"{path}: {zi.filename} fails its CRC check", "the file is damaged")
+    return data
+
+
+def _read(path, blob: bytes, wanted: Callable[[str], bool]) -> list[Entry]:
     out = []
-    with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
+    with zipfile.ZipFile(io.BytesIO(blob)) as zf:
         _check_sizes(path, zf.infolist())
         for zi in zf.infolist():
             if problem := path_problem(zi.filename):
@@ -299,15 +342,13 @@ def _read(path) -> list[Entry]:
                     f"{path}: {zi.filename} is encrypted or uses compression {zi.compress_type}",
                     "only stored or deflated members are supported",
                 )
-            fh.seek(zi.header_offset)
-            head = fh.read(_LOCAL.size)
-            if head[:4] != b"PK\x03\x04":
+            at = zi.header_offset
+            if blob[at : at + 4] != b"PK\x03\x04":
                 raise VerifyError(f"{path}: bad local header for {zi.filename}", "the file is damaged")
-            name_len, extra_len = struct.unpack("<2H", head[26:30])
-            fh.seek(zi.header_offset + _LOCAL.size + name_len + extra_len)
-            raw = fh.read(zi.compress_size)
-            data = _inflate(path, zi, raw) if zi.compress_type == zipfile.ZIP_DEFLATED else raw
-            if zlib.crc32(data) != zi.CRC or len(data) != zi.file_size:
-                raise VerifyError(f"{path}: {zi.filename} fails its CRC check", "the file is damaged")
-            out.append(Entry(zi, data, raw))
+            name_len, extra_len = struct.unpack_from("<2H", blob, at + 26)
+            start = at + LOCAL.size + name_len + extra_len
+            raw = blob[start : start + zi.compress_size]
+            if len(raw) != zi.compress_size:
+                raise VerifyError(f"{path}: {zi.filename} is cut short", "the file is damaged")
+            out.append(Entry(zi, _content(path, zi, raw) if wanted(zi.filename) else None, raw))
     return out

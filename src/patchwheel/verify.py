@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import buildno
@@ -21,52 +22,74 @@ from .apply import reverse_series
 from .config import ReleaseLine
 from .errors import ApplyError, VerifyError
 from .patches import Patch
-from .rewrite import FIXES_MANIFEST, Entry, read, record_hash, wheel_names, with_build_line
+from .rewrite import FIXES_MANIFEST, Entry, Members, read, record_hash, same_member, scan, wheel_names, with_build_line
+from .undo import undo_series
 
 
-def check_record(entries: list[Entry], record_name: str) -> list[str]:
-    data = {e.name: e.data for e in entries}
+def check_record(data: Mapping[str, bytes], record_name: str, row: Callable[[str], tuple[str, str]]) -> list[str]:
+    """RECORD (in ``data``) lists every member once, with its hash and size: ``row(name)`` gives them."""
     problems = []
     if record_name not in data:
         return [f"no {record_name}"]
     rows = list(csv.reader(io.StringIO(data[record_name].decode())))
     listed = {}
-    for row in rows:
-        if len(row) != 3:
-            problems.append(f"RECORD row {row!r} does not have 3 fields")
+    for written in rows:
+        if len(written) != 3:
+            problems.append(f"RECORD row {written!r} does not have 3 fields")
             continue
-        if row[0] in listed:
-            problems.append(f"RECORD lists {row[0]} twice")
-        listed[row[0]] = row
-    for name, d in data.items():
+        if written[0] in listed:
+            problems.append(f"RECORD lists {written[0]} twice")
+        listed[written[0]] = written
+    for name in data:
         if name == record_name:
             continue
         found = listed.get(name)
         if found is None:
             problems.append(f"{name} is not in RECORD")
-        elif found[1] != record_hash(d) or found[2] != str(len(d)):
+        elif (found[1], found[2]) != row(name):
             problems.append(f"RECORD hash or size of {name} is wrong")
     problems += [f"RECORD lists {n}, which is not in the wheel" for n in listed if n not in data]
     return problems
 
 
 def verify(
-    line: ReleaseLine, built: Path, upstream_wheel: Path, patches: list[Patch], upstream: list[Entry] | None = None
+    line: ReleaseLine,
+    built: Path,
+    upstream_wheel: Path,
+    patches: list[Patch],
+    upstream: list[Entry] | None = None,
+    *,
+    built_bytes: bytes | None = None,
+    upstream_rows: dict[str, tuple[str, str]] | None = None,
+    files: dict[str, bytes | None] | None = None,
 ) -> dict:
     """Raise PatchwheelError listing every problem; return the manifest the wheel carries. ``upstream``: the
-    upstream wheel's members where the caller has read them already (the build has)."""
+    upstream wheel's members where the caller has read them already (the build has: those it did not inflate
+    have ``upstream_rows``, upstream's RECORD rows, audited); ``built_bytes``: the built wheel's bytes, where the
+    caller has read them; ``files`` is given the patched files as the built wheel holds them.
+
+    A member whose compressed bytes, method, CRC and sizes are upstream's holds upstream's content, and is not
+    inflated; every other member is, once."""
     names = wheel_names(line)
     if built.name != names.filename:
         raise VerifyError(f"{built.name} should be named {names.filename}", "rebuild")
-    new = read(built)
+    new = scan(built, built.read_bytes() if built_bytes is None else built_bytes, lambda name: False)
     old = upstream if upstream is not None else read(upstream_wheel)
-    new_data = {e.name: e.data for e in new}
-    problems = check_record(new, f"{names.new_distinfo}/RECORD")
 
     def renamed(n: str) -> str:
         return names.new_distinfo + n[len(names.old_distinfo) :] if n.startswith(names.old_distinfo + "/") else n
 
-    old_data = {renamed(e.name): e.data for e in old}
+    new_data, old_data = Members(built, new), Members(upstream_wheel, old, renamed)
+    same = {n for n, e in new_data.entries.items() if n in old_data and same_member(e, old_data.entries[n])}
+
+    def row(name: str) -> tuple[str, str]:
+        e = old_data.entries[name] if name in same else new_data.entries[name]
+        if e.content is None and name in same and upstream_rows is not None and e.name in upstream_rows:
+            return upstream_rows[e.name]
+        data = old_data[name] if name in same else new_data[name]
+        return record_hash(data), str(len(data))
+
+    problems = check_record(new_data, f"{names.new_distinfo}/RECORD", row)
     manifest_path = f"{names.new_distinfo}/{FIXES_MANIFEST}"
     manifest = json.loads(new_data.get(manifest_path, b"{}") or b"{}")
     # (lint guarantees every touched path maps into the wheel)
@@ -87,18 +110,22 @@ def verify(
     problems += [f"entry {n} is missing" for n in sorted(removed - patched_paths)]
     if manifest_path not in new_data:
         problems.append(f"no {manifest_path}")
-    for n in sorted(set(new_data) & set(old_data)):
-        if new_data[n] != old_data[n] and n not in expected_changed:
+    for n in sorted(set(new_data) & set(old_data) - same):
+        if n not in expected_changed and new_data[n] != old_data[n]:
             problems.append(f"{n} differs from upstream but no patch touches it")
     for n in sorted(patched_paths & set(old_data) & set(new_data)):
-        if new_data[n] == old_data[n]:
+        if n in same or new_data[n] == old_data[n]:
             problems.append(f"{n} is touched by the series but identical to upstream")
     # Every patch present: reversing the whole series must give back upstream's bytes.
     touched = sorted({p for patch in patches for p in patch.touched})
     if patches:
         now = {p: new_data.get(line.wheel_path(p)) for p in touched}  # type: ignore[arg-type]
+        if files is not None:
+            files.update({line.wheel_path(p): d for p, d in now.items()})  # type: ignore[misc]
+        back = undo_series(patches, now)  # in memory; it can only accept: git has the last word
         try:
-            back = reverse_series(patches, now)
+            if back is None or any(back[p] != old_data.get(line.wheel_path(p)) for p in touched):  # type: ignore[arg-type]
+                back = reverse_series(patches, now)
         except ApplyError as exc:
             problems.append(exc.message)
         else:

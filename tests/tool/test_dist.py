@@ -206,6 +206,88 @@ def test_kept_wheel_changed_with_a_matching_build_json_is_refused(demo_project):
     assert planted not in (dist / "pins-latest.txt").read_text()
 
 
+def _counting_builds(monkeypatch) -> list[str]:
+    """The lines each build_line call makes, in order (the build and _keep's rebuilds both call it)."""
+    made: list[str] = []
+    real = build_mod.build_line
+
+    def counted(line, *args, **kw):
+        made.append(line.version)
+        return real(line, *args, **kw)
+
+    monkeypatch.setattr(build_mod, "build_line", counted)
+    return made
+
+
+def test_a_kept_wheel_with_this_tools_record_is_not_rebuilt(demo_project, monkeypatch):
+    """A one-line build cost a full one: every kept wheel was rebuilt to prove it. A wheel whose sha256 this tool
+    recorded in its own cache, for the line's inputs as they are now, is copied instead; without the record (a
+    cache emptied), it is rebuilt, and the rebuild records it again."""
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    made = _counting_builds(monkeypatch)
+    _build(demo_project)
+    assert made == ["1.0.0", "1.1.0"]
+    before = _snapshot(dist)
+    said: list[str] = []
+    build_mod.build(demo_project.load(), dist, select=["demo==1.0.0"], log=said.append)
+    assert made[2:] == ["1.0.0"], "the kept 1.1.0 wheel is not built again"
+    assert _snapshot(dist) == before
+    assert (
+        f"kept {_name(demo_project, '1.1.0')} (this tool built it from the same inputs: its record in the tool's "
+        "cache)" in said
+    ), said
+    shutil.rmtree(demo_project.cache / "records" / "built")
+    _build(demo_project, select=["demo==1.0.0"])
+    assert made[3:] == ["1.1.0", "1.0.0"], "no record: the kept wheel is proven by a rebuild"
+    _build(demo_project, select=["demo==1.0.0"])
+    assert made[5:] == ["1.0.0"], "the rebuild recorded it"
+    assert _snapshot(dist) == before
+
+
+@pytest.mark.parametrize("damage", ["not JSON", "another sha256", "a list"])
+def test_a_damaged_record_is_no_match_and_the_kept_wheel_is_rebuilt(demo_project, monkeypatch, damage):
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    made = _counting_builds(monkeypatch)
+    _build(demo_project)
+    for record in (demo_project.cache / "records" / "built").iterdir():
+        text = {
+            "not JSON": "{",
+            "another sha256": record.read_text().replace('"sha256": "', '"sha256": "0'),
+            "a list": "[]",
+        }
+        record.write_text(text[damage])
+    before = _snapshot(dist)
+    _build(demo_project, select=["demo==1.0.0"])
+    assert made[2:] == ["1.1.0", "1.0.0"], "no record: the kept wheel is proven by a rebuild"
+    assert _snapshot(dist) == before
+
+
+@pytest.mark.parametrize("forged", ["build.json", "build.json and the record's file name"])
+def test_a_changed_kept_wheel_with_a_forged_build_json_is_rebuilt_and_refused(demo_project, monkeypatch, forged):
+    """Whoever can write dist/ can change a kept wheel and build.json to match, not the tool's record of what it
+    built: the changed wheel has no record, so it is rebuilt, and the rebuild refuses it. A record copied onto
+    another key (the cache's other line) names other inputs, so it matches nothing either."""
+    _two_lines(demo_project)
+    dist = demo_project.root / "dist"
+    made = _counting_builds(monkeypatch)
+    _build(demo_project)
+    planted = _plant(dist / _name(demo_project, "1.1.0"))
+    _record_sha256(dist, _name(demo_project, "1.1.0"), planted)
+    if forged != "build.json":  # a record under the 1.0.0 line's key, naming the planted wheel
+        (record,) = [
+            p for p in (demo_project.cache / "records" / "built").iterdir() if _name(demo_project) in p.read_text()
+        ]
+        record.write_text(json.dumps({"filename": _name(demo_project, "1.1.0"), "sha256": planted}))
+    before = _snapshot(dist)
+    with pytest.raises(PatchwheelError) as err:
+        _build(demo_project, select=["demo==1.0.0"])
+    assert made[2:] == ["1.1.0"], "the kept wheel is rebuilt (and refused before the selected line is built)"
+    assert "differs from a rebuild from its pinned upstream wheel" in err.value.message
+    assert _snapshot(dist) == before
+
+
 @pytest.mark.parametrize("change", ["another patch", "the patch edited under its name"])
 def test_kept_wheel_of_a_changed_series_is_refused(demo_project, change):
     """A kept wheel built from another series than the line has now cannot be checked by a rebuild: it is refused

@@ -98,7 +98,7 @@ class Entangled(Exception):
 
 def patched_files(line: ReleaseLine, series: list[Patch]) -> dict[str, bytes | None]:
     """The files the series touches (upstream-tree paths), fully patched, as ``build.build_line`` makes them."""
-    by_name = {e.name: e.data for e in rewrite.read(fetch.fetch(line.package, line.wheel))}
+    by_name = rewrite.contents(rewrite.read(fetch.fetch(line.package, line.wheel)))
     return {line.upstream_path(w): d for w, d in apply_line(line, series, by_name).items()}
 
 
