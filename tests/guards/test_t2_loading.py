@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import tiny_llama
+from proofkit import reset_default_device
 
 pytestmark = pytest.mark.guard(package="transformers")
 GREEDY = {"max_new_tokens": 4, "do_sample": False, "pad_token_id": 0}
@@ -71,7 +72,7 @@ def test_meta_default_device_without_device_map(observe, checkpoint, style):
         try:
             model = AutoModelForCausalLM.from_pretrained(checkpoint)
         finally:
-            torch.set_default_device(None)
+            reset_default_device()
     _record(observe, model, generate=False)
 
 

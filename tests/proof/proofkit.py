@@ -30,3 +30,15 @@ NO_ACCELERATOR = (
 def no_accelerator(message: str) -> bool:
     """Whether ``message`` is torch's refusal for want of an accelerator (either build of torch)."""
     return message.startswith(NO_ACCELERATOR)
+
+
+def reset_default_device() -> None:
+    """``torch.set_default_device(None)``, undone as it is meant to be. torch 2.6 leaves a None context behind, after
+    which ``torch.get_default_device()`` raises AttributeError (fixed in torch 2.7), and so does every model
+    transformers 5 builds in that process later: the tests after this one must not inherit it."""
+    import torch
+
+    torch.set_default_device(None)
+    state = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
+    if state is not None and getattr(state, "device_context", False) is None:
+        del state.device_context

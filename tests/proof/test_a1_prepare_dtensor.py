@@ -116,6 +116,8 @@ def test_odd_parallelism_config_variables_change_nothing(odd):
     package="accelerate",
     signatures=[
         ("NotImplementedError", r"c10d\.broadcast_\.default does not have a sharding strategy"),
+        # the same broadcast of DDP's start-up, as torch 2.6 refuses it
+        ("AssertionError", r"^found no DeviceMesh from dtensor args for c10d\.broadcast_\.default!$"),
         ("BugSymptom", r"wrapped a DTensor model in DistributedDataParallel"),
     ],
 )

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 import tiny_llama
-from proofkit import BugSymptom
+from proofkit import BugSymptom, reset_default_device
 
 pytestmark = pytest.mark.proof(
     package="transformers",
@@ -90,7 +90,7 @@ def test_meta_default_device_loads_or_gives_a_clear_error(checkpoint, style):
         try:
             model, error = _load_or_value_error(load)
         finally:
-            torch.set_default_device(None)
+            reset_default_device()
     if error is not None:
         assert "meta default device" in error and "model.rotary_emb.inv_freq" in error, error
         assert 'torch.device("meta")' in error and "set_default_device" in error, error
