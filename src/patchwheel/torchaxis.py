@@ -5,10 +5,13 @@
     newest = "2.14.1"    # the newest torch release: every set is proven on it
     [torch.floor]        # each set's floor: the oldest torch its releases declare that installs on this Python
     latest = "2.6.0"
+    [torch.unproven]     # floors the proofs cannot judge yet, each with why (a run there showed it)
+    v4 = "torch 2.2.0: ..."
 
-A set is proven on its floor, the suite's torch and the newest; a release line on what every set that holds it is
-proven on. Lint checks each floor against the releases' own ``Requires-Dist`` (:func:`declared_floor`), so a new
-release that raises its floor cannot leave a set proven on a torch its users cannot install.
+A set is proven on its floor (unless ``[torch.unproven]`` says why not), the suite's torch and the newest; a release
+line on what every set that holds it is proven on. Lint checks each floor against the releases' own
+``Requires-Dist`` (:func:`declared_floor`), so a new release that raises its floor cannot leave a set proven on a
+torch its users cannot install.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import os
 import re
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.parser import Parser
 from pathlib import Path
 
@@ -42,10 +45,12 @@ class TorchAxis:
     suite: str
     newest: str
     floors: dict[str, str]  # set name -> floor
+    unproven: dict[str, str] = field(default_factory=dict)  # set name -> why its floor is not proven
 
     def of_set(self, name: str) -> tuple[str, ...]:
-        """The torch releases the set is proven on, oldest first."""
-        return tuple(sorted({self.floors[name], self.suite, self.newest}, key=Version))
+        """The torch releases the set is proven on, oldest first: its floor too unless it is unproven."""
+        floor = set() if name in self.unproven else {self.floors[name]}
+        return tuple(sorted(floor | {self.suite, self.newest}, key=Version))
 
     def of_line(self, sets: dict[str, dict[str, str]], package: str, version: str) -> tuple[str, ...]:
         """The torch releases a release line is proven on: those of every set that holds it (none: no set)."""
@@ -62,7 +67,7 @@ def parse(sets_file: Path, raw: object, sets: dict[str, dict[str, str]]) -> Torc
     sets of the file, floor <= suite <= newest."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{sets_file}: 'torch' must be a table", _HINT)
-    unknown = sorted(set(raw) - {"suite", "newest", "floor"})
+    unknown = sorted(set(raw) - {"suite", "newest", "floor", "unproven"})
     if unknown:
         raise ConfigError(f"{sets_file}: [torch] has unknown key(s) {', '.join(map(repr, unknown))}", _HINT)
     floors = raw.get("floor", {})
@@ -81,7 +86,12 @@ def parse(sets_file: Path, raw: object, sets: dict[str, dict[str, str]]) -> Torc
             f"{sets_file}: [torch.floor] has no floor for the set(s) {', '.join(map(repr, missing))}",
             "add the oldest torch their releases declare (`patchwheel lint` says which)",
         )
-    axis = TorchAxis(str(raw["suite"]), str(raw["newest"]), {k: str(v) for k, v in floors.items()})
+    unproven = raw.get("unproven", {})
+    if not isinstance(unproven, dict) or not all(isinstance(v, str) and v.strip() for v in unproven.values()):
+        raise ConfigError(f"{sets_file}: [torch.unproven] must map set names to why their floor is not proven", _HINT)
+    if extra := sorted(set(unproven) - set(sets)):
+        raise ConfigError(f"{sets_file}: [torch.unproven] names no set {', '.join(map(repr, extra))}", _HINT)
+    axis = TorchAxis(str(raw["suite"]), str(raw["newest"]), {k: str(v) for k, v in floors.items()}, dict(unproven))
     if Version(axis.suite) > Version(axis.newest):
         raise ConfigError(f"{sets_file}: [torch] suite {axis.suite} is newer than newest {axis.newest}", _HINT)
     if above := [f"{name} ({floor})" for name, floor in floors.items() if Version(floor) > Version(axis.newest)]:

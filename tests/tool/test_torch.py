@@ -310,3 +310,15 @@ def test_the_watch_says_when_torch_has_a_newer_release_than_the_newest_a_set_is_
         f"torch 2.15.0 is out ({folder} (TORCH_SOURCE)); [torch] newest of overlay/sets.toml is 2.14.1"
     )
     assert "TORCH_VERSION=2.15.0 nox -s proof guards" in out, "a release candidate is not a release"
+
+
+def test_an_unproven_floor_is_stated_with_why_and_claimed_nowhere():
+    """A floor the proofs cannot judge yet stays declared (lint still holds it to Requires-Dist), but no wheel, no
+    status and no workflow cell claims it."""
+    text = TORCH_TABLE.format(floor="2.0.0") + '[torch.unproven]\ndefault = "torch 2.0.0: no DTensor there"\n'
+    axis = _parse(text)
+    assert axis.of_set("default") == ("2.13.0", "2.14.1") and axis.floors["default"] == "2.0.0"
+    assert axis.cells(["default"]) == [{"set": "default", "torch": t} for t in ("2.13.0", "2.14.1")]
+    for bad, why in (('default = ""', "must map set names to why"), ('other = "x"', "names no set 'other'")):
+        with pytest.raises(ConfigError, match=why):
+            _parse(TORCH_TABLE.format(floor="2.0.0") + f"[torch.unproven]\n{bad}\n")
