@@ -42,3 +42,10 @@ def reset_default_device() -> None:
     state = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
     if state is not None and getattr(state, "device_context", False) is None:
         del state.device_context
+
+
+def tp_needs_newer_torch(message: str) -> bool:
+    """Whether ``message`` is transformers 5's tensor-parallel sharding failing on a torch older than it calls for:
+    it passes ``distribute_tensor()`` ``src_data_rank``, which torch 2.7 added (torch 2.6 raises TypeError). Raised
+    from inside the sharding, it shows the tensor-parallel path was taken."""
+    return "unexpected keyword argument 'src_data_rank'" in message

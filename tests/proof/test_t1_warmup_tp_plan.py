@@ -43,7 +43,7 @@ import sys
 import pytest
 
 from harness import RankFailed, run_ranks
-from proofkit import BugSymptom, CouldNotObserve, no_accelerator
+from proofkit import BugSymptom, CouldNotObserve, no_accelerator, tp_needs_newer_torch
 from tiny_llama import small_config
 
 # 4.50 - 4.53 crash; from 4.54 upstream's `or []` compiles the empty regex and halves the warm-up.
@@ -260,7 +260,7 @@ def _tensor_parallel_ranks(load, ckpt):
         if exc.exc_type == "RuntimeError" and no_accelerator(exc.exc_message):
             pytest.skip(f"this release cannot shard onto a CPU mesh ({exc.exc_message})")
         # transformers 5's tensor-parallel load passes distribute_tensor() an argument torch 2.7 added
-        if exc.exc_type == "TypeError" and "unexpected keyword argument 'src_data_rank'" in exc.exc_message:
+        if exc.exc_type == "TypeError" and tp_needs_newer_torch(exc.exc_message):
             pytest.skip(f"this release's tensor-parallel load needs a newer torch than this one ({exc.exc_message})")
         raise
 
