@@ -5,6 +5,7 @@ was. The proof runs are faked: the text check, the rebase, the vendoring, the bu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,12 @@ def test_a_release_the_series_carries_onto_becomes_the_latest_line(demo_project,
     assert f"demo-1.1.0+fixed-1_{record.inputs[:12]}-py3-none-any.whl" in prover.calls[0][1]
     assert not (demo_project.root / "dist").exists()
     assert done.verdicts["1.1.0"][0].decision == "carried (offset): its proof still fails"
+    # The judge's proof runs on the pristine release are handed to the proving step, by their environment: the
+    # set's pristine pins (demo 1.1.0) run there, and judge what the judge observed instead of running it again.
+    (seen,) = prover.seen
+    assert {Path(env).name: [c["nodeid"] for c in cases] for env, cases in seen.items()} == {
+        "demo-1.1.0": ["tests/proof/test_demo.py::test"]
+    }
     summary = "\n".join(followreport.summary(done))
     assert "the line 1.0.0 carried onto 1.1.0" in summary and "retired demo/1.0.0" in summary
     body = followreport.markdown(done)

@@ -48,9 +48,11 @@ from .setruns import Run
 LATEST = config.LATEST
 
 
-#: ``prove(project, members, dist, log)``: the runs that prove the set ``members`` (package -> line) both ways,
-#: with its +fixed wheels in ``dist``; the real one is :func:`setruns.prove_set`.
-Prove = Callable[[Project, dict[str, ReleaseLine], Path, Callable[[str], None]], list[Run]]
+#: ``prove(project, members, dist, log, seen)``: the runs that prove the set ``members`` (package -> line) both
+#: ways, with its +fixed wheels in ``dist``; ``seen``: the proof cases the judge's runs observed, per environment,
+#: which a run in the same environment on the same inputs judges instead of running again. The real one is
+#: :func:`setruns.prove_set`.
+Prove = Callable[[Project, dict[str, ReleaseLine], Path, Callable[[str], None], dict[str, list[dict]]], list[Run]]
 
 
 @dataclass
@@ -143,7 +145,9 @@ def _follow_package(
         log(f"[{time.perf_counter() - t0:6.1f}s] {pkg}: {message}")
 
     say(f"{', '.join(v for v, _ in releases)} newer than the line {done.newest}")
-    judged = upstream.Judged()  # one proof run per (release, module), shared by the line's steps and the matrix
+    # One proof run per (release, module), shared by the line's steps and the matrix; their cases are kept for the
+    # proofs on the pristine pins, which the new release's environment is.
+    judged = upstream.Judged(keep=True)
     scratch = ""
     try:
         with Scratch(project.root) as work:
@@ -289,19 +293,25 @@ def _prove(project: Project, pkg: str, judged, done: Followed, prove: Prove, say
     problems = lint(project)
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(pkg, done.line))
-    done.runs = build_and_prove(project, _proven_set(project, pkg), work, prove, say)
+    done.runs = build_and_prove(project, _proven_set(project, pkg), work, prove, say, judged.seen or {})
     return proof_stop(f"{pkg} {done.line}", done.runs, _by_hand(pkg, done.line))
 
 
 def build_and_prove(
-    project: Project, members: dict[str, ReleaseLine], work: Scratch, prove: Prove, say: Callable[[str], None]
+    project: Project,
+    members: dict[str, ReleaseLine],
+    work: Scratch,
+    prove: Prove,
+    say: Callable[[str], None],
+    seen: dict[str, list[dict]],
 ) -> list[Run]:
-    """Build the set ``members`` into the scratch copy's dist/ and prove it both ways, with its guards."""
+    """Build the set ``members`` into the scratch copy's dist/ and prove it both ways, with its guards (``seen``:
+    the judge's proof cases, see :data:`Prove`)."""
     dist = work.root / "dist"
     build(project, dist, select=[f"{line.package}=={line.version}" for line in members.values()], log=lambda m: None)
     said = ", ".join(f"{line.package} {line.version}" for line in members.values())
     say(f"built {said}; proving it both ways, with its guards")
-    return prove(project, members, dist, say)
+    return prove(project, members, dist, say, seen)
 
 
 def proof_stop(what: str, runs: list[Run], commands: list[str]) -> Stop | None:

@@ -13,6 +13,7 @@ verdict. The three chains run side by side (a proof run leaves a core idle about
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -43,9 +44,16 @@ class Run:
 
 
 def prove_set(
-    project: Project, members: dict[str, ReleaseLine], dist: Path, log: Callable[[str], None] = CONSOLE
+    project: Project,
+    members: dict[str, ReleaseLine],
+    dist: Path,
+    log: Callable[[str], None] = CONSOLE,
+    seen: dict[str, list[dict]] | None = None,
 ) -> list[Run]:
-    """The set ``members`` (package -> line) proven both ways, its +fixed wheels taken from ``dist``."""
+    """The set ``members`` (package -> line) proven both ways, its +fixed wheels taken from ``dist``. ``seen``:
+    proof cases observed earlier, per environment (follow's judge on the new release): the proofs on the pristine
+    pins judge those observed in their environment on the same inputs instead of running them (``--proof-replay``:
+    the contract checks the inputs, and judges each observation as it judges a run)."""
     cache = project.cache
     lines = list(members.values())
     hint = "build them first (patchwheel build)"
@@ -57,7 +65,11 @@ def prove_set(
         folder = Path(tmp)
 
         def proofs(env: Path, flavor: str) -> list[Run]:
-            return [_pytest(f"proofs on the {flavor}", env, project.root, ["tests/proof"], folder, log)]
+            earlier = (seen or {}).get(str(env), [])
+            replay = folder / f"seen-{flavor.replace(' ', '-')}.json"
+            replay.write_text(json.dumps(earlier))
+            args = ["tests/proof", "--proof-replay", str(replay)] if earlier else ["tests/proof"]
+            return [_pytest(f"proofs on the {flavor}", env, project.root, args, folder, log)]
 
         def guarded() -> list[Run]:
             """As `nox -s guards` runs them: recorded on pristine, compared on +fixed, and pristine loading what
