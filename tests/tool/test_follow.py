@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -407,3 +408,43 @@ def test_remove_release_keeps_each_table_s_comments_with_it(tmp_path):
     pins.write_text(f'package = "demo"\n\n{one}\n{two}')
     remove_release(pins, "1.0.0")
     assert pins.read_text() == f'package = "demo"\n\n{two}'
+
+
+def test_the_older_lines_proofs_run_beside_the_judge_s_once(monkeypatch, tmp_path):
+    """follow starts, beside the judge's run, the proofs the matrix step runs for the older lines on the new release
+    and the judge does not (features have none); the matrix step then runs only what is left: counted by runs."""
+    from types import SimpleNamespace
+
+    from patchwheel.errors import EnvironmentFailed
+    from patchwheel.maint import proofenv, upstream
+
+    def patch(module, feature=False):
+        return SimpleNamespace(test_module=module, is_feature=feature)
+
+    series = {"old": [patch("a.py"), patch("b.py"), patch("f.py", feature=True)], "new": [patch("b.py")]}
+    lines = [SimpleNamespace(name="old"), SimpleNamespace(name="new")]
+    project: Any = SimpleNamespace(lines={"demo": lines}, line=lambda pkg: lines[-1], cache=tmp_path, root=tmp_path)
+    wheel: Any = SimpleNamespace(filename="demo-1.1.0-py3-none-any.whl")
+    env = tmp_path / "envs" / "demo-1.1.0"
+    monkeypatch.setattr(follow.patches, "load_series", lambda line: series[line.name])
+    monkeypatch.setattr(upstream, "companions", lambda project, line: [])
+    monkeypatch.setattr(proofenv, "release_env", lambda cache, wheels: env)
+    ran: list[list[str]] = []
+
+    def run_proofs(env, root, files, timeout=900, first_bug=False, sink=None):
+        ran.append(files)
+        return {f: proofenv.ProofOutcome("passes", "1 passed") for f in files}
+
+    monkeypatch.setattr(proofenv, "run_proofs", run_proofs)
+    judged = upstream.Judged(keep=True)
+    follow._ahead(project, "demo", wheel, judged)
+    assert ran == [["a.py"]]
+    judged.get_many(env, ["a.py", "b.py"], judged.runner(env, tmp_path))  # the matrix step's ask for "old"
+    assert ran == [["a.py"], ["b.py"]]
+
+    def no_env(cache, wheels):
+        raise EnvironmentFailed("uv pip install failed", "check the network")
+
+    monkeypatch.setattr(proofenv, "release_env", no_env)
+    follow._ahead(project, "demo", wheel, upstream.Judged())
+    assert len(ran) == 2, "no environment: nothing run here; the matrix step meets it and says so"

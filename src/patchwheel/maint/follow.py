@@ -26,6 +26,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,9 +151,11 @@ def _follow_package(
     judged = upstream.Judged(keep=True)
     scratch = ""
     try:
-        with Scratch(project.root) as work:
+        with Scratch(project.root) as work, ThreadPoolExecutor(max_workers=1) as pool:
             scratch = str(work.root)
+            ahead = pool.submit(_ahead, config.load(work.root), pkg, releases[-1][1], judged)
             done.stop = _carry_all(work.root, pkg, releases, judged, done, say)
+            ahead.result()
             if done.stop is None:
                 done.stop = _prove(config.load(work.root), pkg, judged, done, prove, say, work)
             if done.stop is None:
@@ -167,6 +170,22 @@ def _follow_package(
         done.stop.commands = [c.replace(scratch, str(project.root)) for c in done.stop.commands]
     done.seconds = time.perf_counter() - t0
     return done
+
+
+def _ahead(project: Project, pkg: str, artifact: Artifact, judged: upstream.Judged) -> None:
+    """Beside the judge's run: the proofs the matrix step runs for the package's older lines on the newest release
+    (its bisection always runs the last one) that the judge does not, in the same environment, so that the two
+    pytest runs share the cores; the matrix step then finds their verdicts (the proving step their cases) in
+    ``judged``. Where it cannot run (no environment), the matrix step meets that again, and says so."""
+    newest = project.line(pkg)
+    judge_runs = {p.test_module for p in patches.load_series(newest)}
+    older = {p.test_module for ln in project.lines[pkg][:-1] for p in patches.load_series(ln) if not p.is_feature}
+    if older - judge_runs:
+        try:
+            env = proofenv.release_env(project.cache, [(pkg, artifact)] + upstream.companions(project, newest))
+            judged.get_many(env, sorted(older - judge_runs), judged.runner(env, project.root))
+        except PatchwheelError:
+            pass
 
 
 def _carry_all(
