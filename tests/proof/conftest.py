@@ -31,18 +31,29 @@ another error; a ``CouldNotObserve`` (spy empty, ranks lost, an ImportError: the
 any phase, unless the test is marked ``may_skip(reason=...)`` naming why it may (the GPU form), and then the
 summary lists it under "did not run". ``--proof-expect=observe`` judges nothing and reports each outcome to
 ``$PATCHWHEEL_PROOF_REPORT``, where a skip or an error reads "could not judge" (the upstream check and rebase).
+
+``--proof-replay FILE`` (a list of observe-mode report entries, e.g. what `follow` judged a new release with): a
+test whose call an earlier run observed **on the same inputs** is judged on that observation instead of running
+again, by the same rules as above. The inputs are those of this process, computed the same way in both runs
+(:func:`inputs`): the installed distributions (each one's RECORD: every installed file's sha256), this Python, the
+files of tests/proof and the environment variables; an entry with other inputs, or one that did not get as far as
+the test's call (a skip, a setup error), is run.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -99,6 +110,12 @@ def pytest_addoption(parser):
         "line shared by two of its sets once",
     )
     parser.addoption(
+        "--proof-replay",
+        metavar="FILE",
+        help="judge the tests an earlier observe-mode run observed on the same inputs on that observation (a JSON "
+        "list of its report's entries) instead of running them again",
+    )
+    parser.addoption(
         "--proof-first-bug",
         action="store_true",
         help="with --proof-expect=observe: skip the rest of a module once a test shows the bug (its verdict, fails, "
@@ -107,10 +124,81 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    inputs()  # before any test changes the environment
+    replay = config.getoption("--proof-replay")
+    if replay:
+        seen = json.loads(Path(replay).read_text())
+        _replay.update({c["nodeid"]: c for c in seen if c.get("seen") is not None and c.get("inputs") == inputs()})
     config.addinivalue_line("markers", "proof(package, signatures): a proof test of one bug (see conftest)")
     config.addinivalue_line("markers", "feature(package): a test of a capability a patch adds (see conftest)")
     config.addinivalue_line("markers", "regression: must pass on pristine and +fixed builds alike")
     config.addinivalue_line("markers", "may_skip(reason): the test may skip for this reason (e.g. needs CUDA)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Replaying what an earlier run on the same inputs observed
+
+#: Variables that change no test's outcome: where the report goes, and whether bytecode is written.
+_NOT_INPUTS = {"PATCHWHEEL_PROOF_REPORT", "PYTHONDONTWRITEBYTECODE"}
+_replay: dict[str, dict] = {}  # node id -> the earlier run's report entry (--proof-replay)
+_replayed: list[str] = []
+
+
+@functools.cache
+def inputs() -> str:
+    """What an observation depends on, as one sha256: the installed distributions (name, version and the sha256 of
+    the RECORD that lists every installed file with its own), this interpreter, the files of tests/proof, the
+    environment variables. Computed once, at configure time."""
+    dists = sorted(
+        (d.metadata["Name"] or "", d.version, hashlib.sha256((d.read_text("RECORD") or "").encode()).hexdigest())
+        for d in importlib.metadata.distributions()
+    )
+    here = Path(__file__).resolve().parent
+    proofs = {
+        p.relative_to(here).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(here.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    environ = sorted((k, v) for k, v in os.environ.items() if k not in _NOT_INPUTS)
+    what = {"python": [sys.version, sys.prefix], "dists": dists, "proofs": proofs, "environ": environ}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+class Replayed(Exception):
+    """The exception an earlier run of this test observed (--proof-replay), judged as if raised again."""
+
+    def __init__(self, seen: Observed) -> None:
+        super().__init__(f"{seen.type}: {seen.message}")
+        self.seen = seen
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test in the replay is reported from its observation: setup and teardown pass (the teardown also ends the
+    fixtures the next test does not share, as the runner's would), the call raises what was observed, or passes."""
+    seen = _replay.get(item.nodeid)
+    if seen is None:
+        return None
+    _replayed.append(item.nodeid)
+
+    def call():
+        if seen["seen"]:
+            raise Replayed(Observed(seen["seen"]["type"], seen["seen"]["message"], tuple(seen["seen"]["files"])))
+
+    def teardown():  # the runner's own teardown step, without the hooks that expect a setup to have run
+        item.session._setupstate.teardown_exact(nextitem)
+
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    steps: tuple[tuple[Literal["setup", "call", "teardown"], Callable[[], None]], ...] = (
+        ("setup", lambda: None),
+        ("call", call),
+        ("teardown", teardown),
+    )
+    for when, fn in steps:
+        info = pytest.CallInfo.from_call(fn, when=when)
+        item.ihook.pytest_runtest_logreport(report=item.ihook.pytest_runtest_makereport(item=item, call=info))
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -277,6 +365,8 @@ def pytest_collection_modifyitems(config, items):
 def observed(excinfo) -> Observed:
     """The exception the code under test raised; for a rank, the rank's own type, message and files."""
     exc = excinfo.value
+    if isinstance(exc, Replayed):
+        return exc.seen
     if type(exc).__name__ == "RankFailed":
         return Observed(exc.exc_type, exc.exc_message, tuple(exc.files))
     return Observed(type(exc).__name__, str(exc), tuple(str(e.path) for e in excinfo.traceback))
@@ -333,9 +423,9 @@ def pytest_runtest_makereport(item, call):
                 f"[XPASS(strict)] proof test passed on {expect.where}: the bug is not reproduced "
                 "here, so this test proves nothing (or upstream fixed it)"
             )
-            _record(item, expect, "passed", None, "", "PASSED, but the bug was expected")
+            _record(item, expect, "passed", None, "", "PASSED, but the bug was expected", seen=False)
         else:
-            _record(item, expect, "passed", None, "", "passed")
+            _record(item, expect, "passed", None, "", "passed", seen=False)
         return
     marker = item.get_closest_marker("proof")
     obs = observed(call.excinfo)
@@ -351,7 +441,7 @@ def pytest_runtest_makereport(item, call):
         verdict = f"FAILED with another error than the bug's: {error[:160]}"
     else:
         verdict = f"FAILED: {error[:160]}"
-    _record(item, expect, "failed" if kind != "no-observation" else "error", kind, error, verdict)
+    _record(item, expect, "failed" if kind != "no-observation" else "error", kind, error, verdict, seen=obs)
     if kind == "bug" and expect.what == "observe" and item.config.getoption("--proof-first-bug"):
         _decided.add(_module(item))
 
@@ -387,8 +477,16 @@ def _judge_skip(item, rep, expect: Expect) -> None:
         _record(item, expect, "skipped", None, reason, f"SKIPPED, which proves nothing: {reason}")
 
 
-def _record(item, expect: Expect, outcome: str, kind: str | None, error: str, verdict: str) -> None:
+def _record(
+    item, expect: Expect, outcome: str, kind: str | None, error: str, verdict: str, seen: Observed | bool | None = None
+) -> None:
+    """One judged test phase, for the summary and the report. ``seen``: what the call observed (an exception, or
+    False for none), which a later run on the same inputs may judge instead of running it (--proof-replay); None
+    where the test did not get as far as its call."""
     _outcomes.append((item.nodeid, expect.where, verdict))
+    observation = (
+        {"type": seen.type, "message": seen.message, "files": list(seen.files)} if isinstance(seen, Observed) else seen
+    )
     _report.append(
         {
             "file": str(item.path),
@@ -398,6 +496,9 @@ def _record(item, expect: Expect, outcome: str, kind: str | None, error: str, ve
             "bug": kind == "bug",
             "kind": kind,
             "error": error[:300],
+            "nodeid": item.nodeid,
+            "seen": None if seen is None else observation,
+            "inputs": inputs(),
         }
     )
 
@@ -408,6 +509,9 @@ def pytest_sessionfinish(session):
 
 
 def pytest_terminal_summary(terminalreporter):
+    if _replayed:
+        terminalreporter.section("proof tests judged on an earlier run's observation (--proof-replay)")
+        terminalreporter.write_line(f"{len(_replayed)} test(s) observed on the same inputs were not run again")
     if _outcomes:
         terminalreporter.section("proof tests: installed build and verdict")
         for nodeid, where, verdict in _outcomes:

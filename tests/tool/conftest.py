@@ -285,11 +285,13 @@ def stub_proof_runs(monkeypatch, tmp_path: Path, run_proof) -> None:
 
     monkeypatch.setattr(proofenv, "release_env", release_env)
     monkeypatch.setattr(proofenv, "run_proof", run_proof)
-    monkeypatch.setattr(
-        proofenv,
-        "run_proofs",
-        lambda env, root, files, timeout=900, first_bug=False: {f: run_proof(env, root, f) for f in files},
-    )
+
+    def run_proofs(env, root, files, timeout=900, first_bug=False, sink=None):
+        if sink is not None:  # what the real run's report keeps: a case per test, here one per module
+            sink.extend({"file": str(root / f), "nodeid": f"{f}::test", "seen": False} for f in files)
+        return {f: run_proof(env, root, f) for f in files}
+
+    monkeypatch.setattr(proofenv, "run_proofs", run_proofs)
 
 
 # --- follow and derive: the tree they may not change when they stop, and the proof runs they are given ------------
@@ -338,9 +340,11 @@ class Prover:
     def __init__(self, runs=PROVEN, action=None) -> None:
         self.runs, self.action = runs, action
         self.calls: list[tuple[dict[str, str], list[str]]] = []
+        self.seen: list[dict[str, list[dict]]] = []  # per call: the judge's proof cases it was given
 
-    def __call__(self, project, members, dist, log):
+    def __call__(self, project, members, dist, log, seen):
         self.calls.append(({p: line.version for p, line in members.items()}, sorted(x.name for x in dist.iterdir())))
+        self.seen.append(seen)
         if self.action is not None:
             self.action(project)
         return self.runs

@@ -86,9 +86,11 @@ def run_proof(env, root, proof, timeout=900, first_bug=False):
 
 proofenv.release_env = release_env
 proofenv.run_proof = run_proof
-proofenv.run_proofs = lambda env, root, files, timeout=900, first_bug=False: {f: run_proof(env, root, f) for f in files}
+proofenv.run_proofs = lambda env, root, files, timeout=900, first_bug=False, sink=None: {
+    f: run_proof(env, root, f) for f in files
+}
 
-def prove_set(project, members, dist, log):
+def prove_set(project, members, dist, log, seen):
     wait("prove")
     return conftest.PROVEN
 
@@ -152,11 +154,11 @@ class WheelProver(Prover):
         super().__init__()
         self.wheels: dict[str, str] = {}
 
-    def __call__(self, project, members, dist, log):
+    def __call__(self, project, members, dist, log, seen):
 
         for w in dist.glob("*+fixed*.whl"):
             self.wheels[w.name] = hashlib.sha256(w.read_bytes()).hexdigest()
-        return super().__call__(project, members, dist, log)
+        return super().__call__(project, members, dist, log, seen)
 
 
 def test_a_line_made_again_after_it_was_retired_gets_a_new_wheel_name(demo_project, monkeypatch, tmp_path):

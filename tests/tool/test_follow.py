@@ -5,6 +5,8 @@ was. The proof runs are faked: the text check, the rebase, the vendoring, the bu
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +58,12 @@ def test_a_release_the_series_carries_onto_becomes_the_latest_line(demo_project,
     assert f"demo-1.1.0+fixed-1_{record.inputs[:12]}-py3-none-any.whl" in prover.calls[0][1]
     assert not (demo_project.root / "dist").exists()
     assert done.verdicts["1.1.0"][0].decision == "carried (offset): its proof still fails"
+    # The judge's proof runs on the pristine release are handed to the proving step, by their environment: the
+    # set's pristine pins (demo 1.1.0) run there, and judge what the judge observed instead of running it again.
+    (seen,) = prover.seen
+    assert {Path(env).name: [c["nodeid"] for c in cases] for env, cases in seen.items()} == {
+        "demo-1.1.0": ["tests/proof/test_demo.py::test"]
+    }
     summary = "\n".join(followreport.summary(done))
     assert "the line 1.0.0 carried onto 1.1.0" in summary and "retired demo/1.0.0" in summary
     body = followreport.markdown(done)
@@ -437,3 +445,43 @@ def test_set_floor_and_add_set_write_the_floor_and_keep_every_other_line(tmp_pat
     plain = tmp_path / "plain.toml"
     plain.write_text('[set.latest]\ndemo = "1.0.0"\n')
     assert not set_floor(plain, "latest", "2.7.0"), "a file without [torch] states no floor"
+
+
+def test_the_older_lines_proofs_run_beside_the_judge_s_once(monkeypatch, tmp_path):
+    """follow starts, beside the judge's run, the proofs the matrix step runs for the older lines on the new release
+    and the judge does not (features have none); the matrix step then runs only what is left: counted by runs."""
+    from types import SimpleNamespace
+
+    from patchwheel.errors import EnvironmentFailed
+    from patchwheel.maint import proofenv, upstream
+
+    def patch(module, feature=False):
+        return SimpleNamespace(test_module=module, is_feature=feature)
+
+    series = {"old": [patch("a.py"), patch("b.py"), patch("f.py", feature=True)], "new": [patch("b.py")]}
+    lines = [SimpleNamespace(name="old"), SimpleNamespace(name="new")]
+    project: Any = SimpleNamespace(lines={"demo": lines}, line=lambda pkg: lines[-1], cache=tmp_path, root=tmp_path)
+    wheel: Any = SimpleNamespace(filename="demo-1.1.0-py3-none-any.whl")
+    env = tmp_path / "envs" / "demo-1.1.0"
+    monkeypatch.setattr(follow.patches, "load_series", lambda line: series[line.name])
+    monkeypatch.setattr(upstream, "companions", lambda project, line: [])
+    monkeypatch.setattr(proofenv, "release_env", lambda cache, wheels: env)
+    ran: list[list[str]] = []
+
+    def run_proofs(env, root, files, timeout=900, first_bug=False, sink=None):
+        ran.append(files)
+        return {f: proofenv.ProofOutcome("passes", "1 passed") for f in files}
+
+    monkeypatch.setattr(proofenv, "run_proofs", run_proofs)
+    judged = upstream.Judged(keep=True)
+    follow._ahead(project, "demo", wheel, judged)
+    assert ran == [["a.py"]]
+    judged.get_many(env, ["a.py", "b.py"], judged.runner(env, tmp_path))  # the matrix step's ask for "old"
+    assert ran == [["a.py"], ["b.py"]]
+
+    def no_env(cache, wheels):
+        raise EnvironmentFailed("uv pip install failed", "check the network")
+
+    monkeypatch.setattr(proofenv, "release_env", no_env)
+    follow._ahead(project, "demo", wheel, upstream.Judged())
+    assert len(ran) == 2, "no environment: nothing run here; the matrix step meets it and says so"

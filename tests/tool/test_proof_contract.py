@@ -487,3 +487,76 @@ def test_a_package_selection_leaves_the_other_packages_tests_out(project):
     assert code == 5 and "1 deselected" in out, out  # pytest's "no tests ran"
     code, out, _ = project.pytest(module, "--proof-package", "demo")
     assert code == 0 and "1 passed" in out, out
+
+
+def test_a_replayed_observation_is_judged_and_a_changed_input_runs_the_test_again(project, monkeypatch):
+    """--proof-replay (follow's proving step, after the judge ran the same proofs on the same release): a test an
+    observe run saw on the same inputs is judged on that observation, by the contract's own rules, and not run
+    again (counted by the tests themselves); a changed proof file, environment variable or installed build makes
+    the observation stale, and the test runs."""
+    module = project.module(
+        "test_counted.py",
+        _marked(
+            "[('TypeError', 'not iterable')]",
+            "not iterable",
+            """
+        from pathlib import Path
+
+        import pytest
+        import demo
+
+        RAN = Path(__file__).resolve().parents[2] / "ran.txt"
+
+        @pytest.fixture(scope="module")
+        def counted():
+            with RAN.open("a") as fh:
+                fh.write("fixture\\n")
+
+        def test_bug(counted):
+            with RAN.open("a") as fh:
+                fh.write("bug\\n")
+            demo.buggy()
+
+        def test_ok(counted):
+            with RAN.open("a") as fh:
+                fh.write("ok\\n")
+            demo.harmless()
+        """,
+        ),
+    )
+    ran = project.root / "ran.txt"
+    project.line("1.0.0", module, {"Proof-Test": f"{module}::test_bug"})
+    project.install("1.0.0")
+    code, out, seen = project.pytest(module, "--proof-expect=observe")
+    assert ran.read_text().split() == ["fixture", "bug", "ok"], out
+    replay = project.root / "replay.json"
+    replay.write_text(json.dumps(seen))
+
+    code, out, _ = project.pytest(module, "--proof-replay", str(replay))
+    assert code == 0 and "1 passed" in out and "1 xfailed" in out, out
+    assert "bug reproduced on demo 1.0.0 (pristine): TypeError" in out
+    assert "2 test(s) observed on the same inputs were not run again" in out
+    assert ran.read_text().split() == ["fixture", "bug", "ok"]  # nothing ran, not even the fixture
+
+    # The observation is judged by the contract: a pass where the series now expects the bug is an XPASS.
+    series = project.root / "patches" / "demo" / "1.0.0" / "0001-greet-comma.patch"
+    series.write_bytes(series.read_bytes().replace(b"::test_bug", b""))
+    code, out, _ = project.pytest(module, "--proof-replay", str(replay))
+    assert code == 1 and "XPASS(strict)" in out and ran.read_text().split() == ["fixture", "bug", "ok"], out
+    series.write_bytes(series.read_bytes().replace(b"test_counted.py", b"test_counted.py::test_bug"))
+
+    helper = project.root / "tests" / "proof" / "proofkit.py"
+    helper.write_text(helper.read_text() + "\n# edited\n")  # a proof file changed: its digest differs
+    code, out, _ = project.pytest(module, "--proof-replay", str(replay))
+    assert code == 0 and "not run again" not in out and ran.read_text().split().count("bug") == 2, out
+    _, _, seen = project.pytest(module, "--proof-expect=observe")  # observed anew, on the new inputs
+    replay.write_text(json.dumps(seen))
+    before = ran.read_text()
+    monkeypatch.setenv("PATCHWHEEL_TEST_SOMETHING", "1")  # another environment
+    code, out, _ = project.pytest(module, "--proof-replay", str(replay))
+    monkeypatch.delenv("PATCHWHEEL_TEST_SOMETHING")
+    assert code == 0 and ran.read_text().split() == before.split() + ["fixture", "bug", "ok"], out
+    project.install("1.0.1")  # another installed build of demo
+    project.line("1.0.1", module, {"Proof-Test": f"{module}::test_bug"})
+    code, out, _ = project.pytest(module, "--proof-replay", str(replay))
+    assert code == 0 and ran.read_text().split().count("bug") == 5, out

@@ -33,13 +33,13 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from .. import config, fetch, gitops, patches
+from .. import config, fetch, gitops, lint, patches
 from ..config import Artifact, Project, ReleaseLine
 from ..errors import ConfigError, PatchwheelError
 from ..reporter import CONSOLE
 from . import follow, proofenv, rebase, upstream, waiting
 from .follow import Prove, Stop, Verdict
-from .scratch import Scratch, add_set, held_interrupts, set_member, suite_add
+from .scratch import Scratch, add_set, held_interrupts, restate_torch, set_member, suite_add
 from .selection import Selection
 from .setruns import Run
 
@@ -66,6 +66,7 @@ class Derived:
     seconds: float = 0.0
     copied: str | None = None  # with --continue: the digest the waiting folder had when it was copied
     source_series: dict[str, str] = field(default_factory=dict)  # the source line's files at the start: sha256s
+    seen: dict[str, list[dict]] = field(default_factory=dict, repr=False)  # the judge's proof cases, per environment
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -239,7 +240,8 @@ def _start(
 ) -> Stop | None:
     project = config.load(work.root)
     source = project.line(done.package, done.source)
-    judged = upstream.Judged()
+    judged = upstream.Judged(keep=True)
+    done.seen = judged.seen or {}
     say(f"from the line {source.key}; judging it (text, and proofs on the pristine release)")
     done.verdicts, stop = follow.judge(
         project, source, done.version, artifact, judged, by_hand=lambda p, v: _by_hand(done)
@@ -308,15 +310,14 @@ def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
 
 def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], None]) -> Stop | None:
     """The line is written in the scratch copy: name it in its set (and in [suite] where it is the newest line of
-    its major version), retire the line the set named before if no set names it any more, judge it for the matrix,
-    lint, build, prove."""
+    its major version), retire the line its set named before if no set names it, matrix, lint, build, prove."""
     project = config.load(work.root)
     members = project.sets.get(done.set_name)
     before = None if members is None else members[done.package]
     if members is None:
         companions = {p: project.line(p).version for p in project.packages() if p != done.package}
         members = {done.package: done.version, **companions}
-        add_set(project.sets_file, done.set_name, members, follow.set_floor_of(project, members))
+        add_set(project.sets_file, done.set_name, members, lint.set_floor(project, members))
         done.set_change = f"the set {done.set_name} (new): " + ", ".join(f"{p} {v}" for p, v in members.items())
     else:
         set_member(project.sets_file, done.set_name, done.package, done.version)
@@ -330,7 +331,7 @@ def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], Non
         say(f"[suite] proves the set {done.set_name}: it names the newest line of {done.package} {major}.x")
     if before is not None:
         done.retired = follow.retire(config.load(work.root), done.package, say, only={f"{done.package}/{before}"})
-    follow.restate_torch(work.root, [done.set_name], {f"{done.package}/{done.version}"}, say)
+    restate_torch(work.root, [done.set_name], {f"{done.package}/{done.version}"}, say)
     project = config.load(work.root)
     line = project.line(done.package, done.version)
     say(f"the matrix: the line {line.key} on every release newer than it")
@@ -339,7 +340,7 @@ def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], Non
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(done))
     members_lines = {p: project.line(p, v) for p, v in project.sets[done.set_name].items()}
-    done.runs = follow.build_and_prove(project, members_lines, work, prove, say)
+    done.runs = follow.build_and_prove(project, members_lines, work, prove, say, done.seen)
     return follow.proof_stop(f"{done.package} {done.version}", done.runs, _by_hand(done))
 
 
@@ -359,8 +360,7 @@ def _judge_others(
         return [], None
     wheels = [(done.package, artifact)] + upstream.companions(project, source)
     env = proofenv.release_env(project.cache, wheels)
-    run = partial(proofenv.run_proofs, env, project.root, first_bug=True)
-    outcomes = judged.get_many(env, sorted(others), run)
+    outcomes = judged.get_many(env, sorted(others), judged.runner(env, project.root))
     verdicts, problems = [], []
     for module, (line, p) in sorted(others.items()):
         o = outcomes[module]

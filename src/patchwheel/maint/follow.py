@@ -26,22 +26,22 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import Version
 
-from .. import buildno, config, fetch, patches, vendored
+from .. import config, fetch, patches, vendored
 from ..build import build
-from ..config import Artifact, BuildRecord, Project, ReleaseLine
+from ..config import Artifact, Project, ReleaseLine
 from ..errors import MatrixError, PatchwheelError
-from ..lint import set_floor as set_floor_of
 from ..lint import suite_problems, torch_problems
 from ..matrix import Matrix
 from ..patches import Patch
 from ..reporter import CONSOLE
 from . import proofenv, rebase, submission, upstream
-from .scratch import Scratch, TreeChanged, record_retired, remove_release, set_floor, set_member
+from .scratch import Scratch, TreeChanged, record_retired, remove_release, restate_torch, set_member
 from .selection import Selection
 from .setruns import Run
 
@@ -49,9 +49,11 @@ from .setruns import Run
 LATEST = config.LATEST
 
 
-#: ``prove(project, members, dist, log)``: the runs that prove the set ``members`` (package -> line) both ways,
-#: with its +fixed wheels in ``dist``; the real one is :func:`setruns.prove_set`.
-Prove = Callable[[Project, dict[str, ReleaseLine], Path, Callable[[str], None]], list[Run]]
+#: ``prove(project, members, dist, log, seen)``: the runs that prove the set ``members`` (package -> line) both
+#: ways, with its +fixed wheels in ``dist``; ``seen``: the proof cases the judge's runs observed, per environment,
+#: which a run in the same environment on the same inputs judges instead of running again. The real one is
+#: :func:`setruns.prove_set`.
+Prove = Callable[[Project, dict[str, ReleaseLine], Path, Callable[[str], None], dict[str, list[dict]]], list[Run]]
 
 
 @dataclass
@@ -144,12 +146,16 @@ def _follow_package(
         log(f"[{time.perf_counter() - t0:6.1f}s] {pkg}: {message}")
 
     say(f"{', '.join(v for v, _ in releases)} newer than the line {done.newest}")
-    judged = upstream.Judged()  # one proof run per (release, module), shared by the line's steps and the matrix
+    # One proof run per (release, module), shared by the line's steps and the matrix; their cases are kept for the
+    # proofs on the pristine pins, which the new release's environment is.
+    judged = upstream.Judged(keep=True)
     scratch = ""
     try:
-        with Scratch(project.root) as work:
+        with Scratch(project.root) as work, ThreadPoolExecutor(max_workers=1) as pool:
             scratch = str(work.root)
+            ahead = pool.submit(_ahead, config.load(work.root), pkg, releases[-1][1], judged)
             done.stop = _carry_all(work.root, pkg, releases, judged, done, say)
+            ahead.result()
             if done.stop is None:
                 done.stop = _prove(config.load(work.root), pkg, judged, done, prove, say, work)
             if done.stop is None:
@@ -164,6 +170,22 @@ def _follow_package(
         done.stop.commands = [c.replace(scratch, str(project.root)) for c in done.stop.commands]
     done.seconds = time.perf_counter() - t0
     return done
+
+
+def _ahead(project: Project, pkg: str, artifact: Artifact, judged: upstream.Judged) -> None:
+    """Beside the judge's run: the proofs the matrix step runs for the package's older lines on the newest release
+    (its bisection always runs the last one) that the judge does not, in the same environment, so that the two
+    pytest runs share the cores; the matrix step then finds their verdicts (the proving step their cases) in
+    ``judged``. Where it cannot run (no environment), the matrix step meets that again, and says so."""
+    newest = project.line(pkg)
+    judge_runs = {p.test_module for p in patches.load_series(newest)}
+    older = {p.test_module for ln in project.lines[pkg][:-1] for p in patches.load_series(ln) if not p.is_feature}
+    if older - judge_runs:
+        try:
+            env = proofenv.release_env(project.cache, [(pkg, artifact)] + upstream.companions(project, newest))
+            judged.get_many(env, sorted(older - judge_runs), judged.runner(env, project.root))
+        except PatchwheelError:
+            pass
 
 
 def _carry_all(
@@ -198,32 +220,6 @@ def _carry_all(
         done.retired += retire(config.load(root), pkg, say)
         restate_torch(root, [LATEST], {f"{pkg}/{version}"}, say)
     return None
-
-
-def restate_torch(root: Path, changed: list[str], made: set[str], say: Callable[[str], None]) -> None:
-    """After the sets ``changed`` were changed: each one's torch floor as its releases now declare it
-    (``[torch.floor]``), and the build record of every line whose record names other inputs now (a line's wheel
-    names the torch it is proven on). A line this run made (``made``: line keys) keeps its first number; any
-    other takes the next one."""
-    project = config.load(root)
-    if project.torch is None:
-        return
-    for name in changed:
-        floor = set_floor_of(project, project.sets[name])
-        if floor != project.torch.floors.get(name) and set_floor(project.sets_file, name, floor):
-            say(f"[torch.floor] {name}: {project.torch.floors.get(name)} -> {floor} (its releases declare it)")
-    project = config.load(root)
-    for line in project.all_lines():
-        if line.build is None or line.build.inputs == buildno.inputs_digest(line):
-            continue
-        if line.key in made:
-            buildno.write_record(
-                project.pins_file(line.package),
-                line.version,
-                BuildRecord(line.build.number, buildno.inputs_digest(line)),
-            )
-        else:
-            buildno.bump(project, line, log=say)
 
 
 def as_judged(verdicts: list[Verdict]) -> Callable[[Patch], proofenv.ProofOutcome]:
@@ -317,19 +313,25 @@ def _prove(project: Project, pkg: str, judged, done: Followed, prove: Prove, say
     problems = lint(project)
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(pkg, done.line))
-    done.runs = build_and_prove(project, _proven_set(project, pkg), work, prove, say)
+    done.runs = build_and_prove(project, _proven_set(project, pkg), work, prove, say, judged.seen or {})
     return proof_stop(f"{pkg} {done.line}", done.runs, _by_hand(pkg, done.line))
 
 
 def build_and_prove(
-    project: Project, members: dict[str, ReleaseLine], work: Scratch, prove: Prove, say: Callable[[str], None]
+    project: Project,
+    members: dict[str, ReleaseLine],
+    work: Scratch,
+    prove: Prove,
+    say: Callable[[str], None],
+    seen: dict[str, list[dict]],
 ) -> list[Run]:
-    """Build the set ``members`` into the scratch copy's dist/ and prove it both ways, with its guards."""
+    """Build the set ``members`` into the scratch copy's dist/ and prove it both ways, with its guards (``seen``:
+    the judge's proof cases, see :data:`Prove`)."""
     dist = work.root / "dist"
     build(project, dist, select=[f"{line.package}=={line.version}" for line in members.values()], log=lambda m: None)
     said = ", ".join(f"{line.package} {line.version}" for line in members.values())
     say(f"built {said}; proving it both ways, with its guards")
-    return prove(project, members, dist, say)
+    return prove(project, members, dist, say, seen)
 
 
 def proof_stop(what: str, runs: list[Run], commands: list[str]) -> Stop | None:

@@ -351,16 +351,28 @@ def run_proof(env: Path, root: Path, proof_file: str, timeout: float = 900, firs
 
 
 def run_proofs(
-    env: Path, root: Path, proof_files: list[str], timeout: float = 900, first_bug: bool = False
+    env: Path,
+    root: Path,
+    proof_files: list[str],
+    timeout: float = 900,
+    first_bug: bool = False,
+    sink: list[dict] | None = None,
 ) -> dict[str, ProofOutcome]:
     """Several proof modules judged in one pytest process (one interpreter start and one torch import instead of
-    one per module), each judged on its own cases as :func:`run_proof` would."""
-    ran = run_report(env / "bin" / "python", root, proof_files, timeout=timeout * len(proof_files), first_bug=first_bug)
+    one per module), each judged on its own cases as :func:`run_proof` would. ``sink``: every case is appended
+    there, for a later run on the same inputs to judge instead of running it again (``--proof-replay``); the run
+    then goes past a module's first bug, and ``first_bug``'s verdicts come from each module's cases up to it."""
+    early = first_bug and sink is None
+    ran = run_report(env / "bin" / "python", root, proof_files, timeout=timeout * len(proof_files), first_bug=early)
     if ran.cases is None:
         return {f: ProofOutcome("error", ran.detail) for f in proof_files}
+    if sink is not None:
+        sink.extend(ran.cases)
     by_file: dict[str, list[dict]] = {}
     for case in ran.cases:
-        by_file.setdefault(os.path.realpath(case.get("file", "")), []).append(case)
+        cases = by_file.setdefault(os.path.realpath(case.get("file", "")), [])
+        if not (first_bug and any(c["bug"] for c in cases)):  # what --proof-first-bug would have run
+            cases.append(case)
     return {f: judge(by_file.get(os.path.realpath(root / f), [])) for f in proof_files}
 
 

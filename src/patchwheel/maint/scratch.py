@@ -20,11 +20,12 @@ import shutil
 import signal
 import stat
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import writeback
+from .. import buildno, config, lint, writeback
+from ..config import BuildRecord
 from ..errors import PatchwheelError
 from ..tempfolder import TempFolder
 from ..writeback import SKIP as _SKIP
@@ -329,3 +330,29 @@ def add_release(pins: Path, version: str, table: str) -> None:
         return version in data["release"] and tomllib.loads(table)["release"][version] == data["release"][version]
 
     _write_checked(pins, text, reads_back, f'add the [release."{version}"] table by hand')
+
+
+def restate_torch(root: Path, changed: list[str], made: set[str], say: Callable[[str], None]) -> None:
+    """After the sets ``changed`` were changed: each one's torch floor as its releases now declare it
+    (``[torch.floor]``), and the build record of every line whose record names other inputs now (a line's wheel
+    names the torch it is proven on). A line this run made (``made``: line keys) keeps its first number; any
+    other takes the next one."""
+    project = config.load(root)
+    if project.torch is None:
+        return
+    for name in changed:
+        floor = lint.set_floor(project, project.sets[name])
+        if floor != project.torch.floors.get(name) and set_floor(project.sets_file, name, floor):
+            say(f"[torch.floor] {name}: {project.torch.floors.get(name)} -> {floor} (its releases declare it)")
+    project = config.load(root)
+    for line in project.all_lines():
+        if line.build is None or line.build.inputs == buildno.inputs_digest(line):
+            continue
+        if line.key in made:
+            buildno.write_record(
+                project.pins_file(line.package),
+                line.version,
+                BuildRecord(line.build.number, buildno.inputs_digest(line)),
+            )
+        else:
+            buildno.bump(project, line, log=say)

@@ -49,10 +49,18 @@ class Judged:
     judged once for every line that asks, even when two workers ask at once. One per run, so that a second run
     in the same process judges afresh (the proof file or the environment may have changed in between)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = False) -> None:
         self._lock = threading.Lock()
         self._verdicts: dict[tuple[str, str], proofenv.ProofOutcome] = {}
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
+        #: With ``keep``: every case of the runs, per environment, each with the inputs it was observed on, for a
+        #: later run there to judge instead of running it again (follow's and derive's proofs on the pristine pins).
+        self.seen: dict[str, list[dict]] | None = {} if keep else None
+
+    def runner(self, env, root) -> Callable[[list[str]], dict[str, proofenv.ProofOutcome]]:
+        """The proof run of this cache's runs in ``env`` (verdicts as ``--proof-first-bug`` gives them)."""
+        sink = None if self.seen is None else self.seen.setdefault(str(env), [])
+        return functools.partial(proofenv.run_proofs, env, root, first_bug=True, sink=sink)
 
     def get(self, env, proof: str, judge: Callable[[], proofenv.ProofOutcome]) -> proofenv.ProofOutcome:
         """The verdict for ``(env, proof)``, computed with ``judge()`` by the first caller; later callers wait for
@@ -146,8 +154,7 @@ def check_line(
             progress.step(f"{line.key} vs {version}: {lost.detail}")
             return {p.name: FEATURE_OUTCOME if p.is_feature else lost for p in series}
         proofs = sorted({p.test_module for p in series if not p.is_feature})
-        run = functools.partial(proofenv.run_proofs, env, project.root, first_bug=True)
-        verdicts = judged.get_many(env, proofs, run)
+        verdicts = judged.get_many(env, proofs, judged.runner(env, project.root))
         outcomes = {p.name: FEATURE_OUTCOME if p.is_feature else verdicts[p.test_module] for p in series}
         codes = " ".join(BEHAVIOUR_CODE[o.verdict] for o in outcomes.values())
         progress.step(f"{line.key} vs {version}: proofs {codes}")

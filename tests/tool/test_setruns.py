@@ -1,0 +1,93 @@
+"""setruns.prove_set (follow's and derive's proving step) without real environments: which pytest runs it starts,
+with which options, and what the judge's proof cases become (a replay for the proofs on the pristine pins only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from patchwheel.maint import proofenv, setruns
+
+
+def _runs(demo_project, monkeypatch, tmp_path, seen):
+    """prove_set on the demo's line: each pytest it starts (arguments, PYTHONHASHSEED, the replay it was given)."""
+    project = demo_project.load()
+    line = project.line("demo")
+    envs = {"pristine": tmp_path / "envs" / "demo-1.0.0", "fixed": tmp_path / "envs" / "follow-demo-1.0.0+fixed"}
+    monkeypatch.setattr(proofenv, "release_env", lambda cache, wheels: envs["pristine"])
+    monkeypatch.setattr(proofenv, "fixed_env", lambda cache, wheels, purpose: envs["fixed"])
+    monkeypatch.setattr(setruns, "current_wheel", lambda line, dist, hint: dist / "demo-1.0.0+fixed-py3-none-any.whl")
+    started = []
+
+    def run_in_group(cmd, cwd, env, log, timeout):
+        args = cmd[3:]
+        replay = args[args.index("--proof-replay") + 1] if "--proof-replay" in args else None
+        started.append(
+            (
+                Path(cmd[0]).parents[1].name,
+                [a for a in args if a.startswith(("tests/", "--guard-", "--proof-"))],
+                env.get("PYTHONHASHSEED"),
+                json.loads(Path(replay).read_text()) if replay else None,
+                args[args.index("--guard-exchange") + 1] if "--guard-exchange" in args else None,
+            )
+        )
+        log.write_text("=== 1 passed in 0.1s ===\n")
+        return 0
+
+    monkeypatch.setattr(proofenv, "run_in_group", run_in_group)
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    runs = setruns.prove_set(project, {"demo": line}, tmp_path, log=lambda m: None, seen=seen(envs))
+    assert all(r.ok for r in runs)
+    guards = [s for s in started if s[1][0].startswith("tests/guards")]  # one chain: in its order
+    return guards + sorted((s for s in started if s not in guards), key=lambda s: s[0])
+
+
+def test_the_judge_s_cases_are_replayed_on_the_pristine_pins_only(demo_project, monkeypatch, tmp_path):
+    case = {"nodeid": "tests/proof/test_demo.py::test_greet", "seen": False, "inputs": "x"}
+    other = {"nodeid": "tests/proof/test_demo.py::test_greet", "seen": False, "inputs": "y"}
+    started = _runs(
+        demo_project, monkeypatch, tmp_path, lambda envs: {str(envs["pristine"]): [case], "/elsewhere": [other]}
+    )
+    assert [(env, args[:2], seed, replay) for env, args, seed, replay, _ in started] == [
+        ("demo-1.0.0", ["tests/guards/test_demo.py", "--guard-record"], "0", None),
+        ("follow-demo-1.0.0+fixed", ["tests/guards/test_demo.py", "--guard-against"], "0", None),
+        ("demo-1.0.0", ["tests/guards/test_demo.py", "--guard-readback"], "0", None),
+        ("demo-1.0.0", ["tests/proof", "--proof-replay"], None, [case]),  # the proofs keep the judge's hash seed
+        ("follow-demo-1.0.0+fixed", ["tests/proof"], None, None),
+    ]
+    exchange = [folder for *_, folder in started if folder is not None]
+    assert len(exchange) == 3 and len(set(exchange)) == 1, "the three guard runs exchange artifacts through one folder"
+
+
+def test_nothing_judged_there_runs_every_proof(demo_project, monkeypatch, tmp_path):
+    started = _runs(demo_project, monkeypatch, tmp_path, lambda envs: {})
+    assert [replay for _, args, _, replay, _ in started if args[0] == "tests/proof"] == [None, None]
+
+
+def test_run_proofs_keeps_every_case_and_judges_as_first_bug_would(tmp_path, monkeypatch):
+    """With a sink, the run goes past a module's first bug (the cases are for the pristine pins' replay), and the
+    verdicts are those --proof-first-bug gives: each module's cases up to its first bug."""
+    root = tmp_path
+    a, b = str(root / "tests/proof/a.py"), str(root / "tests/proof/b.py")
+    cases = [
+        {"file": a, "test": "t1", "outcome": "passed", "bug": False, "error": ""},
+        {"file": a, "test": "t2", "outcome": "failed", "bug": True, "error": "E: bug"},
+        {"file": a, "test": "t3", "outcome": "failed", "bug": False, "error": "KeyError: later"},
+        {"file": b, "test": "u", "outcome": "passed", "bug": False, "error": ""},
+    ]
+    asked = []
+
+    def run_report(python, root, files, *, timeout, first_bug=False, guards=False):
+        asked.append(first_bug)
+        return proofenv.ProofRun(cases, "", 1.0)
+
+    monkeypatch.setattr(proofenv, "run_report", run_report)
+    files = ["tests/proof/a.py", "tests/proof/b.py"]
+    sink: list[dict] = []
+    kept = proofenv.run_proofs(root, root, files, first_bug=True, sink=sink)
+    early = proofenv.run_proofs(root, root, files, first_bug=True)
+    assert asked == [False, True]
+    assert sink == cases
+    assert kept == early
+    assert kept["tests/proof/a.py"] == proofenv.ProofOutcome("fails", "t2: E: bug")  # not "(+1 more)", not t3
+    assert kept["tests/proof/b.py"].verdict == "passes"
