@@ -46,6 +46,11 @@ def add(a, b):
 INIT = b'"""demo."""\n\n__version__ = "1.0.0"\n\nfrom .core import add, greet\n'
 
 
+#: Seconds a test waits for an event that should come before it fails as hung. Only a hang gets there: it is no
+#: guess of how long anything takes (the events come in seconds on a machine at load 25), it ends the wait
+#: with a failure where an event that never comes would hang the suite.
+HANG = 600.0
+
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
