@@ -59,7 +59,10 @@ def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 DRIVER = r"""
-import os, sys, time
+import os, signal, sys, time
+# Ctrl-C as a terminal's foreground job has it, whatever this test inherited: started by `nohup ... &` (or a
+# shell's background job), the whole run ignored SIGINT, and so did the driver and its child.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 sys.path.insert(0, os.environ["TOOL_TESTS"])
 import conftest  # noqa: F401  (puts src/ on the path)
