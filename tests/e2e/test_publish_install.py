@@ -46,9 +46,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Seconds before a server that neither answers nor exits counts as hung: a backstop, not a guess of how long it
+#: takes to start (about a second, several on a loaded machine).
+HANG = 600
+
+
 def _serving(proc: subprocess.Popen, url: str) -> bool:
-    """True once pypiserver answers on ``url``; False if it exited (it could not bind the port) or hung 60 s."""
-    deadline = time.monotonic() + 60
+    """True once pypiserver answers on ``url``; False if it exited (it could not bind the port) or hung."""
+    deadline = time.monotonic() + HANG
     while True:
         try:
             urllib.request.urlopen(url + "/simple/", timeout=2).close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patchwheel.maint.bisection import Plan
@@ -66,7 +66,7 @@ def matrices(draw, monotone: bool = False):
     return versions, rows, truth, forced
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # no wall-clock limits
 @given(matrices(), st.integers(1, 3), st.integers(0, 2**16))
 def test_every_cell_is_run_or_inferred_and_every_change_is_run_on_both_sides(m, workers, seed):
     versions, rows, truth, forced = m
@@ -90,7 +90,7 @@ def test_every_cell_is_run_or_inferred_and_every_change_is_run_on_both_sides(m, 
                 assert versions.index(left) < versions.index(v) < versions.index(right)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # no wall-clock limits
 @given(matrices(monotone=True), st.integers(1, 3), st.integers(0, 2**16))
 def test_a_fix_that_stays_is_found_exactly_within_a_log_bound(m, workers, seed):
     """The usual shape (the bug is there until upstream fixes it): every inferred cell is right, and the runs are

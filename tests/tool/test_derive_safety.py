@@ -22,7 +22,7 @@ from patchwheel.errors import PatchwheelError
 from patchwheel.maint import derive, rebase, waiting
 from patchwheel.maint.setruns import Run
 
-from conftest import CORE, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, make_wheel, proofs, tree
+from conftest import CORE, HANG, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, make_wheel, proofs, tree
 
 
 def add_package(demo, name: str = "extra") -> None:
@@ -59,7 +59,10 @@ def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 DRIVER = r"""
-import os, sys, time
+import os, signal, sys, time
+# Ctrl-C as a terminal's foreground job has it, whatever this test inherited: started by `nohup ... &` (or a
+# shell's background job), the whole run ignored SIGINT, and so did the driver and its child.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 sys.path.insert(0, os.environ["TOOL_TESTS"])
 import conftest  # noqa: F401  (puts src/ on the path)
@@ -71,9 +74,10 @@ block, marker = os.environ.get("BLOCK_AT", ""), Path(os.environ["MARKER"])
 
 def wait(where):
     if block == where:
-        marker.write_text(where)
         import subprocess
-        subprocess.run(["sleep", "600"])  # a proof run: a child in the same process group, as pytest is
+        # a proof run: a child in the same process group, as pytest is; it writes the marker once it runs, so the
+        # signal comes while the run waits in it
+        subprocess.run(["sh", "-c", 'echo "$1" > "$2" && exec sleep 600', "sh", where, str(marker)])
 
 def release_env(cache, wheels):
     env = Path(os.environ["ENVS"]) / "+".join(f"{p}-{parse_wheel_filename(a.filename)[1]}" for p, a in wheels)
@@ -122,13 +126,14 @@ def _spawn(demo, tmp_path, block, *args):
     return proc, marker
 
 
-def _wait_for(proc, marker, timeout=600):
+def _wait_for(proc, marker):
+    """Until the run waits in its child (the marker), however long it takes to get there; it may not end first."""
     import time
 
     t0 = time.monotonic()
     while not marker.exists():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() - t0 < timeout
+        assert time.monotonic() - t0 < HANG, "the run hung before it reached its child"
         time.sleep(0.02)
 
 
@@ -447,7 +452,7 @@ def test_a_real_signal_leaves_the_project_and_no_scratch(demo_project, tmp_path,
     proc, marker = _spawn(demo_project, tmp_path, block, "demo==0.9.0")
     _wait_for(proc, marker)
     os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C, or a CI runner's cancel, signals the whole group
-    _, err = proc.communicate(timeout=600)
+    _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 130, err[-500:]
     assert tree(demo_project.root) == before and not (demo_project.root / ".rebase").exists()
     assert not list(scratch_temp.glob("patchwheel-*")), err[-500:]

@@ -27,7 +27,7 @@ from patchwheel.patches import load_series
 from patchwheel.rewrite import read, record_hash, wheel_names
 from patchwheel.verify import verify
 
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, other_patch_set
+from conftest import CORE, HANG, INIT, TRAILERS, edit_greet, make_patch, other_patch_set
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -672,23 +672,28 @@ def test_builds_into_the_same_dist_take_turns(demo_project, tmp_path):
     dist = demo_project.root / "dist"
     holder = os.open(dist.with_name(".dist.lock"), os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(holder, fcntl.LOCK_EX)  # "the first build"
-    waiting, done, said = threading.Event(), threading.Event(), []
+    waiting, done, ended, said = threading.Event(), threading.Event(), threading.Event(), []
 
     def log(message: str) -> None:
         said.append(message)
         if message.startswith("waiting for another build"):
             waiting.set()
+            ended.set()
 
     def second() -> None:
-        build_mod.build(demo_project.load(), dist, log=log)
-        done.set()
+        try:
+            build_mod.build(demo_project.load(), dist, log=log)
+            done.set()
+        finally:
+            ended.set()  # the build went on, or failed: either way it did not wait
 
     thread = threading.Thread(target=second)
     thread.start()
     try:
-        assert waiting.wait(30), said
+        # no guess of how long the build takes to reach the lock: it says it waits, or it ends
+        assert ended.wait(HANG) and waiting.is_set(), said
         assert not done.is_set() and not dist.exists(), "the second build went on while the first held dist/"
     finally:
         os.close(holder)
-    thread.join(60)
+    thread.join(HANG)
     assert done.is_set() and (dist / "build.json").is_file()

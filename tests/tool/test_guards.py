@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HANG
+
 ROOT = Path(__file__).resolve().parents[2]
 GUARDS = ROOT / "tests" / "guards"
 
@@ -243,7 +245,7 @@ class Project:
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG,
         )
         outcomes = {}
         if junit.is_file():
@@ -533,7 +535,7 @@ def test_without_an_exchange_folder_a_guard_loads_its_own_artifact(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG,
     )
     assert res.returncode == 0, res.stdout + res.stderr
 

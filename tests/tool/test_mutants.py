@@ -9,6 +9,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,7 +20,7 @@ from patchwheel.errors import PatchwheelError
 from patchwheel.maint import mutants, proofenv
 from patchwheel.maint.mutants import HunkRef, Outcome, Result
 
-from conftest import CORE, INIT, TRAILERS, make_patch, make_wheel
+from conftest import CORE, INIT, TRAILERS, adopting_orphans, how_it_ended, make_patch, make_wheel
 
 LONG = CORE + b"".join(f"\n\ndef f{i}(x):\n    return x + {i}\n".encode() for i in range(12))
 UP = {"src/demo/core.py": LONG, "src/demo/__init__.py": INIT}
@@ -272,25 +273,42 @@ def pytest_sessionfinish(session):
 """
 
 
-def test_proof_runs_kill_the_whole_process_group_on_timeout(tmp_path):
-    """The mutation check's proof runs (proofenv.run_report, guards included, as check_line runs them)."""
+class TimeoutOnEvent:
+    """proofenv's clock for a timeout test: it stands still until ``event`` (a file) exists, then each reading is
+    ``step`` seconds on, so a run given ``step`` seconds times out right after the event, however long a loaded
+    machine took to get there."""
+
+    def __init__(self, event: Path, step: float) -> None:
+        self.event, self.step, self.now = event, step, 0.0
+
+    def __call__(self) -> float:
+        if self.event.exists():
+            self.now += self.step
+        return self.now
+
+
+def test_proof_runs_kill_the_whole_process_group_on_timeout(tmp_path, monkeypatch):
+    """The mutation check's proof runs (proofenv.run_report, guards included, as check_line runs them): on a timeout
+    the whole process group dies, pytest and the process its test started. The timeout runs out once the test has
+    started that process (given 3 s of the real clock, a loaded machine's pytest had not reached the test yet), and
+    the process is waited for as this process's adopted child: killed, not ended by itself."""
     (tmp_path / "conftest.py").write_text(REPORTING_CONFTEST)
     pid_file = tmp_path / "child.pid"
     (tmp_path / "test_slow.py").write_text(
-        "import subprocess, time\n\ndef test_slow():\n"
-        f"    child = subprocess.Popen(['sleep', '60'])\n    open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
-        "    time.sleep(60)\n"
+        "import os, subprocess, time\n\ndef test_slow():\n"
+        "    child = subprocess.Popen(['sleep', '120'])\n"
+        f"    open({str(pid_file)!r} + '.part', 'w').write(str(child.pid))\n"
+        f"    os.replace({str(pid_file)!r} + '.part', {str(pid_file)!r})\n"
+        "    time.sleep(130)  # not child.wait(): killed in it, pytest would reap the child first\n"
     )
-    ran = proofenv.run_report(Path(sys.executable), tmp_path, "test_slow.py", timeout=3, guards=True)
-    assert ran.cases is None and ran.detail == "timed out after 3 s" and ran.seconds < 30
-    child = int(pid_file.read_text())
-    for _ in range(50):  # killed; a zombie at most until init reaps it
-        stat = Path(f"/proc/{child}/stat")
-        if not stat.exists() or stat.read_text().split(")")[1].split()[0] == "Z":
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail(f"the proof's child {child} outlived the timeout")
+    clock = TimeoutOnEvent(pid_file, 3)
+    monkeypatch.setattr(
+        proofenv, "time", SimpleNamespace(monotonic=clock, sleep=time.sleep, perf_counter=time.perf_counter)
+    )
+    with adopting_orphans():  # pytest's child is reparented here when pytest dies
+        ran = proofenv.run_report(Path(sys.executable), tmp_path, "test_slow.py", timeout=3, guards=True)
+        assert ran.cases is None and ran.detail == "timed out after 3 s", ran
+        assert how_it_ended(int(pid_file.read_text())) == "killed by SIGKILL", "the proof's child outlived the timeout"
 
 
 def _fake_fixed_env(site_root: Path):

@@ -22,7 +22,7 @@ import pytest
 from patchwheel import config, patches
 from patchwheel.maint import proofenv
 
-from conftest import CORE, GUARD, INIT, edit_greet, make_patch
+from conftest import CORE, GUARD, HANG, INIT, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 # The contract under test; point it at another copy of tests/proof to judge an older conftest and harness.
@@ -118,7 +118,7 @@ class Project:
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG,
         )
         cases = json.loads(report.read_text()) if report.is_file() else []
         return res.returncode, res.stdout + res.stderr, cases

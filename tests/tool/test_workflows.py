@@ -314,7 +314,12 @@ PREFIXES = st.sampled_from(
 )
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(prefix=PREFIXES, parts=st.lists(PATH_PARTS, min_size=1, max_size=3))
 def test_the_propose_filter_takes_a_path_only_inside_the_new_line(tmp_path_factory, prefix, parts):
     """A new line's diff with one more file, anywhere: staged only when that file is inside the new line's two
