@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 #: What each command does, as `patchwheel --help` lists it.
 HELP = {
     "build": "build +fixed wheels, a PEP 503 index and consumer pins into dist/",
-    "lint": "check series and patch files (trailers, names, files), the matrix and the build records",
+    "lint": "check series and patch files (trailers, names, files), the matrix, the build records, the sets' torch "
+    "and the vendored modules in overlay/",
     "bump": "record a changed series under the line's next wheel build number (refresh, new and rebase do it)",
     "status": "which transformers/accelerate are installed, which fixes they carry, and which known bugs affect "
     "them (exit 1: a known bug applies or a patched file was changed)",

@@ -78,6 +78,8 @@ def cmd_lint(args) -> int:
         for p in tree:
             print(f"  - {p}")
         bad += len(suite) + len(torch) + len(tree)
+    # The vendored modules too: `patchwheel lint` is the whole of what the suite's lint asks of the tool.
+    bad += _overlay_problems(project, project.select(args.lines) if args.lines else None)
     return 1 if bad else 0
 
 
@@ -194,18 +196,25 @@ def cmd_guards(args) -> int:
     return 0
 
 
+def _overlay_problems(project: config.Project, lines: list | None) -> int:
+    """The vendored modules against pristine + series (every line when ``lines`` is None), printed; how many differ."""
+    from . import vendored
+
+    problems = vendored.check(project, lines)
+    for problem in problems:
+        print(f"  - {problem}")
+    n = len(lines) if lines is not None else len(project.all_lines())
+    print(f"overlay/: {'FAILED' if problems else 'ok'} ({n} release line(s) compared with pristine + series)")
+    return len(problems)
+
+
 def cmd_vendor(args) -> int:
     from . import vendored
 
     project = config.load(root(args))
     lines = project.select(args.lines) if args.lines else None
     if args.check:
-        problems = vendored.check(project, lines)
-        for problem in problems:
-            print(f"  - {problem}")
-        n = len(lines) if lines is not None else len(project.all_lines())
-        print(f"overlay/: {'FAILED' if problems else 'ok'} ({n} release line(s) compared with pristine + series)")
-        return 1 if problems else 0
+        return 1 if _overlay_problems(project, lines) else 0
     changed = vendored.write(project, lines, force=args.force)
     print(f"overlay/: {len(changed)} path(s) written or removed" if changed else "overlay/: up to date")
     return 0
