@@ -1,6 +1,6 @@
 """What the committed matrix says, checked: against a fresh run of the same cells (the staleness check), against
 the patches' trailers (the lint rule: a ⚠ that no trailer explains), and which releases a staleness check must run
-to cover every Drop-When transition."""
+to cover every Drop-When transition; and what a cell means for its patch (:func:`decide`, the one verdict policy)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,63 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from .matrix import WHERE, LineMatrix, Matrix, Row, changes, drop_when_met, flags
+from .matrix import WHERE, Cell, LineMatrix, Matrix, Row, changes, drop_when_met, flags
 from .patches import Patch
 from .trailers import DROP_BY_BEHAVIOUR
+
+#: The rules of :func:`decide`: each one's decision (``carry`` the patch, ``drop`` it, or ``stop`` for a maintainer)
+#: and why, in words a report can use. `follow`, `derive` and the watch word them for their readers, by rule.
+RULES = {
+    "feature-drop-when": ("stop", "a feature whose Drop-When holds: drop it by hand"),
+    "feature-upstream": ("drop", "upstream has the change"),
+    "feature": ("carry", "a feature, carried by its text"),
+    "passes-before-drop-when": (
+        "stop",
+        "its proof passes before its Drop-When: upstream fixed it earlier, or the proof is too weak",
+    ),
+    "passes": ("drop", "its proof passes on the pristine release"),
+    "fails-drop-when": ("stop", "its Drop-When holds, but its proof still fails"),
+    "fails-upstream-text": ("stop", "upstream has its text, but its proof still fails"),
+    "fails-conflict": ("carry", "its proof still fails, and its text conflicts (the rebase stops there)"),
+    "fails": ("carry", "its proof still fails"),
+    "unjudged": ("stop", "its proof cannot judge the pristine release"),
+}
+
+
+@dataclass(frozen=True)
+class Decision:
+    rule: str  # a key of RULES
+
+    @property
+    def kind(self) -> str:
+        return RULES[self.rule][0]
+
+    @property
+    def why(self) -> str:
+        return RULES[self.rule][1]
+
+
+def decide(cell: Cell, feature: bool) -> Decision:
+    """The one verdict policy of a patch's cell on another release: `follow` and `derive` act on it, the watch
+    reports by it. A feature, which no proof judges, goes by its text; a fix by its proof, with Drop-When and the text
+    as checks on it: a proof that passes before Drop-When holds, or fails once it holds or once upstream has the text,
+    needs a person."""
+    if feature:
+        return Decision(
+            "feature-drop-when"
+            if cell.drop_when_met
+            else "feature-upstream"
+            if cell.text == "already-upstream"
+            else "feature"
+        )
+    if cell.behaviour == "passes":
+        return Decision("passes-before-drop-when" if cell.drop_when_met is False else "passes")
+    if cell.behaviour != "fails":
+        return Decision("unjudged")
+    if cell.drop_when_met:
+        return Decision("fails-drop-when")
+    return Decision({"already-upstream": "fails-upstream-text", "conflict": "fails-conflict"}.get(cell.text, "fails"))
+
 
 #: A proof run's detail where no environment could be made for the release (proofenv's judge writes it).
 NO_ENVIRONMENT = "no environment: "

@@ -536,3 +536,28 @@ def watched(demo_project, monkeypatch, tmp_path, capsys):
 
 
 # --- the workflows: pinned actions, no stored credentials, hashed installs where a token can write ------------------
+
+
+def test_the_watch_and_follow_decide_a_cell_by_one_policy():
+    """Where upstream has a patch's text but its proof still fails, or its Drop-When holds while it fails, the watch
+    called the patch droppable and `follow` stopped: both now ask `matrix_checks.decide`, and the watch says it needs
+    a maintainer, as follow stops there."""
+    from patchwheel.maint.follow import _SAID
+    from patchwheel.matrix import Cell, LineMatrix, Matrix, Release, Row
+    from patchwheel.matrix_checks import RULES, decide
+
+    def line(cell: Cell) -> LineMatrix:
+        row = Row("0001-x.patch", "x", "transformers>=9", None, "tests/proof/test_x.py", cells={"1.1.0": cell})
+        return LineMatrix("demo/1.0.0", [], [Release("1.1.0", "w", "s")], [row])
+
+    upstream_text = Cell("already-upstream", behaviour="fails", behaviour_detail="test_x: BugSymptom: seen")
+    drop_when = Cell("clean", behaviour="fails", behaviour_detail="test_x: BugSymptom: seen", drop_when_met=True)
+    for cell, rule in ((upstream_text, "fails-upstream-text"), (drop_when, "fails-drop-when")):
+        assert decide(cell, feature=False).rule == rule and RULES[rule][0] == "stop"
+        (said,) = watch.attention(Matrix("2.13.0", []), [line(cell)], {"demo/1.0.0"})
+        assert said.startswith(f"demo/1.0.0 0001-x.patch needs a maintainer on demo 1.1.0 ({RULES[rule][1]})"), said
+        assert "becomes droppable" not in said
+    assert set(_SAID) == set(RULES), "follow words every rule of the policy, and no other"
+    passes = Cell("clean", behaviour="passes", behaviour_detail="test_x: passed", drop_when_met=True)
+    (said,) = watch.attention(Matrix("2.13.0", []), [line(passes)], {"demo/1.0.0"})
+    assert "becomes droppable on demo 1.1.0 (its proof passes on the pristine release)" in said

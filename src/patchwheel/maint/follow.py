@@ -38,6 +38,7 @@ from ..config import Artifact, Project, ReleaseLine
 from ..errors import MatrixError, PatchwheelError
 from ..lint import suite_problems, torch_problems
 from ..matrix import Matrix
+from ..matrix_checks import decide
 from ..patches import Patch
 from ..reporter import CONSOLE
 from . import proofenv, rebase, submission, upstream
@@ -228,6 +229,23 @@ def as_judged(verdicts: list[Verdict]) -> Callable[[Patch], proofenv.ProofOutcom
     return lambda patch: outcomes[patch.name]
 
 
+#: What follow says for each rule of :func:`matrix_checks.decide`: the problem it stops on, or the decision it records.
+_SAID = {
+    "feature-drop-when": "{name}: a feature whose Drop-When holds on {version}: drop it by hand",
+    "feature-upstream": "dropped: upstream has the change",
+    "feature": "carried ({text})",
+    "passes-before-drop-when": "{name}: its proof passes on {release}, before its Drop-When ({drop_when}): upstream "
+    "fixed it earlier, or the proof is too weak here",
+    "passes": "dropped: its proof passes on pristine {release} ({detail})",
+    "fails-drop-when": "{name}: its Drop-When holds on {release}, but its proof still fails ({detail}): correct "
+    "Drop-When, or record 'Upstream-Status: Partial-Fix-In {version} <test>'",
+    "fails-upstream-text": "{name}: upstream has its text, but its proof still fails ({detail})",
+    "fails-conflict": "kept: its proof still fails, and its text conflicts (the rebase stops there)",
+    "fails": "carried ({text}): its proof still fails",
+    "unjudged": "{name}: its proof cannot judge pristine {release} ({detail})",
+}
+
+
 def judge(
     project: Project,
     line: ReleaseLine,
@@ -247,32 +265,16 @@ def judge(
     for row, patch in zip(judged_line.patches, patches.load_series(line), strict=True):
         cell = row.cells[version]
         v = Verdict(patch.name, cell.text, cell.behaviour or "", cell.behaviour_detail or "")
-        if patch.is_feature and cell.drop_when_met:
-            problems.append(f"{patch.name}: a feature whose Drop-When holds on {version}: drop it by hand")
-        elif patch.is_feature:
-            upstream_has = v.text == "already-upstream"
-            v.decision = "dropped: upstream has the change" if upstream_has else f"carried ({v.text})"
-        elif v.behaviour == "passes" and cell.drop_when_met is False:
-            problems.append(
-                f"{patch.name}: its proof passes on {line.package} {version}, before its Drop-When "
-                f"({patch.trailers.get('Drop-When')}): upstream fixed it earlier, or the proof is too weak here"
-            )
-        elif v.behaviour == "passes":
-            v.decision = f"dropped: its proof passes on pristine {line.package} {version} ({v.detail})"
-        elif v.behaviour == "fails" and cell.drop_when_met:
-            problems.append(
-                f"{patch.name}: its Drop-When holds on {line.package} {version}, but its proof still fails "
-                f"({v.detail}): correct Drop-When, or record 'Upstream-Status: Partial-Fix-In {version} <test>'"
-            )
-        elif v.behaviour == "fails" and v.text == "conflict":
-            v.decision = "kept: its proof still fails, and its text conflicts (the rebase stops there)"
-        elif v.behaviour == "fails" and v.text != "already-upstream":
-            v.decision = f"carried ({v.text}): its proof still fails"
-        elif v.behaviour == "fails":
-            problems.append(f"{patch.name}: upstream has its text, but its proof still fails ({v.detail})")
+        decision = decide(cell, patch.is_feature)
+        said = _SAID[decision.rule].format(
+            name=patch.name, text=v.text, detail=v.detail, version=version, release=f"{line.package} {version}",
+            drop_when=patch.trailers.get("Drop-When"),
+        )  # fmt: skip
+        if decision.kind == "stop":
+            problems.append(said)
+            unjudged += [patch.test_module] if decision.rule == "unjudged" else []
         else:
-            problems.append(f"{patch.name}: its proof cannot judge pristine {line.package} {version} ({v.detail})")
-            unjudged.append(patch.test_module)
+            v.decision = said
         verdicts.append(v)
     if not problems and all(v.decision.startswith("dropped") for v in verdicts):
         problems.append(f"every patch of {line.key} is upstream in {version}: is a +fixed line still needed?")

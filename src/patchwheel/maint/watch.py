@@ -27,6 +27,7 @@ from .. import fetch
 from ..config import Project
 from ..errors import MatrixError
 from ..matrix import FEATURE, TEXT_CODE, VERDICTS, Cell, LineMatrix, Matrix, Row, drop_when_met, flags
+from ..matrix_checks import decide
 from ..patches import Patch, load_series
 from ..reporter import CONSOLE, Reporter
 from . import proofenv, upstream
@@ -301,7 +302,8 @@ def merge(project: Project, paths: list[Path], cells_path: Path) -> tuple[Matrix
 
 def attention(committed: Matrix, new_lines: list[LineMatrix], newest: set[str]) -> list[str]:
     """The cells of ``new_lines`` where a patch of a package's newest line (``newest``: their keys; the older
-    lines are kept for their consumers, not rebased) stops applying, becomes droppable, or can no longer be judged
+    lines are kept for their consumers, not rebased) stops applying, becomes droppable, needs a maintainer (where
+    follow would stop: one policy, :func:`matrix_checks.decide`), or can no longer be judged
     by its proof, compared with the release before it in the matrix (the committed one, or another new one)."""
     by_line: dict[str, dict[str, dict[str, Cell]]] = {}  # line -> patch -> version -> cell
     for ln in [*committed.lines, *new_lines]:
@@ -317,7 +319,11 @@ def attention(committed: Matrix, new_lines: list[LineMatrix], newest: set[str]) 
             for version, cell in sorted(p.cells.items(), key=lambda kv: Version(kv[0])):
                 i = versions.index(version)
                 before = row[versions[i - 1]] if i else None
-                for what, now in (("stops applying", _conflicts), ("becomes droppable", _droppable)):
+                for what, now in (
+                    ("stops applying", _conflicts),
+                    ("becomes droppable", _droppable),
+                    ("needs a maintainer", _needs_judgement),
+                ):
                     if now(cell) and not (before is not None and now(before)):
                         out.append(
                             f"{ln.line} {p.name} {what} on {ln.package} {version} ({_why(cell)}): "
@@ -336,14 +342,16 @@ def _conflicts(cell: Cell) -> bool:
 
 
 def _droppable(cell: Cell) -> bool:
-    return cell.behaviour == "passes" or bool(cell.drop_when_met) or cell.text == "already-upstream"
+    return decide(cell, cell.behaviour == FEATURE).kind == "drop"
+
+
+def _needs_judgement(cell: Cell) -> bool:
+    """Where follow would stop (the one policy), but for a proof that cannot judge, which is said on its own."""
+    decision = decide(cell, cell.behaviour == FEATURE)
+    return cell.behaviour in ("passes", "fails", FEATURE) and decision.kind == "stop"
 
 
 def _why(cell: Cell) -> str:
     if cell.text == "conflict":
         return "text: conflict" + (f", {cell.text_detail[:160]}" if cell.text_detail else "")
-    if cell.behaviour == "passes":
-        return "its proof passes on the pristine release"
-    if cell.drop_when_met:
-        return "its Drop-When holds"
-    return "upstream already has the change"
+    return decide(cell, cell.behaviour == FEATURE).why
