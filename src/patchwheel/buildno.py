@@ -24,13 +24,12 @@ recomputed for new inputs, passes the digest check but names a published wheel w
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 import tomllib
 from pathlib import Path
 
 from . import config, gitops
+from .atomic import replace_text
 from .config import BuildRecord, Project, ReleaseLine
 from .errors import ConfigError, PatchwheelError
 from .reporter import CONSOLE
@@ -212,12 +211,4 @@ def write_record(pins: Path, version: str, record: BuildRecord) -> None:
             "replace; nothing was written",
             f"write it as the single line {entry.strip()}",
         )
-    fd, tmp = tempfile.mkstemp(dir=pins.parent, prefix=".pins-", suffix=".toml")
-    try:
-        os.fchmod(fd, pins.stat().st_mode & 0o777)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, pins)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    replace_text(pins, text)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from .atomic import replace_text
 from .errors import MatrixError
 from .matrix_md import BEHAVIOUR_CODE as BEHAVIOUR_CODE  # the codes of the vocabulary, as shown
 from .matrix_md import TEXT_CODE as TEXT_CODE
@@ -290,9 +290,7 @@ class Matrix:
         """Write the JSON and its Markdown (``.md`` beside it), each replaced whole."""
         for target, text in ((path, json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n"),
                              (path.with_suffix(".md"), render(self))):  # fmt: skip
-            tmp = target.with_name(target.name + ".tmp")
-            tmp.write_text(text)
-            os.replace(tmp, target)
+            replace_text(target, text)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "torch": self.torch, "lines": [ln.to_json() for ln in self.lines]}

@@ -21,11 +21,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from . import buildno
+from .atomic import replace_text
 from .config import ReleaseLine, cache_dir
 from .errors import PatchwheelError
 from .names import SHA256
@@ -70,14 +69,7 @@ def line_key(line: ReleaseLine) -> str:
 def _write(path: Path, record: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".record-")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(record, fh)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        replace_text(path, json.dumps(record))
     except OSError:
         pass  # a cache that cannot be written costs the next build time, never this one its result
 

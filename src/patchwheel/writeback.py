@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .atomic import replace_text
 from .errors import PatchwheelError
 
 #: The journal of a write-back in progress, at the project's root.
@@ -110,16 +111,7 @@ def recover(root: Path) -> list[str]:
 
 
 def _write_journal(root: Path, journal: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=f"{JOURNAL}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(journal, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, root / JOURNAL)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_text(root / JOURNAL, json.dumps(journal, indent=1), durable=True)
 
 
 def _roll_forward(root: Path, journal: dict) -> list[str]:

@@ -110,3 +110,23 @@ def test_errors_come_in_kinds_under_one_base():
         if issubclass(cls, errors.PatchwheelError) and cls is not errors.PatchwheelError
     ]
     assert len(kinds) >= 3, kinds
+
+
+def test_files_are_replaced_whole_in_one_place():
+    """Every file the tool replaces (pins, sets, the matrix, build records, the write-back journal, the watch's
+    fragments) goes through atomic.replace_text: a temporary file renamed over the target, removed on failure. Six
+    hand-written copies of that once differed (a fixed temporary name, a mode lost, no clean-up)."""
+    src = Path(__file__).resolve().parents[2] / "src" / "patchwheel"
+    renames = {
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if re.search(r"os\.replace\(tmp, |tmp\.replace\(", p.read_text())
+    }
+    other = {  # renames of another kind, each its own
+        "fetch.py": "a download, hashed as it streams, renamed into the cache once its sha256 is the pin's",
+        "maint/proofenv.py": "an environment folder, built aside and renamed into place",
+        "maint/rebase.py": "a new line's series folder, renamed into place whole",
+        "maint/export.py": "an export folder, renamed into place whole",
+        "maint/refresh.py": "several patch files, all staged before any is renamed",
+    }
+    assert renames == {"atomic.py", *other}, renames

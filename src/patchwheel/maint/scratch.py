@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import buildno, config, lint, writeback
+from ..atomic import replace_text
 from ..config import BuildRecord
 from ..errors import PatchwheelError
 from ..tempfolder import TempFolder
@@ -130,9 +131,7 @@ def _write_checked(path: Path, text: str, reads_back, hint: str) -> None:
         ok = False
     if not ok:
         raise PatchwheelError(f"{path}: the tool cannot make this edit in its text; nothing was written", hint)
-    tmp = path.with_name(f".{path.name}.follow")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    replace_text(path, text)
 
 
 _HEADER = re.compile(r"^\s*\[\s*(?P<name>[^\]]+?)\s*\]\s*(#.*)?\Z")

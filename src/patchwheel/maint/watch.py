@@ -24,6 +24,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from .. import fetch
+from ..atomic import replace_text
 from ..config import Project
 from ..errors import MatrixError
 from ..matrix import FEATURE, TEXT_CODE, VERDICTS, Cell, LineMatrix, Matrix, Row, drop_when_met, flags
@@ -139,10 +140,8 @@ def write_fragment(
         "series": series_digest(project, line_key),
         "line": result.to_json(),
     }
-    tmp = out.with_name(out.name + ".tmp")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(json.dumps(fragment, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(out)
+    replace_text(out, json.dumps(fragment, indent=1, ensure_ascii=False) + "\n")
     report(f"wrote {out}")
 
 
