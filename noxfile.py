@@ -96,6 +96,12 @@ def build(session: nox.Session) -> None:
     tool(session, "build", *session.posargs)
 
 
+@nox.session(venv_backend="none")
+def bump(session: nox.Session) -> None:
+    """Record a changed series under the line's next build number (args: pkg[==version] ...): what lint advises."""
+    tool(session, "bump", *session.posargs)
+
+
 @nox.session(venv_backend="none", default=False)
 def dist(session: nox.Session) -> None:
     """dist/ built from the tree, for the sessions that test it (they require this one, which runs alone before

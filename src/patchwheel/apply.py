@@ -24,7 +24,7 @@ from .patches import Patch, git_disagrees
 from .tempfolder import TempFolder
 from .undo import undo_series
 
-_LINT_HINT = "fix each point above; `python -m patchwheel lint` re-checks"
+_LINT_HINT = "fix each point above; `nox -s lint` re-checks"
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$", re.M)
 _NO_FILE = re.compile(r"^error: (.+): (No such file or directory|does not exist in index)$", re.M)

@@ -159,7 +159,7 @@ def _check_stale(previous: list[DistWheel] | None, built: list[Built], dist: Pat
                 f"{', '.join(p.name for p in b.patches) or 'no patches'}). dist/ was left as it was",
                 "if that wheel was never published, rerun with --clean to replace dist/; if it was, the index "
                 "will refuse a different file under the same name: give the line its next build number "
-                f"(python -m patchwheel bump {b.line.package}=={b.line.version}) and rebuild",
+                f"(nox -s bump -- {b.line.package}=={b.line.version}) and rebuild",
             )
 
 

@@ -76,7 +76,7 @@ def tag(line: ReleaseLine) -> str:
 
 
 def _bump_command(line: ReleaseLine) -> str:
-    return f"python -m patchwheel bump {line.package}=={line.version}"
+    return f"nox -s bump -- {line.package}=={line.version}"
 
 
 def problem(line: ReleaseLine) -> str | None:

@@ -261,7 +261,7 @@ def _retired(path: Path, raw: object) -> dict[str, int]:
 def _build_record(path: Path, version: str, raw: object) -> BuildRecord | None:
     if raw is None:
         return None
-    hint = 'write build = { number = 1, inputs = "<sha256>" }, or let `python -m patchwheel bump PKG==VERSION` write it'
+    hint = 'write build = { number = 1, inputs = "<sha256>" }, or let `nox -s bump -- PKG==VERSION` write it'
     where = f"{path}: release {version!r} build"
     if not isinstance(raw, dict) or set(raw) != {"number", "inputs"}:
         raise ConfigError(f"{where} must be a table with exactly 'number' and 'inputs'", hint)

@@ -118,7 +118,7 @@ def cmd_watch_torch(args) -> int:
     print(
         f"torch {newest} is out ({src}); [torch] newest of overlay/sets.toml is {project.torch.newest}: prove every "
         f'set on it (TORCH_VERSION={newest} nox -s proof guards), then write newest = "{newest}" and bump the lines '
-        "(python -m patchwheel bump)"
+        "(nox -s bump)"
     )
     return 1
 

@@ -297,7 +297,7 @@ def load_series(line: ReleaseLine, *, messages: bool = True, numstat: bool = Tru
     if problems:
         raise PatchError(
             f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
-            "fix each point above; `python -m patchwheel lint` re-checks",
+            "fix each point above; `nox -s lint` re-checks",
         )
     return [parse_patch(line.patch_dir / n) for n in series_names(line)]
 

@@ -50,7 +50,7 @@ def test_a_reworded_patch_gets_the_next_build_number(demo_project, tmp_path):
         "the inputs of demo/1.0.0 (patches/demo/1.0.0/, its upstream pin or settings in overlay/demo/pins.toml, or "
         "the torch its sets are proven on, [torch] of overlay/sets.toml) changed since build 1 was recorded there"
     ) in out
-    assert "run `python -m patchwheel bump demo==1.0.0` (build 2)" in out
+    assert "run `nox -s bump -- demo==1.0.0` (build 2)" in out
     rc, _, err = _run("--root", root, "build")
     assert rc == 2 and "changed since build 1 was recorded there" in err, err
     assert first.read_bytes() == published and sorted(p.name for p in dist.glob("*.whl")) == [first.name]
@@ -134,7 +134,7 @@ def test_a_bad_build_record_is_refused(demo_project, record, error):
     pins.write_text("\n".join(ln for ln in pins.read_text().splitlines() if not ln.startswith("build =")) + "\n")
     pins.write_text(pins.read_text() + record + "\n")
     rc, _, err = _run("--root", str(demo_project.root), "lint")
-    assert rc == 2 and error in err and "python -m patchwheel bump" in err, err
+    assert rc == 2 and error in err and "nox -s bump --" in err, err
 
 
 def test_another_upstream_pin_is_another_build(demo_project):
@@ -216,10 +216,8 @@ def test_a_build_number_set_back_under_new_inputs_is_refused_by_the_history(demo
     rc, out, _ = _run("--root", str(root), "lint")
     assert rc == 1, out
     assert (
-        (f"demo/1.0.0 records build {published.number} for other inputs than commit ") in out
-        and "recorded for it: a published name would get other bytes; run `python -m patchwheel bump demo==1.0.0`"
-        in out
-    ), out
+        f"demo/1.0.0 records build {published.number} for other inputs than commit "
+    ) in out and "recorded for it: a published name would get other bytes; run `nox -s bump -- demo==1.0.0`" in out, out
     _commit_all(root, "the attack, committed")  # still refused: an older commit recorded the number
     assert _run("--root", str(root), "lint")[0] == 1
     rc, out, _ = _run("--root", str(root), "bump", "demo")  # bump knows the history too: the next number

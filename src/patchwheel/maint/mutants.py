@@ -267,7 +267,7 @@ def summary(results: list[Result], seconds: float) -> str:
 
 def dist_wheel(project: Project, line: ReleaseLine) -> Path:
     """The line's +fixed wheel in ``<root>/dist``, checked to carry the line's current patches."""
-    hint = "run `nox -s build` (or `python -m patchwheel build`) first: the check installs the wheels in dist/"
+    hint = "run `nox -s build` first: the check installs the wheels in dist/"
     return current_wheel(line, project.dist, hint)
 
 

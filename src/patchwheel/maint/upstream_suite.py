@@ -235,7 +235,7 @@ def skip_reason(sdist: Path) -> str | None:
 
 def fixed_wheel(line: ReleaseLine, dist: Path) -> Path:
     """The line's +fixed wheel in ``dist``, checked to carry the line's current patches."""
-    hint = f"build it first: `nox -s upstream_suite` does, or `python -m patchwheel build {line.package}`"
+    hint = f"build it first: `nox -s upstream_suite` does, or `nox -s build -- {line.package}`"
     return current_wheel(line, dist, hint)
 
 
