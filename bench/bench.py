@@ -240,8 +240,9 @@ def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str,
     from packaging.version import Version
 
     from patchwheel import vendored
+    from patchwheel.configfiles import remove_release, set_member
     from patchwheel.maint import rebase
-    from patchwheel.maint.scratch import READS, remove_release, set_member
+    from patchwheel.maint.scratch import READS
     from patchwheel.writeback import WRITES
 
     root = tmp / "follow-project"

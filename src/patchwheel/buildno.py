@@ -24,13 +24,12 @@ recomputed for new inputs, passes the digest check but names a published wheel w
 from __future__ import annotations
 
 import hashlib
-import re
 import tomllib
 from pathlib import Path
 
 from . import config, gitops
-from .atomic import replace_text
 from .config import BuildRecord, Project, ReleaseLine
+from .configfiles import write_record
 from .errors import ConfigError, PatchwheelError
 from .reporter import CONSOLE
 
@@ -156,10 +155,6 @@ def check(line: ReleaseLine) -> None:
         raise ConfigError(f"{line.key}: {why}", "then rebuild; docs/maintainers.md, 'Build numbers', says why")
 
 
-_TABLE = re.compile(r"""^\s*\[\s*release\s*\.\s*(["'])(?P<version>[^"']+)\1\s*\]\s*(#.*)?\Z""")
-_BUILD_KEY = re.compile(r"^\s*build\s*=")
-
-
 def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
     """Record the line's inputs under the next build number (1 for a line without one) in its pins.toml; nothing
     changes when the recorded number already names these inputs. Returns the record in force."""
@@ -178,37 +173,3 @@ def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
         )
     log(f"{line.key}: build {record.number} recorded for these inputs in {pins.relative_to(project.root)}")
     return record
-
-
-def write_record(pins: Path, version: str, record: BuildRecord) -> None:
-    """Set ``build = {...}`` in the ``[release."<version>"]`` table of ``pins``, keeping every other line (its
-    comments too), atomically: a reader sees the old file or the new one, never a half-written one."""
-    lines = pins.read_text().splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if (m := _TABLE.match(ln)) and m["version"] == version), None)
-    entry = f'build = {{ number = {record.number}, inputs = "{record.inputs}" }}\n'
-    if start is None:
-        raise ConfigError(
-            f'{pins} has no [release."{version}"] table header the tool can find',
-            f"add {entry.strip()} to that release's table by hand",
-        )
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
-    at = next((i for i in range(start + 1, end) if _BUILD_KEY.match(lines[i])), None)
-    if at is not None:
-        lines[at] = entry
-    else:
-        last = max(i for i in range(start, end) if lines[i].strip() and not lines[i].lstrip().startswith("#"))
-        if not lines[last].endswith("\n"):
-            lines[last] += "\n"
-        lines.insert(last + 1, entry)
-    text = "".join(lines)
-    try:  # a record written another way (a sub-table, dotted keys) would now be there twice: write nothing then
-        written = tomllib.loads(text)["release"][version]["build"]
-    except (tomllib.TOMLDecodeError, KeyError, TypeError):
-        written = None
-    if written != {"number": record.number, "inputs": record.inputs}:
-        raise ConfigError(
-            f'{pins}: the build record of [release."{version}"] is not one `build = {{ ... }}` line the tool can '
-            "replace; nothing was written",
-            f"write it as the single line {entry.strip()}",
-        )
-    replace_text(pins, text)

@@ -130,3 +130,19 @@ def test_files_are_replaced_whole_in_one_place():
         "maint/refresh.py": "several patch files, all staged before any is renamed",
     }
     assert renames == {"atomic.py", *other}, renames
+
+
+def test_the_overlay_toml_files_have_one_writer():
+    """pins.toml was written by buildno, rebase and scratch, sets.toml by scratch: configfiles is now their one
+    writer (config reads them)."""
+    src = Path(__file__).resolve().parents[2] / "src" / "patchwheel"
+    # a write whose target names the pins or the sets file (not dist/'s consumer pins-<set>.txt, another file)
+    writes = re.compile(
+        r"(_write_checked|replace_text|write_text|write_bytes|open)\((?!.*pins_text).*\b(pins|pins_file|sets_file)\b(?!-)"
+    )
+    writers = {
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if any(writes.search(line) for line in p.read_text().splitlines())
+    }
+    assert writers <= {"configfiles.py"}, writers

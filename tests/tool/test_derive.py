@@ -272,7 +272,7 @@ def test_abort_removes_only_a_derive_s_work_folder(demo_project, monkeypatch, tm
 
 
 def test_a_new_set_goes_after_the_other_sets_and_before_suite(tmp_path):
-    from patchwheel.maint.scratch import add_set
+    from patchwheel.configfiles import add_set
 
     sets = tmp_path / "sets.toml"
     head = '# sets\n[set.latest]\ndemo = "2.0.0"\n'

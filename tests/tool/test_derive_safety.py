@@ -467,7 +467,7 @@ def test_a_retired_table_of_anything_but_versions_and_numbers_is_refused(demo_pr
 
 
 def test_retiring_keeps_the_highest_number_and_every_other_line(tmp_path):
-    from patchwheel.maint.scratch import record_retired
+    from patchwheel.configfiles import record_retired
 
     pins = tmp_path / "pins.toml"
     head = 'package = "demo"\n\n[release."2.0"]\nwheel = 1\n'

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from patchwheel import cli, config, gitops, lint, torchaxis
+from patchwheel.configfiles import add_set, remove_release, set_floor, set_member
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import follow, followreport
-from patchwheel.maint.scratch import add_set, remove_release, set_floor, set_member
 from patchwheel.maint.setruns import Run
 
 from conftest import CORE, INIT, PROVEN, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree

@@ -35,11 +35,12 @@ from packaging.version import Version
 
 from .. import config, fetch, gitops, lint, patches
 from ..config import Artifact, Project, ReleaseLine
+from ..configfiles import add_set, set_member, suite_add
 from ..errors import ConfigError, PatchwheelError
 from ..reporter import CONSOLE
 from . import follow, proofenv, rebase, upstream, waiting
 from .follow import Prove, Stop, Verdict
-from .scratch import Scratch, add_set, held_interrupts, restate_torch, set_member, suite_add
+from .scratch import Scratch, held_interrupts, restate_torch
 from .selection import Selection
 from .setruns import Run
 
@@ -347,9 +348,8 @@ def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], Non
 def _judge_others(
     project: Project, source: ReleaseLine, done: Derived, artifact: Artifact, judged: upstream.Judged
 ) -> tuple[list[Verdict], Stop | None]:
-    """The proofs of the fixes the package's other lines carry and ``source`` does not (by slug; features are
-    capabilities, not bugs), on the pristine release: a bug still there stops it, as does a proof that cannot
-    judge."""
+    """The proofs of the fixes the other lines carry and ``source`` does not (by slug; features are capabilities,
+    not bugs), on the pristine release: a bug still there stops it, as does a proof that cannot judge."""
     carried = {p.slug for p in patches.load_series(source)}
     others: dict[str, tuple[ReleaseLine, patches.Patch]] = {}
     for line in project.lines[done.package]:

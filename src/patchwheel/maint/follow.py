@@ -35,6 +35,7 @@ from packaging.version import Version
 from .. import config, fetch, patches, vendored
 from ..build import build
 from ..config import Artifact, Project, ReleaseLine
+from ..configfiles import record_retired, remove_release, set_member
 from ..errors import MatrixError, PatchwheelError
 from ..lint import suite_problems, torch_problems
 from ..matrix import Matrix
@@ -42,7 +43,7 @@ from ..matrix_checks import decide
 from ..patches import Patch
 from ..reporter import CONSOLE
 from . import proofenv, rebase, submission, upstream
-from .scratch import Scratch, TreeChanged, record_retired, remove_release, restate_torch, set_member
+from .scratch import Scratch, TreeChanged, restate_torch
 from .selection import Selection
 from .setruns import Run
 

@@ -28,12 +28,12 @@ from packaging.version import InvalidVersion, Version
 
 from .. import buildno, config, fetch, gitops, vendored
 from ..config import Artifact, Project, ReleaseLine
+from ..configfiles import add_release
 from ..errors import ConfigError
 from ..names import patch_name, slug_of
 from ..patches import Patch, load_series, parse_patch
 from ..reporter import CONSOLE
 from . import proofenv, waiting
-from .scratch import add_release
 from .textcheck import carry
 from .upstream import companions
 from .workrepo import WorkRepo, release_files, touched
