@@ -309,16 +309,20 @@ class Matrix:
     def line(self, key: str) -> LineMatrix | None:
         return next((ln for ln in self.lines if ln.line == key), None)
 
-    def merged(self, new_lines: list[LineMatrix], torch: str) -> Matrix:
-        """This matrix with the cells that were run in ``new_lines`` taken over, every other cell kept (a run is
-        kept over a new inference, a judged cell over nothing), the rest inferred again. Runs under another torch
-        than this matrix's are refused: the matrix would hold verdicts of two torch releases under one name."""
+    def check_torch(self, torch: str) -> None:
+        """Refuse a run under ``torch`` where this matrix was judged under another (callers ask before a long run)."""
         if self.torch not in (None, torch):
             raise MatrixError(
                 f"{WHERE} was judged with torch {self.torch}, this run with torch {torch}: merged, it would mix them",
                 f"run with TORCH_VERSION={self.torch}, or judge the whole matrix again under torch {torch}: "
                 "`nox -s upstream -- run --new-torch`",
             )
+
+    def merged(self, new_lines: list[LineMatrix], torch: str) -> Matrix:
+        """This matrix with the cells that were run in ``new_lines`` taken over, every other cell kept (a run is
+        kept over a new inference, a judged cell over nothing), the rest inferred again. Runs under another torch
+        than this matrix's are refused: the matrix would hold verdicts of two torch releases under one name."""
+        self.check_torch(torch)
         old = {ln.line: copy.deepcopy(ln) for ln in self.lines}  # this matrix stays as it was
         out = Matrix(torch, [])
         for new in new_lines:

@@ -36,7 +36,7 @@ from .. import config, fetch, patches, vendored
 from ..build import build
 from ..config import Artifact, Project, ReleaseLine
 from ..configfiles import record_retired, remove_release, set_member
-from ..errors import MatrixError, PatchwheelError
+from ..errors import PatchwheelError
 from ..lint import suite_problems, torch_problems
 from ..matrix import Matrix
 from ..matrix_checks import decide
@@ -369,11 +369,7 @@ def judge_into_matrix(
     torch than this run's proofs use."""
     committed = Matrix.load(project.status_json) or Matrix()
     torch = proofenv.torch_version()
-    if committed.torch not in (None, torch):
-        raise MatrixError(
-            f"the committed matrix was judged with torch {committed.torch}, this run's proofs use torch {torch}",
-            f"run it with TORCH_VERSION={committed.torch}, or re-run the whole matrix with torch {torch} first",
-        )
+    committed.check_torch(torch)  # before the judging, which takes minutes
     judged_lines = [upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in lines]
     matrix = committed.merged(judged_lines, torch=torch)
     matrix.keep_lines({line.key for line in project.all_lines()})

@@ -12,6 +12,7 @@ did, and every other package keeps the installer's usual index strategy.
 
 from __future__ import annotations
 
+import functools
 import os
 import urllib.parse
 from dataclasses import dataclass
@@ -117,12 +118,19 @@ def available(src: Source) -> dict[Version, tuple[str, str]]:
 
 def wheel(version: str, find_links: list[str]) -> TorchWheel:
     """The torch wheel of ``version`` (TORCH_VERSION: ``2.13.0`` takes ``2.13.0+cpu`` too) from the source, or a
-    ConfigError naming the source and what it has."""
+    ConfigError naming the source and what it has. Asked once per process and source: every environment on the
+    base asks for it, and an index's page of torch is large."""
+    named = (os.environ.get(ENV, ""), os.environ.get("PIP_INDEX_URL", ""))
+    return _wheel(version, tuple(find_links), named)
+
+
+@functools.cache
+def _wheel(version: str, find_links: tuple[str, ...], _named: tuple[str, str]) -> TorchWheel:
     try:
         want = Version(version)
     except InvalidVersion as exc:
         raise ConfigError(f"TORCH_VERSION={version!r} is not a version", "write e.g. TORCH_VERSION=2.13.0") from exc
-    src = source(find_links)
+    src = source(list(find_links))
     have = available(src)
     match = sorted((v for v in have if v == want or (not want.local and Version(v.public) == want)), reverse=True)
     if not match:
