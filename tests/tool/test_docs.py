@@ -1,7 +1,7 @@
 """What the docs tell a reader holds: every command names release lines that exist (a command copied from docs/ or
-the README once named the retired 5.23.0 line and failed), and every link and every doc path with its anchor that a
-file of the project names leads to an existing file and heading (docs/maintainers.md was split into chapters, and a link to
-a section that moved would lead nowhere)."""
+the README once named the retired 5.23.0 line and failed), and every link, and every doc path with its anchor that
+a file of the project names, leads to an existing file and heading (docs/maintainers.md was split into chapters,
+and a link to a section that moved would lead nowhere)."""
 
 from __future__ import annotations
 
