@@ -382,7 +382,7 @@ def _judge_others(
 
 
 def _by_hand(done: Derived) -> list[str]:
-    """What a maintainer runs once a stop is dealt with (docs/maintainers.md, Deriving a line): the first, again."""
+    """What a maintainer runs once a stop is dealt with (docs/maintainers/derive.md): the first, again."""
     spec = f"{done.package}=={done.version}"
     if done.waiting:  # the work folder waits: it goes on from there, or is dropped
         again = [

@@ -385,7 +385,7 @@ def lint(project: Project) -> list[str]:
 
 
 def _by_hand(pkg: str, version: str) -> list[str]:
-    """What a maintainer runs to do follow's work by hand (docs/maintainers.md, Rebasing)."""
+    """What a maintainer runs to do follow's work by hand (docs/maintainers/rebase-and-follow.md)."""
     return [
         f"nox -s rebase -- {pkg} {version}          # judge, drop, carry; stops at a conflict in .rebase/",
         f"nox -s rebase -- {pkg} {version} --continue   # after resolving it (git add)",
