@@ -146,3 +146,23 @@ def test_the_overlay_toml_files_have_one_writer():
         if any(writes.search(line) for line in p.read_text().splitlines())
     }
     assert writers <= {"configfiles.py"}, writers
+
+
+def test_the_wheel_manifest_has_one_definition():
+    """overlay-fixes.json was made by build, dumped by rewrite, parsed by verify, distdir and status, each with its
+    own json call: manifest.py now defines it (name, schema, keys, bytes, reading) and the others call it."""
+    src = Path(__file__).resolve().parents[2] / "src" / "patchwheel"
+    naming = {p.relative_to(src).as_posix() for p in src.rglob("*.py") if "overlay-fixes" in p.read_text()}
+    assert naming == {"manifest.py"}, naming
+    users = {
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if re.search(r"^\s*from \.+ import manifest as fixes$|^\s*from \.+manifest import", p.read_text(), re.M)
+    }
+    assert users == {"build.py", "rewrite.py", "verify.py", "distdir.py", "status.py"}, users
+    for name in users:
+        text = (src / name).read_text()
+        assert "json.loads(" not in text or name == "distdir.py", f"{name} parses JSON itself"  # build.json: its own
+        assert "sort_keys=True" not in text, f"{name} writes JSON itself"
+    others = "".join(p.read_text() for p in src.rglob("*.py") if p.name != "manifest.py")
+    assert not re.search(r"\"schema\": \d", others), "the format's version is manifest.SCHEMA"
