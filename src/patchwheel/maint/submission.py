@@ -207,10 +207,11 @@ def _entry_problems(entry: object, tests: list[str]) -> list[str]:
 
 
 def line_problems(root: Path, line: ReleaseLine) -> list[str]:
-    """Problems of the submission folders of a line's patches (lint asks this of each package's newest line)."""
-    from ..patches import load_series
+    """Problems of the submission folders of a line's patches (lint asks this of each package's newest line, once
+    its series has passed)."""
+    from ..patches import parse_series
 
-    return [why for p in load_series(line) for why in check(folder(root, line.package, p.slug), p)]
+    return [why for p in parse_series(line) for why in check(folder(root, line.package, p.slug), p)]
 
 
 def lint_line(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
