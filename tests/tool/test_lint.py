@@ -248,7 +248,12 @@ def test_a_series_is_parsed_once_and_parsing_does_not_lint(demo_project, monkeyp
     line = demo_project.load().line("demo")
     parsed: list[str] = []
     real = patches.parse_patch
-    monkeypatch.setattr(patches, "parse_patch", lambda path: parsed.append(path.name) or real(path))
+
+    def counting(path):
+        parsed.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(patches, "parse_patch", counting)
     assert [p.name for p in patches.load_series(line)] == ["0001-x.patch"]
     assert parsed == ["0001-x.patch"], "each patch parsed once"
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", trailers_without)))
