@@ -166,3 +166,35 @@ def test_the_wheel_manifest_has_one_definition():
         assert "sort_keys=True" not in text, f"{name} writes JSON itself"
     others = "".join(p.read_text() for p in src.rglob("*.py") if p.name != "manifest.py")
     assert not re.search(r"\"schema\": \d", others), "the format's version is manifest.SCHEMA"
+
+
+def _called(node: ast.AST) -> str | None:
+    """The name of the function ``node`` calls (``f(...)``, ``mod.f(...)``); None when it is not a call."""
+    if not isinstance(node, ast.Call):
+        return None
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+
+
+def test_environment_names_are_made_in_one_place():
+    """proofenv, upstream_suite, upstream_test and setruns (through fixed_env's purpose) each joined package
+    versions into an environment's folder name their own way: proofenv.env_name makes every name, and only
+    proofenv names the envs/ folders (the base's and the one per torch)."""
+    naming = {name for name, path in modules().items() if '"envs"' in path.read_text()}
+    assert naming == {"maint.proofenv"}, naming
+    for module, path in modules().items():
+        tree = ast.parse(path.read_text())
+        made = {  # the local names given an env_name(...) (or release_env_path(...)) result
+            t.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and _called(node.value) in ("env_name", "release_env_path")
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
+        for call in (n for n in ast.walk(tree) if _called(n) == "env_on_base"):
+            assert isinstance(call, ast.Call)
+            name = call.args[1] if len(call.args) > 1 else next(k.value for k in call.keywords if k.arg == "name")
+            inner = name.value if isinstance(name, ast.Attribute) else name  # release_env_path(...).name
+            ok = _called(inner) in ("env_name", "release_env_path") or (
+                isinstance(inner, ast.Name) and inner.id in made
+            )
+            assert ok, f"{module}:{call.lineno}: an environment named by hand ({ast.unparse(name)}): use env_name"
