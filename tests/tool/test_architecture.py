@@ -198,3 +198,23 @@ def test_environment_names_are_made_in_one_place():
                 isinstance(inner, ast.Name) and inner.id in made
             )
             assert ok, f"{module}:{call.lineno}: an environment named by hand ({ast.unparse(name)}): use env_name"
+
+
+def test_lint_has_one_entry_point():
+    """Lint was four functions (patches.lint_line, lint.line_problems, submission.lint_line, follow.lint) and
+    `patchwheel lint` checked more than follow's: maint.lintall is the one entry point, which `patchwheel lint`,
+    `vendor --check`, follow and derive call; the parts are called from there (the series' from lint.py)."""
+    parts = {
+        "lint_line": {"lint"},
+        "line_problems": {"maint.lintall", "maint.submission"},
+        "suite_problems": {"maint.lintall"},
+        "torch_problems": {"maint.lintall"},
+        "tree_problems": {"maint.lintall"},
+        "check": {"maint.lintall"},  # vendored.check (other modules' check functions are other checks)
+    }
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = _called(node)
+            if called not in parts or called == "check" and "vendored" not in ast.unparse(node):
+                continue
+            assert module in parts[called], f"{module} calls {ast.unparse(node)[:60]}: call maint.lintall instead"
