@@ -164,6 +164,9 @@ def test_the_wheel_manifest_has_one_definition():
         text = (src / name).read_text()
         assert "json.loads(" not in text or name == "distdir.py", f"{name} parses JSON itself"  # build.json: its own
         assert "sort_keys=True" not in text, f"{name} writes JSON itself"
+    # names.py imported the stand-alone probe for the file's name: the probe is the command line's alone
+    probe_users = {m for m, path in modules().items() if "status" in imports(path, type_only=True)}
+    assert probe_users == {"commands"}, probe_users
     others = "".join(p.read_text() for p in src.rglob("*.py") if p.name != "manifest.py")
     assert not re.search(r"\"schema\": \d", others), "the format's version is manifest.SCHEMA"
 
