@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import gitops
 from .config import ReleaseLine
+from .draft import todo_lines
 from .errors import PatchError, PatchwheelError
 from .gitops import FORMAT_PATCH_FLAGS
 from .names import HUNK, PATCH_NAME, path_problem, slug_of
@@ -302,6 +303,23 @@ def load_series(line: ReleaseLine, *, messages: bool = True, numstat: bool = Tru
     return [parse_patch(line.patch_dir / n) for n in series_names(line)]
 
 
+def drafts(line: ReleaseLine) -> list[str]:
+    """The patches of the line's series whose message is still the template `nox -s new` wrote (:mod:`draft`;
+    empty: the series is no draft). A patch that cannot be read is none: the lint says what is wrong with it."""
+    try:
+        names = series_names(line)
+    except PatchwheelError:
+        return []
+    out = []
+    for name in names:
+        try:
+            if todo_lines(parse_patch(line.patch_dir / name)):
+                out.append(name)
+        except (PatchwheelError, OSError):
+            continue
+    return out
+
+
 _MAILINFO_CUT = re.compile(r"^(---|diff -|Index: )", re.M)
 
 
@@ -373,7 +391,7 @@ def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = T
             problems.append(disagreement)
         if messages:
             problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
-            if todo := [ln for ln in [patch.subject, *patch.message.splitlines()] if ln.lstrip().startswith("TODO")]:
+            if todo := todo_lines(patch):
                 problems.append(
                     f"{name}: its message still has {len(todo)} TODO line(s) of the template `nox -s new` wrote "
                     f"(first: {todo[0].strip()[:60]!r}): write them"
