@@ -33,7 +33,6 @@ from .errors import DistError, PatchwheelError
 from .index import write_simple
 from .names import DIST_RECORD
 from .patches import Patch, load_series, series_names
-from .patches import drafts as draft_patches
 from .reporter import CONSOLE
 from .verify import verify
 
@@ -90,7 +89,7 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     the build changes or reads: the others are copied raw, their RECORD rows taken from upstream's RECORD, which the
     first build from that pinned wheel audits whole (:mod:`records`; until then every member is inflated once)."""
     t0 = time.perf_counter()
-    if drafts := draft_patches(line):  # new's template: built for the proofs, named as a draft, never recorded
+    if drafts := buildno.drafts(line):  # new's template: built for the proofs, named as a draft, never recorded
         patches = load_series(line, messages=False, numstat=False)
         log(
             f"a draft: the message of {drafts[0]} is the template `nox -s new` wrote; built for the proofs as "

@@ -6,7 +6,7 @@ the build must take a series whose newest patch still has the template's ``TODO`
 for the proofs and says so in one line, under build number 0 and a tag that names it (``+fixed-0_draft_<digest>-``),
 never a recorded number: no number is spent on inputs the maintainer is about to change by writing the message.
 
-Which patches of a line are drafts: :func:`patchwheel.patches.drafts`. A draft can never land or ship:
+Which patches of a line are drafts: :func:`patchwheel.buildno.drafts`. A draft can never land or ship:
 ``nox -s lint`` (CI) refuses the template's lines and the stub files (the proof, guard and ``upstream-pr/``
 stubs, each with :data:`STUB_MARK` on a line); ``bump``, refresh, new and rebase record no build number for it;
 dist/'s index and its constraints and pins files leave its wheel out; and build 0 sorts below every recorded

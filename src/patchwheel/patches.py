@@ -303,23 +303,6 @@ def load_series(line: ReleaseLine, *, messages: bool = True, numstat: bool = Tru
     return [parse_patch(line.patch_dir / n) for n in series_names(line)]
 
 
-def drafts(line: ReleaseLine) -> list[str]:
-    """The patches of the line's series whose message is still the template `nox -s new` wrote (:mod:`draft`;
-    empty: the series is no draft). A patch that cannot be read is none: the lint says what is wrong with it."""
-    try:
-        names = series_names(line)
-    except PatchwheelError:
-        return []
-    out = []
-    for name in names:
-        try:
-            if todo_lines(parse_patch(line.patch_dir / name)):
-                out.append(name)
-        except (PatchwheelError, OSError):
-            continue
-    return out
-
-
 _MAILINFO_CUT = re.compile(r"^(---|diff -|Index: )", re.M)
 
 

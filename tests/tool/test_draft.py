@@ -149,3 +149,36 @@ def test_a_proof_selection_reads_a_draft_series():
     conftest = (Path(__file__).resolve().parents[1] / "proof" / "conftest.py").read_text()
     series = conftest[conftest.index("def _series(") :].split("\ndef ", 1)[0]
     assert "load_series(line, messages=False)" in series
+
+
+def test_status_reads_a_draft_series(demo_project):
+    """The proof sessions run `patchwheel status` first (which known bugs apply): it reads a draft too."""
+    from patchwheel import knownbugs
+
+    _new(demo_project)
+    found = knownbugs.for_package(demo_project.load(), None, "demo", "1.0.0")
+    assert [b["fix"] for b in found["bugs"]] == ["greet-comma", "add-swap"]
+
+
+def test_rerender_lists_a_new_patch():
+    """patches/STATUS.md names every patch: a new one gets its row (no cells until a run judges it), and a line
+    with no newer release lists exactly its series (a patch removed or renumbered there is not left behind)."""
+    from patchwheel.matrix import LineMatrix, Matrix, Release, Row
+
+    def patch(name: str) -> patches.Patch:
+        trailers = {"Proof-Test": f"tests/proof/test_{name[5:]}.py", "Drop-When": "proof-passes-upstream"}
+        return patches.Patch(Path(f"{name}.patch"), name, "", trailers, (), b"")
+
+    newest = LineMatrix("demo/2.0.0", [], [], [Row("0001-gone.patch", "gone", None, None, None)])
+    older = LineMatrix(
+        "demo/1.0.0",
+        [],
+        [Release("1.1.0", "demo-1.1.0-py3-none-any.whl", "0" * 64)],
+        [Row("0001-a.patch", "a", None, None, None)],
+    )
+    matrix = Matrix("2.13.0", [older, newest])
+    series = {"demo/2.0.0": [patch("0001-b"), patch("0002-c")], "demo/1.0.0": [patch("0001-a"), patch("0002-d")]}
+    matrix.rerendered(series.get)
+    assert [r.name for r in newest.patches] == ["0001-b.patch", "0002-c.patch"]
+    assert [r.name for r in older.patches] == ["0001-a.patch", "0002-d.patch"]
+    assert older.patches[1].cells == {} and older.patches[1].proof_test == "tests/proof/test_d.py"

@@ -279,7 +279,7 @@ def _rel(project: Project, path: Path) -> str:
 
 
 TEMPLATE = """\
-TODO: one line saying what the fix does, in the imperative (it becomes the pull request's title)
+TODO: the subject, what the fix does (imperative)
 
 TODO: the problem: what fails, where, with the exception and message it raises.
 
@@ -353,6 +353,6 @@ def new(
     for rel, wrote in written:
         log(f"{'wrote the stub' if wrote else 'kept'} {rel}{'' if wrote else ' (it exists)'}")
     buildno.bump_unless_draft(project, line, log=log)
-    log("next: docs/adding-a-fix.md, from step 2: write the proof, see it fail on the pristine release (a draft")
-    log("      builds: `nox -s build`), then the guards, the message (each TODO line) and upstream-pr/; `nox -s lint`")
+    log("next: docs/adding-a-fix.md, step 3: write the proof and see it fail on the pristine release (the build")
+    log("      takes the draft), then the guards, the message (each TODO line) and upstream-pr/; `nox -s lint`")
     log("      refuses every stub and TODO line until it is written")
