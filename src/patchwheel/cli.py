@@ -120,7 +120,7 @@ HELP = {
     "vendor": "write overlay/<pkg>/<version>/: the fixed modules, from the pinned wheel and the series",
     "rebase": "write patches/<pkg>/<version>/ from the newest line of <pkg>",
     "refresh": "fold the edits of overlay/<pkg>/<version>/ into one patch (message and trailers kept)",
-    "new": "make the edits of overlay/<pkg>/<version>/ a new patch, with a test stub",
+    "new": "make the edits of overlay/<pkg>/<version>/ a new patch, with stubs of its proof, guards and upstream-pr/",
     "export": "a patch as what a contributor sends upstream: mbox with upstream's test, PR.md (ISSUE.md)",
     "diagnose": "load a checkpoint with device_map='auto' and say why generate() may stall",
     "mutants": "revert each patch hunk alone and run its proof: which hunk does no test need?",
