@@ -24,7 +24,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import buildno, records, rewrite, staging, vendored
+from . import buildno, draft, records, rewrite, staging, vendored
 from . import fetch as fetch_mod
 from . import manifest as fixes
 from .apply import apply_line
@@ -71,8 +71,15 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     the build changes or reads: the others are copied raw, their RECORD rows taken from upstream's RECORD, which the
     first build from that pinned wheel audits whole (:mod:`records`; until then every member is inflated once)."""
     t0 = time.perf_counter()
-    patches = load_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
-    buildno.check(line)  # the wheel's name must be the series' own
+    if drafts := buildno.drafts(line):  # new's template: built for the proofs, named as a draft, never recorded
+        patches = load_series(line, messages=False, numstat=False)
+        log(
+            f"a draft: the message of {drafts[0]} is the template `nox -s new` wrote; built for the proofs as "
+            f"{buildno.tag(line)}, left out of the index and pins; `nox -s lint` refuses it until it is written"
+        )
+    else:
+        patches = load_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
+        buildno.check(line)  # the wheel's name must be the series' own
     upstream_wheel, blob = fetch_mod.fetch_verified(line.package, line.wheel, log=log)  # fetch
     names = rewrite.wheel_names(line)
     record = f"{names.old_distinfo}/RECORD"
@@ -230,7 +237,7 @@ def _outdated(w: DistWheel, line: ReleaseLine, path: Path) -> bool:
     records it, or as the wheel's own manifest does (it has each patch's sha256, so a patch edited under its name
     counts too). A manifest that cannot be read tells nothing: the rebuild then finds that the wheel differs."""
     try:
-        series = load_series(line)
+        series = load_series(line, messages=False)
     except PatchwheelError:  # that line's series is broken: its own build will say how
         return True
     if (
@@ -280,8 +287,9 @@ def _build_locked(
             built.append(b)
         _check_stale(previous, built, dist)
         wheels = sorted(kept + [_dist_wheel(b) for b in built], key=lambda w: w.key)
-        write_simple(stage, {w.filename: w.sha256 for w in wheels})  # index
-        by_key = {(w.package, w.upstream_version): w for w in wheels}
+        published = [w for w in wheels if not draft.is_draft_wheel(w.filename)]  # a draft is for the proofs only
+        write_simple(stage, {w.filename: w.sha256 for w in published})  # index
+        by_key = {(w.package, w.upstream_version): w for w in published}
         for set_name, members in project.sets.items():  # pins
             chosen = [by_key[(pkg, ver)] for pkg, ver in members.items() if (pkg, ver) in by_key]
             if len(chosen) == len(members):

@@ -27,10 +27,10 @@ import hashlib
 import tomllib
 from pathlib import Path
 
-from . import config, gitops
+from . import config, draft, gitops
 from .config import BuildRecord, Project, ReleaseLine
 from .configfiles import write_record
-from .errors import ConfigError, PatchwheelError
+from .errors import ConfigError, PatchError, PatchwheelError
 from .reporter import CONSOLE
 
 #: The rewrite's output format: raise it when the same inputs would give a wheel other bytes (every line's record
@@ -70,8 +70,22 @@ TAG_DIGEST = 12
 
 def tag(line: ReleaseLine) -> str:
     """The wheel's build tag: the number, then ``_`` and the start of the inputs digest (``2_0735a3436692``), so that
-    two clones that record the same number for other inputs build two names; "" for a line without a record."""
+    two clones that record the same number for other inputs build two names; "" for a line without a record. A
+    draft series (:mod:`draft`) has no number: ``0_draft_`` and the start of its inputs digest."""
+    if drafts(line):
+        return f"{draft.DRAFT_TAG}{inputs_digest(line)[:TAG_DIGEST]}"
     return f"{line.build.number}_{line.build.inputs[:TAG_DIGEST]}" if line.build else ""
+
+
+def drafts(line: ReleaseLine) -> list[str]:
+    """The patches of the line's series whose message is still the template `nox -s new` wrote (:mod:`draft`;
+    empty: the series is no draft). A patch that cannot be read is none: the lint says what is wrong with it."""
+    from .patches import parse_patch, series_names
+
+    try:
+        return [name for name in series_names(line) if draft.todo_lines(parse_patch(line.patch_dir / name))]
+    except (PatchwheelError, OSError, ValueError):
+        return []
 
 
 def _bump_command(line: ReleaseLine) -> str:
@@ -159,7 +173,15 @@ def check(line: ReleaseLine) -> None:
 
 def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
     """Record the line's inputs under the next build number (1 for a line without one) in its pins.toml; nothing
-    changes when the recorded number already names these inputs. Returns the record in force."""
+    changes when the recorded number already names these inputs. Returns the record in force. A draft series is
+    refused: its inputs change when its message is written (:mod:`draft`)."""
+    if names := drafts(line):
+        raise PatchError(
+            f"{line.key} is a draft: the message of {names[0]} is still the template `nox -s new` wrote, so a build "
+            "number recorded now would name inputs that change when it is written",
+            f"write the message (each TODO line; docs/adding-a-fix.md), then run `nox -s rebase -- {line.package} "
+            f"{line.version} --reexport` (it re-exports the series and records the number)",
+        )
     digest = inputs_digest(line)
     history = [rec.number for _, rec in recorded(line, project.root)]
     if line.build is not None and line.build.inputs == digest and not history_problem(line, project.root):
@@ -175,3 +197,16 @@ def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
         )
     log(f"{line.key}: build {record.number} recorded for these inputs in {pins.relative_to(project.root)}")
     return record
+
+
+def bump_unless_draft(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord | None:
+    """:func:`bump`, for the commands that change a series (refresh, new, rebase); a draft series gets no number
+    (its inputs change when its message is written) and is built as a draft until then."""
+    if names := drafts(line):
+        log(
+            f"{line.key}: no build number recorded: {names[0]} is a draft (its message is the template); the build "
+            f"builds it as a draft for the proofs; once its message is written: nox -s rebase -- {line.package} "
+            f"{line.version} --reexport"
+        )
+        return None
+    return bump(project, line, log=log)

@@ -120,7 +120,7 @@ HELP = {
     "vendor": "write overlay/<pkg>/<version>/: the fixed modules, from the pinned wheel and the series",
     "rebase": "write patches/<pkg>/<version>/ from the newest line of <pkg>",
     "refresh": "fold the edits of overlay/<pkg>/<version>/ into one patch (message and trailers kept)",
-    "new": "make the edits of overlay/<pkg>/<version>/ a new patch, with a test stub",
+    "new": "make the edits of overlay/<pkg>/<version>/ a new patch, with stubs of its proof, guards and upstream-pr/",
     "export": "a patch as what a contributor sends upstream: mbox with upstream's test, PR.md (ISSUE.md)",
     "diagnose": "load a checkpoint with device_map='auto' and say why generate() may stall",
     "mutants": "revert each patch hunk alone and run its proof: which hunk does no test need?",
@@ -214,7 +214,9 @@ def _maintenance_commands(sub) -> None:
     export.add_argument("patch", help="slug or file name, e.g. prepare-refuses-dtensor-ddp")
     export.add_argument("--author", help='"Name <email>" of the commit (default: git config user.name, user.email)')
     export.add_argument("--out", help="folder (default: <root>/export)")
-    _command(sub, cmd_mutants, "mutants", lines=True).add_argument("--out", help="also write the table to this file")
+    mutants = _command(sub, cmd_mutants, "mutants", lines=True)
+    mutants.add_argument("--out", help="also write the table to this file")
+    mutants.add_argument("--patch", help="only the hunks of this patch (slug, file name or number), e.g. a new one")
     suite = _command(sub, cmd_upstream_suite, "upstream-suite", lines=True)
     suite.add_argument("--dist", help="folder holding the +fixed wheels (default: <root>/dist)")
     suite.add_argument("--out", help="keep the junit reports, logs and summary.json here")

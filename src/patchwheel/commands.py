@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import buildno, config, patches, status, trailers
+from . import buildno, config, draft, patches, status, trailers
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -45,6 +45,9 @@ def _consumer_line(name: str, members: dict[str, str], wheels: list[DistWheel], 
             f"  consumers ({name}): pip install --extra-index-url file://{dist}/simple -c {constraints} "
             "transformers accelerate"
         )
+    drafts = " ".join(f"{w.package}=={w.upstream_version}" for w in wheels if draft.is_draft_wheel(w.filename))
+    if drafts and any(f"{pkg}=={ver}" in drafts.split() for pkg, ver in members.items()):
+        return f"  consumers ({name}): none while {drafts} is a draft (its wheel is for the proofs only)"
     have = {(w.package, w.upstream_version) for w in wheels}
     missing = " ".join(f"{pkg}=={ver}" for pkg, ver in members.items() if (pkg, ver) not in have)
     return f"  consumers ({name}): not in {dist}/ yet, it lacks {missing} (patchwheel build {missing})"
@@ -168,7 +171,7 @@ def cmd_guards(args) -> int:
     for pkg, version in members.items():
         if args.package and pkg not in args.package:
             continue
-        for patch in patches.load_series(project.line(pkg, version)):
+        for patch in patches.load_series(project.line(pkg, version), messages=False):  # a draft's guards run too
             modules.update(trailers.guard_modules(patch))
     print("\n".join(sorted(modules)))
     return 0

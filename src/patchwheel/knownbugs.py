@@ -36,7 +36,7 @@ def for_package(project: Project, matrix: Matrix | None, package: str, version: 
     own = next((line for line in project.lines.get(package, []) if line.version == version), None)
     bugs: list[dict] = []
     if own is not None:
-        for patch in load_series(own):
+        for patch in load_series(own, messages=False):  # a draft too: its proof runs on pristine (status)
             test = patch.trailers.get("Proof-Test")
             if not test:
                 continue
@@ -59,7 +59,7 @@ def for_package(project: Project, matrix: Matrix | None, package: str, version: 
     issues = {
         p.slug: p.trailers.get("Upstream-Issue", "")
         for line in project.lines.get(package, [])
-        for p in load_series(line)
+        for p in load_series(line, messages=False)
     }
     lines = [m for m in (matrix.lines if matrix else []) if m.package == package]
     for mline in reversed(lines):  # the newest line first: its patches describe the newest form of each fix

@@ -12,20 +12,36 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import buildno, fetch, matrix_checks, patches, rewrite, torchaxis
+from . import buildno, draft, fetch, matrix_checks, patches, rewrite, torchaxis, trailers
 from .config import LATEST, Project, ReleaseLine
+from .errors import PatchwheelError
 from .matrix import Matrix
 from .names import PATCH_NAME, VENDOR_RECORD
 
 
 def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
     """The first kind of problem the line has (its series, else the matrix, else its build record); none: []."""
-    problems = patches.lint_line(line, project.root)
+    problems = patches.lint_line(line, project.root) + stub_problems(project, line)
     if not problems and matrix is not None:
         problems = matrix_checks.problems(matrix, line.key, patches.parse_series(line))  # linted above
     if not problems and (why := buildno.problem(line) or buildno.history_problem(line, project.root)):
         problems = [why]
     return problems
+
+
+def stub_problems(project: Project, line: ReleaseLine) -> list[str]:
+    """The test files a patch names (Proof-Test, Feature-Test, Guard-Test) that are still the stub `nox -s new`
+    wrote (:data:`draft.STUB_MARK` on a line)."""
+    out = []
+    try:
+        series = [patches.parse_patch(line.patch_dir / name) for name in patches.series_names(line)]
+    except (PatchwheelError, OSError):
+        return []  # the series' own problems say what to fix first
+    for patch in series:
+        named = [f for key in ("Proof-Test", "Feature-Test") for f, _ in trailers.test_refs(patch.trailers.get(key))]
+        for rel in draft.stub_files(project.root, sorted({*named, *trailers.guard_modules(patch)})):
+            out.append(f"{patch.name}: {rel} is still the stub `nox -s new` wrote ({draft.STUB_MARK}): write it")
+    return out
 
 
 def suite_problems(project: Project) -> list[str]:

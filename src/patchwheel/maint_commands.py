@@ -243,7 +243,7 @@ def cmd_export(args) -> int:
 def cmd_mutants(args) -> int:
     from .maint import mutants
 
-    results = mutants.run(config.load(root(args)), args.lines, Path(args.out) if args.out else None)
+    results = mutants.run(config.load(root(args)), args.lines, Path(args.out) if args.out else None, patch=args.patch)
     return mutants.exit_code(results)
 
 

@@ -343,9 +343,14 @@ class Matrix:
 
     def rerendered(self, series_of: Callable[[str], list[Patch] | None]) -> None:
         """Each row's trailers taken from its series as it is now (``series_of(line key)``; None: not pinned), and
-        the flags recomputed: no run."""
+        the flags recomputed: no run. A patch the matrix lacks (a new fix) gets its row, without cells until a run
+        judges it; a line with no newer release yet lists exactly its series."""
         for line in self.lines:
             series = {p.name: p for p in (series_of(line.line) or [])}
+            if series and not line.releases:  # no newer release yet: the list of the series' patches, no cells
+                line.patches = [Row.of(p) for p in series.values()]
+            known = {row.name for row in line.patches}  # a new patch: listed, its cells judged by the next run
+            line.patches += [Row.of(p) for name, p in series.items() if name not in known]
             for row in line.patches:
                 if (p := series.get(row.name)) is not None:
                     fresh = Row.of(p)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import gitops
 from .config import ReleaseLine
+from .draft import todo_lines
 from .errors import PatchError, PatchwheelError
 from .gitops import FORMAT_PATCH_FLAGS
 from .names import HUNK, PATCH_NAME, path_problem, slug_of
@@ -381,7 +382,7 @@ def _lint(line: ReleaseLine, root: Path | None, *, messages: bool, numstat: bool
             problems.append(disagreement)
         if messages:
             problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
-            if todo := [ln for ln in [patch.subject, *patch.message.splitlines()] if ln.lstrip().startswith("TODO")]:
+            if todo := todo_lines(patch):
                 problems.append(
                     f"{name}: its message still has {len(todo)} TODO line(s) of the template `nox -s new` wrote "
                     f"(first: {todo[0].strip()[:60]!r}): write them"

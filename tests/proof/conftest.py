@@ -226,7 +226,10 @@ def _series(package: str) -> tuple:
     """The release lines of ``package`` (oldest first), each with its parsed series."""
     from patchwheel import config, patches
 
-    return tuple((line, tuple(patches.load_series(line))) for line in config.load(ROOT).lines.get(package, []))
+    # messages=False: a draft series (a new patch whose message is the template) is proven too (docs/adding-a-fix.md)
+    return tuple(
+        (line, tuple(patches.load_series(line, messages=False))) for line in config.load(ROOT).lines.get(package, [])
+    )
 
 
 def _series_naming(

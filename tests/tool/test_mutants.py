@@ -382,3 +382,26 @@ def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
     assert any("restored demo/core.py" in m for m in log)
     assert "4 hunks: 0 killed, 0 justified, 0 survived, 4 entangled/could-not-judge" in capsys.readouterr().out
     assert any("could-not-judge (baseline fails: killed: test_greet (AssertionError: broken proof" in m for m in log)
+
+
+def test_run_checks_one_patch_when_asked(demo_project, monkeypatch, tmp_path, capsys):
+    """`--patch`: only the hunks of the patch it names (a new patch's, without judging every other hunk)."""
+    proof = demo_project.root / "tests" / "proof"
+    (proof / "conftest.py").write_text(REPORTING_CONFTEST)
+    (proof / "test_demo.py").write_text(
+        "from demo.core import f5, greet\n\n\ndef test_greet():\n"
+        "    assert greet('x') == 'hello, x'\n\n\ndef test_f5():\n"
+        "    assert f5(1) == -4\n"
+    )
+    _series(demo_project, edit_f5, TRAILERS, {**TRAILERS, "Mutant-Survives": "#1 a stale note"})
+    project = demo_project.load()
+    build_mod.build(project, demo_project.root / "dist", log=lambda m: None)
+    monkeypatch.setattr(proofenv, "fixed_env", _fake_fixed_env(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(proofenv._site(tmp_path / "env")))
+    log: list[str] = []
+    assert mutants.exit_code(mutants.run(project, ["demo"], None, log=log.append, patch="on-top")) == 0
+    rows = [r.split(" | ") for r in capsys.readouterr().out.splitlines() if r.startswith("| demo/1.0.0")]
+    assert [(r[1], r[2].split()[0], r[4]) for r in rows] == [("0002-on-top.patch", "#1", "killed")]
+    assert any(m.startswith("[1/1 ") for m in log), log
+    with pytest.raises(PatchwheelError, match="no patch 'nothing' in the lines selected"):
+        mutants.run(project, ["demo"], None, log=log.append, patch="nothing")

@@ -29,7 +29,7 @@ from ..config import Project, ReleaseLine
 from ..distdir import current_wheel
 from ..errors import PatchError
 from ..gitops import git_env
-from ..names import HUNK_HEADER
+from ..names import HUNK_HEADER, matches
 from ..patches import Patch, load_series
 from ..reporter import CONSOLE
 from . import proofenv
@@ -313,8 +313,8 @@ def reset(site: Path, wheel: Path, paths: list[str]) -> list[str]:
 # --- the command ------------------------------------------------------------------------------------------------
 
 
-def check_line(project: Project, line: ReleaseLine, series: list[Patch], record, log) -> list[str]:
-    """Judge every hunk of one release line, handing each :class:`Result` to ``record``; returns warnings."""
+def check_line(project: Project, line: ReleaseLine, series: list[Patch], record, log, only=None) -> list[str]:
+    """Judge every hunk of one release line (``only``: one patch's), handing each :class:`Result` to ``record``."""
     own = dist_wheel(project, line)
     others = [dist_wheel(project, project.lines[pkg][-1]) for pkg in project.packages() if pkg != line.package]
     env = proofenv.fixed_env(project.cache, [own] + others)
@@ -359,6 +359,8 @@ def check_line(project: Project, line: ReleaseLine, series: list[Patch], record,
 
     warnings: list[str] = []
     for i, patch in enumerate(series):
+        if only not in (None, patch):
+            continue
         notes, proof = survival_notes(patch), patch.test_module
         done = []
         for hunk in hunks(patch):
@@ -369,13 +371,18 @@ def check_line(project: Project, line: ReleaseLine, series: list[Patch], record,
 
 
 def run(
-    project: Project, lines_selected: list[str], out: Path | None, log=CONSOLE.warn, report=CONSOLE
+    project: Project, lines_selected: list[str], out: Path | None, log=CONSOLE.warn, report=CONSOLE, patch=None
 ) -> list[Result]:
-    """Judge every hunk of every patch of the selected release lines (default: all); report the table (and write it
-    to ``out``). The results: :func:`exit_code` says whether the check passed."""
+    """Judge every hunk of every patch of the selected release lines (default: all; ``patch``: only the patch it
+    names, in each line); report the table (and to ``out``). :func:`exit_code` says whether the check passed."""
     t0 = time.perf_counter()
     plan = [(line, load_series(line)) for line in project.select(lines_selected)]
-    total = sum(len(hunks(p)) for _, series in plan for p in series)
+    chosen = {line.key: next((p for p in series if matches(p, patch)), None) for line, series in plan} if patch else {}
+    if patch and not (plan := [(line, series) for line, series in plan if chosen[line.key]]):
+        raise PatchError(
+            f"no patch {patch!r} in the lines selected", "e.g. nox -s mutants -- accelerate==1.15.0 --patch <its slug>"
+        )
+    total = sum(len(hunks(p)) for line, series in plan for p in series if chosen.get(line.key) in (None, p))
     results: list[Result] = []
 
     def record(r: Result) -> Result:
@@ -383,7 +390,7 @@ def run(
         log(f"[{len(results)}/{total} {time.perf_counter() - t0:.1f}s] {describe(r)}")
         return r
 
-    warnings = [w for line, series in plan for w in check_line(project, line, series, record, log)]
+    warnings = [w for line, ps in plan for w in check_line(project, line, ps, record, log, chosen.get(line.key))]
     text = markdown(results) + "\n" + summary(results, time.perf_counter() - t0) + "\n"
     text += "".join(f"warning: {w}\n" for w in warnings)
     report(text.rstrip("\n"))

@@ -290,7 +290,7 @@ def _write_line(project: Project, work: Path, state: dict, log) -> None:
     wrote, pinned = target.relative_to(project.root), pins.relative_to(project.root)
     log(f"wrote {wrote}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pinned}")
     fresh = config.load(project.root)  # with the new pin
-    buildno.bump(fresh, fresh.line(package, version), log=log)  # its first build
+    buildno.bump_unless_draft(fresh, fresh.line(package, version), log=log)  # its first build
     vendored.write(fresh, [fresh.line(package, version)], log=lambda m: None)
     log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
 
@@ -309,4 +309,4 @@ def reexport(project: Project, package: str, version: str, log=CONSOLE) -> None:
                 log(f"refreshed {p.path}")
     if vendored.write(project, [line], log=lambda m: None):
         log(f"wrote the fixed modules of {line.key} into overlay/{line.key}/")
-    buildno.bump(project, line, log=log)
+    buildno.bump_unless_draft(project, line, log=log)

@@ -9,7 +9,10 @@ in place, then:
   that touches the same file is re-exported (its line numbers and ``index`` lines move with the edit) and must
   keep exactly its change; every other patch keeps its bytes.
 - ``nox -s new -- <pkg> <version> <slug>`` makes the edit a new patch at the end of the series, with the trailer
-  template and a proof-test stub that fails until it is written.
+  template, and writes the stubs of every file the later steps need (:mod:`.stubs`: the proof, the guards,
+  ``upstream-pr/``), each failing or refused by lint until it is written. The series is then a draft
+  (:mod:`patchwheel.draft`): the build takes it, lint does not, and no build number is recorded until its message
+  is written.
 
 Both work in a :class:`~patchwheel.maint.workrepo.WorkRepo` (pristine files, the series as commits), check the
 result by applying the new series to the pristine wheel's files with the build's own apply step (it must give
@@ -32,6 +35,7 @@ from ..names import HUNK_HEADER, SLUG, find, path_problem
 from ..patches import Patch, load_series, mailinfo_cut, parse_patch
 from ..reporter import CONSOLE
 from ..trailers import test_refs
+from . import stubs
 from .workrepo import WorkRepo, release_files
 
 _PORCELAIN = re.compile(r"^([0-9a-f]{40}) \d+ (\d+)", re.M)
@@ -259,7 +263,7 @@ def refresh(project: Project, package: str, version: str, ref: str, log: Callabl
         return
     _write_patches(out)
     vendored.write(project, [line], log=lambda m: None)
-    buildno.bump(project, line, log=log)
+    buildno.bump_unless_draft(project, line, log=log)
     files = ", ".join(sorted(str(line.wheel_path(p)) for p in edits.edited))
     log(f"refreshed {_rel(project, target.path)} from the edit of {files}")
     for q in later:
@@ -275,7 +279,7 @@ def _rel(project: Project, path: Path) -> str:
 
 
 TEMPLATE = """\
-TODO: one line saying what the fix does, in the imperative (it becomes the pull request's title)
+TODO: the subject, what the fix does (imperative)
 
 TODO: the problem: what fails, where, with the exception and message it raises.
 
@@ -287,27 +291,6 @@ Upstream-Status: Pending
 Guard-Test: {guard}
 Drop-When: {drop_when}
 """
-
-STUB = '''\
-"""{kind} test for {package} patch {name} (written by `nox -s new` as a stub).
-
-TODO: what it {does},
-and how: tiny random models from configs; real gloo process groups on 127.0.0.1 for a distributed bug.
-Until it is written, the stub says that it could not observe anything, which fails the suite both ways.
-"""
-
-from __future__ import annotations
-
-import pytest
-
-from proofkit import CouldNotObserve
-
-pytestmark = {marker}
-
-
-def test_{func}():
-    raise CouldNotObserve("not written yet: {hint}")
-'''
 
 
 def new(
@@ -357,36 +340,19 @@ def new(
         gitops.commit(work.path, message)
         raw = gitops.format_patch(work.path)
     _check_result(edits, [(p.name, p.raw) for p in series] + [(name, raw)])
-    test_file = project.root / test
-    stub = not test_file.exists()
-    if stub:
-        marker = (
-            f'pytest.mark.feature(package="{line.package}")'
-            if feature
-            else f'pytest.mark.proof(\n    package="{line.package}",\n    signatures=[("TODO-ExceptionType", '
-            'r"TODO: the message the bug raises, from the code under test")],\n)'
-        )
-        test_file.write_text(
-            STUB.format(
-                kind="Feature" if feature else "Proof",
-                package=line.package,
-                name=name,
-                does="checks" if feature else "proves (it fails on the pristine release with the bug's own exception)",
-                marker=marker,
-                func=func,
-                hint=f"the {'feature' if feature else 'proof'} test of {name}",
-            )
-        )
+    written = stubs.write(
+        project.root, line.package, name, slug, feature=feature, proof=test, guard=f"tests/guards/test_{func}.py"
+    )
     (line.patch_dir / name).write_bytes(raw)
     series_file = line.patch_dir / "series"
     text = series_file.read_text()
     series_file.write_text(text + ("" if text.endswith("\n") or not text else "\n") + name + "\n")
     vendored.write(project, [line], log=lambda m: None)
-    buildno.bump(project, line, log=log)
     files = ", ".join(sorted(str(line.wheel_path(p)) for p in edits.edited))
     log(f"wrote {_rel(project, line.patch_dir / name)} from the edit of {files}")
-    log(f"{'wrote the stub' if stub else 'kept'} {test} ({'it fails until written' if stub else 'it exists'})")
-    log("next: replace every TODO in the patch's message (subject, problem, fix, Upstream-Issue), write the test")
-    log("      so that it fails on the pristine release with the bug's own exception, and the guards of the bug's")
-    log(f"      neighbourhood in tests/guards/test_{func}.py (its Guard-Test), then `nox -s lint`, `nox -s proof`")
-    log("      and `nox -s guards`; change the code again by editing the overlay and `nox -s refresh`")
+    for rel, wrote in written:
+        log(f"{'wrote the stub' if wrote else 'kept'} {rel}{'' if wrote else ' (it exists)'}")
+    buildno.bump_unless_draft(project, line, log=log)
+    log("next: docs/adding-a-fix.md, step 3: write the proof and see it fail on the pristine release (the build")
+    log("      takes the draft), then the guards, the message (each TODO line) and upstream-pr/; `nox -s lint`")
+    log("      refuses every stub and TODO line until it is written")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Project, ReleaseLine
+from ..draft import STUB_MARK, stub_files
 from ..errors import PatchError
 from ..names import path_problem
 from ..patches import Patch
@@ -114,6 +115,15 @@ def _read(where: Path) -> Submission:
 
 def check(where: Path, patch: Patch) -> list[str]:
     """What is missing or wrong in a patch's submission folder (empty: ready)."""
+    stubs = [
+        f"{patch.name}: {where}/{rel} is still the stub `nox -s new` wrote ({STUB_MARK}): write it as "
+        f"{FOLDER}/README.md says"
+        for rel in stub_files(where, sorted(p.relative_to(where).as_posix() for p in where.rglob("*") if p.is_file()))
+    ]
+    return stubs + _check(where, patch)
+
+
+def _check(where: Path, patch: Patch) -> list[str]:
     elsewhere = None if patch.is_feature else proposed_in(patch)
     if not where.is_dir():
         first = "comment.md" if elsewhere else "message.txt"

@@ -1,0 +1,71 @@
+"""docs/adding-a-fix.md, the one page for adding a fix: the README links it, and each command it shows runs as
+written: its nox sessions and tags exist, and the options it passes are the tool's (test_docs.py checks the lines it
+names). The page itself was walked end to end (A2, removed and added again)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from patchwheel import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "adding-a-fix.md"
+
+
+def _commands() -> list[str]:
+    return [line[2:].split("  #", 1)[0].strip() for line in PAGE.read_text().splitlines() if line.startswith("$ ")]
+
+
+def _sessions() -> set[str]:
+    """The noxfile's session names (a parametrized one by its base name)."""
+    return set(re.findall(r"^def (\w+)\(session", (ROOT / "noxfile.py").read_text(), re.M))
+
+
+def test_the_readme_links_the_page():
+    assert "](docs/adding-a-fix.md)" in (ROOT / "README.md").read_text()
+
+
+def test_each_nox_command_of_the_page_names_a_session_or_a_set():
+    sets = tomllib.loads((ROOT / "overlay" / "sets.toml").read_text())["set"]
+    commands = _commands()
+    assert len(commands) >= 10, commands
+    wrong = []
+    for command in commands:
+        if m := re.match(r"nox -s \"?(\w+)", command):
+            if m[1] not in _sessions():
+                wrong.append(command)
+        elif m := re.match(r"nox -t set-(\S+)\Z", command):
+            if m[1] not in sets:
+                wrong.append(command)
+    assert wrong == []
+
+
+def test_the_options_the_page_passes_are_the_tools():
+    parser = cli.parser()
+    for command in _commands():
+        m = re.match(r"nox -s (new|refresh|mutants|export|rebase) -- (.*)", command)
+        if m is None:
+            continue
+        args = [a.strip('"') for a in re.findall(r'"[^"]*"|\S+', m[2].replace("<slug>", "a-fix"))]
+        parsed = parser.parse_args([m[1], *args])  # exits (SystemExit) on an option the tool does not take
+        assert parsed.func is not None, command
+
+
+def test_the_page_shows_each_step_with_its_command():
+    text = PAGE.read_text()
+    for step in (
+        "nox -s new",
+        "flavor='pristine'",
+        "flavor='fixed'",
+        "nox -s refresh",
+        "guards(pins=",
+        "--reexport",
+        "upstream -- rerender",
+        "nox -s lint",
+        "nox -t set-",
+        "--patch",
+        "nox -s export",
+    ):
+        assert step in text, step
