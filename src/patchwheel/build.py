@@ -37,7 +37,7 @@ from .patches import Patch, load_series, series_names
 from .reporter import CONSOLE
 from .verify import verify
 
-_CLEAN_HINT = "rebuild with --clean (patchwheel build --clean): it makes every selected line again and replaces dist/"
+_CLEAN_HINT = "rebuild with --clean (nox -s build -- --clean): it makes every selected line again and replaces dist/"
 
 
 @dataclass
@@ -194,7 +194,7 @@ def _keep(
         raise DistError(
             f"{', '.join(paths)} {'was' if one else 'were'} built from other pins or patches than overlay/ and "
             f"patches/ hold now, so {'it' if one else 'they'} cannot be checked by a rebuild; dist/ was left as it was",
-            f"build {'that line' if one else 'those lines'} too (patchwheel build {again}), or pass --clean: dist/ "
+            f"build {'that line' if one else 'those lines'} too (nox -s build -- {again}), or pass --clean: dist/ "
             "then holds only the lines built",
         )
     kept = []

@@ -50,7 +50,7 @@ def _consumer_line(name: str, members: dict[str, str], wheels: list[DistWheel], 
         return f"  consumers ({name}): none while {drafts} is a draft (its wheel is for the proofs only)"
     have = {(w.package, w.upstream_version) for w in wheels}
     missing = " ".join(f"{pkg}=={ver}" for pkg, ver in members.items() if (pkg, ver) not in have)
-    return f"  consumers ({name}): not in {dist}/ yet, it lacks {missing} (patchwheel build {missing})"
+    return f"  consumers ({name}): not in {dist}/ yet, it lacks {missing} (nox -s build -- {missing})"
 
 
 def cmd_lint(args) -> int:

@@ -312,7 +312,7 @@ def test_kept_wheel_of_a_changed_series_is_refused(demo_project, change):
         "cannot be checked by a rebuild; dist/ was left as it was"
     )
     assert err.value.hint == (
-        "build that line too (patchwheel build demo==1.1.0 demo==1.0.0), or pass --clean: dist/ then holds only "
+        "build that line too (nox -s build -- demo==1.1.0 demo==1.0.0), or pass --clean: dist/ then holds only "
         "the lines built"
     )
     assert _snapshot(dist) == before
