@@ -206,10 +206,11 @@ def only(packages: str) -> list[str]:
 
 def prove(session: nox.Session, pins: str, *args: str) -> None:
     """`patchwheel prove`, one chain (a session's own core under `nox -j 4`), in cached environments on the shared
-    torch: the pristine pins' is shared by every session and the upstream check; the +fixed builds' is the
-    session's own (kept in its folder while dist/ holds the same wheels), so that no other checkout's dist/
-    replaces it under a running test. pytest's arguments (`nox -s proof -- -k t3`) reach every run."""
-    fixed_env = Path(session.create_tmp()) / "fixed-env"
+    torch: the pristine pins' (~/.cache/patchwheel/envs) is shared by every session and the upstream check; the
+    +fixed builds' is this checkout's (.nox/.cache/fixed-<set>, shared by the set's sessions, kept while dist/
+    holds the same wheels), so that no other checkout's dist/ replaces it under a running test. pytest's
+    arguments (`nox -s proof -- -k t3`) reach every run."""
+    fixed_env = session.cache_dir / f"fixed-{pins}"
     tool(session, "prove", "--set", pins, *args, "--fixed-env", str(fixed_env), "--", *session.posargs)
 
 

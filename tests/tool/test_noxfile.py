@@ -149,7 +149,8 @@ def test_each_set_s_sessions_carry_its_tag_for_the_sets_workflow(noxfile):
 
 def test_the_proving_sessions_run_one_chain_of_the_prove_verb_each(noxfile, tmp_path):
     """proof, guards and their suite forms are `patchwheel prove`, one chain each (a session's own core under
-    `nox -j 4`), the +fixed environment in the session's own folder, the session's arguments (`-- -k t3`) to
+    `nox -j 4`), the +fixed environment the set's sessions share in
+    this checkout's .nox/, the session's arguments (`-- -k t3`) to
     pytest; the old helper verbs are gone."""
     import nox.registry
 
@@ -159,14 +160,13 @@ def test_the_proving_sessions_run_one_chain_of_the_prove_verb_each(noxfile, tmp_
         def __init__(self) -> None:
             self.ran: list[tuple[str, ...]] = []
 
-        def create_tmp(self) -> str:
-            return str(tmp_path)
+        cache_dir = tmp_path
 
         def run(self, *args: str, **kw) -> None:
             self.ran.append(args)
 
     sessions = nox.registry.get()
-    fixed = ["--fixed-env", str(tmp_path / "fixed-env"), "--", "-k", "t3"]
+    fixed = ["--fixed-env", "", "--", "-k", "t3"]
     for name, kwargs, chain in [
         ("proof", {"pins": "latest", "flavor": "pristine"}, ["--pristine"]),
         ("guards", {"pins": "latest"}, ["--guards"]),
@@ -178,6 +178,7 @@ def test_the_proving_sessions_run_one_chain_of_the_prove_verb_each(noxfile, tmp_
         (command,) = session.ran
         tool = list(command[command.index("patchwheel") + 1 :])
         assert tool[:3] == ["prove", "--set", kwargs["pins"]] and tool[3 : 3 + len(chain)] == chain, tool
+        fixed[1] = str(tmp_path / f"fixed-{kwargs['pins']}")  # the set's, shared by its sessions
         assert tool[-len(fixed) :] == fixed
         assert sessions[name].venv_backend == "none", "the verb makes its environments"
     text = (ROOT / "noxfile.py").read_text()
