@@ -204,9 +204,8 @@ def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
 
 
 def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list[str]], at: Path | None = None) -> Path:
-    """An environment ``<cache>/envs/<name>`` (or ``at``, a folder of the caller's) that sees the base
-    environment's packages and has ``install()`` (pip arguments, computed only when it is built) installed on
-    top."""
+    """An environment ``<cache>/envs/<name>`` (or ``at``) that sees the base environment's packages and has
+    ``install()`` (pip arguments, computed only when it is built) installed on top."""
     base = base_env(cache)
 
     def build(env: Path) -> None:
@@ -251,8 +250,7 @@ def release_env(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
 def fixed_env(cache: Path, wheels: list[Path], purpose: str = "mutants", at: Path | None = None) -> Path:
     """A cached environment with these local +fixed wheels (and their dependencies) on top of the base env.
     ``purpose`` names it: the mutation check rewrites installed files in its own, so no other check shares it.
-    ``at``: made (or kept, while it holds these wheels) there instead, e.g. in a nox session's own folder, so that
-    two dist/ folders proven at once never replace each other's environment under a running test."""
+    ``at``: there instead (a checkout's own: no other checkout's dist/ replaces it under a running test)."""
     name = f"{purpose}-" + "+".join("-".join(wheel_name_version(w.name)) for w in wheels)
     marker = {"wheels": {w.name: fetch.sha256_file(w) for w in wheels}}
     return env_on_base(cache, name, marker, lambda: [str(w) for w in wheels], at=at)
@@ -309,10 +307,9 @@ def run_report(
 
 
 def run_in_group(cmd: list[str], cwd: Path, env: dict[str, str], log: Path | None, timeout: float) -> int | None:
-    """Run ``cmd`` in a session of its own, its output in ``log`` (a pipe would wait for any child that inherited
-    it; None: this process's own output), and kill its whole process group when it exits, times out or this
-    process is interrupted: ranks or servers a test left running must not outlive the run. The exit status, or
-    None on a timeout."""
+    """Run ``cmd`` in a session of its own, its output in ``log`` (a file, or None: this process's; a pipe would
+    wait for any child that inherited it), and kill its process group when it exits, times out or this process is
+    interrupted: ranks or servers a test left running must not outlive the run. Its exit status (None: timed out)."""
     with log.open("wb") if log is not None else nullcontext() as out:
         stderr = subprocess.STDOUT if log is not None else None
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=stderr, start_new_session=True, env=env)
