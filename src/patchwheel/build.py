@@ -26,6 +26,7 @@ from packaging.version import Version
 
 from . import buildno, records, rewrite, staging, vendored
 from . import fetch as fetch_mod
+from . import manifest as fixes
 from .apply import apply_line
 from .config import Project, ReleaseLine
 from .distdir import DistWheel, check_dist_path, read_previous, wheel_manifest
@@ -59,29 +60,10 @@ def _dist_wheel(b: Built) -> DistWheel:
 
 
 def manifest_for(line: ReleaseLine, patches: list[Patch], patched_files: dict[str, bytes | None]) -> dict:
-    """What the wheel records about itself (read back by ``patchwheel status``)."""
-    return {
-        "schema": 1,
-        "package": line.package,
-        "version": line.fixed_version,
-        "upstream": {"version": line.version, "wheel": line.wheel.filename, "sha256": line.wheel.sha256},
-        "patches": [
-            {
-                "name": p.name,
-                "subject": p.subject,
-                "sha256": p.sha256,
-                "upstream_status": p.trailers.get("Upstream-Status"),
-                "upstream_issue": p.trailers.get("Upstream-Issue"),
-                "proof_test": p.trailers.get("Proof-Test"),
-                "feature_test": p.trailers.get("Feature-Test"),
-                "drop_when": p.trailers.get("Drop-When"),
-            }
-            for p in patches
-        ],
-        "patched_files": {
-            path: hashlib.sha256(data).hexdigest() for path, data in sorted(patched_files.items()) if data is not None
-        },
-    } | ({"proven_torch": list(line.proven_torch)} if line.proven_torch else {})
+    """What the wheel records about itself (read back by ``patchwheel status``; the format is :mod:`manifest`'s)."""
+    upstream = {"version": line.version, "wheel": line.wheel.filename, "sha256": line.wheel.sha256}
+    entries = [fixes.patch_entry(p.name, p.subject, p.sha256, p.trailers) for p in patches]
+    return fixes.make(line.package, line.fixed_version, upstream, entries, patched_files, line.proven_torch)
 
 
 def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:

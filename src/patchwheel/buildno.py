@@ -152,7 +152,9 @@ def history_problem(line: ReleaseLine, root: Path) -> str | None:
 def check(line: ReleaseLine) -> None:
     """:func:`problem` as an error (what the build calls before it names a wheel)."""
     if why := problem(line):
-        raise ConfigError(f"{line.key}: {why}", "then rebuild; docs/maintainers.md, 'Build numbers', says why")
+        raise ConfigError(
+            f"{line.key}: {why}", "then rebuild; docs/maintainers/release-lines.md#build-numbers says why"
+        )
 
 
 def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import buildno, config, lint, patches, status
+from . import buildno, config, status
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,35 +51,14 @@ def _consumer_line(name: str, members: dict[str, str], wheels: list[DistWheel], 
 
 
 def cmd_lint(args) -> int:
-    from .maint import submission
-    from .matrix import Matrix
+    """Everything lint checks (:mod:`maint.lintall`), printed part by part as each is checked."""
+    from .maint import lintall
 
     project = config.load(root(args))
-    matrix = Matrix.load(project.status_json)
     bad = 0
-    for line in project.select(args.lines):
-        problems = submission.lint_line(project, line, matrix)
-        n = len(patches.series_names(line)) if not problems else "?"
-        print(f"{line.key}: {'ok' if not problems else 'FAILED'} ({n} patch(es))")
-        for p in problems:
-            print(f"  - {p}")
-        bad += len(problems)
-    if not args.lines:  # the whole project: the sets the default suite proves, too
-        suite = lint.suite_problems(project)
-        print(f"overlay/sets.toml [suite]: {'ok' if not suite else 'FAILED'}")
-        for p in suite:
-            print(f"  - {p}")
-        torch = lint.torch_problems(project)
-        print(f"overlay/sets.toml [torch]: {'ok' if not torch else 'FAILED'} (floors against Requires-Dist)")
-        for p in torch:
-            print(f"  - {p}")
-        tree = lint.tree_problems(project)
-        print(f"patches/, overlay/: {'ok' if not tree else 'FAILED'} (only the files lint knows)")
-        for p in tree:
-            print(f"  - {p}")
-        bad += len(suite) + len(torch) + len(tree)
-    # The vendored modules too: `patchwheel lint` is the whole of what the suite's lint asks of the tool.
-    bad += _overlay_problems(project, project.select(args.lines) if args.lines else None)
+    for part in lintall.parts(project, project.select(args.lines) if args.lines else None):
+        print("\n".join(part.lines()))
+        bad += len(part.problems)
     return 1 if bad else 0
 
 
@@ -155,14 +134,11 @@ def cmd_status(args) -> int:
 
 def _overlay_problems(project: config.Project, lines: list | None) -> int:
     """The vendored modules against pristine + series (every line when ``lines`` is None), printed; how many differ."""
-    from . import vendored
+    from .maint import lintall
 
-    problems = vendored.check(project, lines)
-    for problem in problems:
-        print(f"  - {problem}")
-    n = len(lines) if lines is not None else len(project.all_lines())
-    print(f"overlay/: {'FAILED' if problems else 'ok'} ({n} release line(s) compared with pristine + series)")
-    return len(problems)
+    part = lintall.overlay_part(project, lines)
+    print("\n".join(part.lines()))
+    return len(part.problems)
 
 
 def cmd_vendor(args) -> int:

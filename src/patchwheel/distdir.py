@@ -15,10 +15,11 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from . import manifest as fixes
 from . import rewrite
 from .config import ReleaseLine
 from .errors import ConfigError, DistError
-from .names import DIST_RECORD, FIXES_MANIFEST, SHA256, wheel_name_version
+from .names import DIST_RECORD, SHA256, wheel_name_version
 from .patches import load_series
 
 #: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
@@ -227,6 +228,7 @@ def current_wheel(line: ReleaseLine, dist: Path, hint: str) -> Path:
 
 
 def wheel_manifest(path: Path) -> dict:
+    """The manifest the +fixed wheel at ``path`` carries (ValueError: it cannot be read)."""
     with zipfile.ZipFile(path) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/" + FIXES_MANIFEST))
-        return json.loads(rewrite.read_member(zf, name))
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/" + fixes.NAME))
+        return fixes.loads(rewrite.read_member(zf, name))

@@ -22,7 +22,7 @@ def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) ->
     """The first kind of problem the line has (its series, else the matrix, else its build record); none: []."""
     problems = patches.lint_line(line, project.root)
     if not problems and matrix is not None:
-        problems = matrix_checks.problems(matrix, line.key, patches.load_series(line))
+        problems = matrix_checks.problems(matrix, line.key, patches.parse_series(line))  # linted above
     if not problems and (why := buildno.problem(line) or buildno.history_problem(line, project.root)):
         problems = [why]
     return problems

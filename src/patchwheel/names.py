@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from .errors import ConfigError, PatchError
-from .status import FIXES_MANIFEST as FIXES_MANIFEST  # the name lives with its reader (see below)
 
 if TYPE_CHECKING:
     from .patches import Patch
@@ -28,9 +27,8 @@ SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 HUNK_HEADER = r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@"
 HUNK = re.compile(HUNK_HEADER)
 
-#: What the tool records, file by file: the wheel's own list of its fixes (FIXES_MANIFEST, read back by `status`,
-#: which runs alone in other environments and so holds the name), what a dist/ folder holds, where a line's fixed
-#: modules come from.
+#: What the tool records, file by file (the wheel's own list of its fixes is manifest.py's):
+#: what a dist/ folder holds, where a line's fixed modules come from.
 DIST_RECORD = "build.json"
 VENDOR_RECORD = "VENDORED.json"
 

@@ -1,10 +1,8 @@
 """Patch files and series: parse ``git format-patch`` mboxes, read their trailers, lint a release line's series.
 
 A patch is one commit exported with the pinned flags (:data:`gitops.FORMAT_PATCH_FLAGS`), paths as in upstream's
-git tree, named ``NNNN-slug.patch`` (:mod:`names`). Its metadata lives in git trailers at the end of the commit
-message, which survive ``git am`` and ``git format-patch`` round trips: their vocabulary and checks are in
-:mod:`trailers`. What lint reads is exactly what git applies: hunks by their counts, modes, and ``git apply
---numstat`` must agree with the parser.
+git tree, named ``NNNN-slug.patch`` (:mod:`names`); its metadata is git trailers (:mod:`trailers`), which survive
+``git am`` and ``format-patch``. Lint reads exactly what git applies (hunk counts, modes, ``git apply --numstat``).
 """
 
 from __future__ import annotations
@@ -288,17 +286,21 @@ def series_names(line: ReleaseLine) -> list[str]:
 
 
 def load_series(line: ReleaseLine, *, messages: bool = True, numstat: bool = True) -> list[Patch]:
-    """The release line's patches in series order, after a strict lint (raises on the first report). With
-    ``messages=False`` the messages and trailers are not judged: the maintenance tools that change a patch's code
-    (vendor, refresh, new) work on a patch whose message is still being written. With ``numstat=False`` what git
-    reads in each patch is left to the caller: the build asks the git process that applies the series
-    (:func:`apply.apply_series`), instead of one process per patch."""
-    problems = lint_line(line, messages=messages, numstat=numstat)
+    """The line's patches in series order, each parsed once by a strict lint that refuses a bad series (a caller
+    that linted it already: :func:`parse_series`). ``messages=False``: messages and trailers not judged (vendor,
+    refresh and new change the code of a patch whose message is still being written); ``numstat=False``: what git
+    reads is left to the caller (the build asks the git that applies the series, :func:`apply.apply_series`)."""
+    problems, series = _lint(line, None, messages=messages, numstat=numstat)
     if problems:
         raise PatchError(
             f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
             "fix each point above; `nox -s lint` re-checks",
         )
+    return series
+
+
+def parse_series(line: ReleaseLine) -> list[Patch]:
+    """The line's patches in series order, parsed, not linted (PatchError: a file is not a patch)."""
     return [parse_patch(line.patch_dir / n) for n in series_names(line)]
 
 
@@ -341,13 +343,18 @@ def git_disagrees(patch: Patch) -> str | None:
 
 
 def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = True, numstat: bool = True) -> list[str]:
-    """Every problem of one release line's series, as readable strings (empty when clean); ``messages=False``
-    leaves out the checks of messages and trailers, ``numstat=False`` :func:`git_disagrees` (see load_series)."""
+    """Every problem of one release line's series, as readable strings (empty: clean); flags as in load_series."""
+    return _lint(line, root, messages=messages, numstat=numstat)[0]
+
+
+def _lint(line: ReleaseLine, root: Path | None, *, messages: bool, numstat: bool) -> tuple[list[str], list[Patch]]:
+    """(every problem of the line's series, its patches parsed on the way)."""
     problems: list[str] = []
     try:
         names = series_names(line)
     except PatchwheelError as exc:
-        return [exc.message]
+        return [exc.message], []
+    series: list[Patch] = []
     seen: set[str] = set()
     for i, name in enumerate(names, 1):
         if name in seen:
@@ -367,6 +374,7 @@ def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = T
         except PatchwheelError as exc:
             problems.append(exc.message)
             continue
+        series.append(patch)
         if cut := mailinfo_cut(patch):
             problems.append(cut)
         if numstat and (disagreement := git_disagrees(patch)):
@@ -389,4 +397,4 @@ def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = T
             problems.append(
                 f"{stray.name} is in {line.patch_dir} but not in its series (add it to series or delete it)"
             )
-    return problems
+    return problems, series

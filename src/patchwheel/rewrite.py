@@ -16,7 +16,6 @@ import base64
 import csv
 import hashlib
 import io
-import json
 import re
 import struct
 import zipfile
@@ -25,9 +24,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from . import buildno
+from . import manifest as fixes
 from .config import ReleaseLine
 from .errors import VerifyError
-from .names import FIXES_MANIFEST, path_problem, wheel_name_version
+from .names import path_problem, wheel_name_version
 from .zipwrite import COMPRESSLEVEL as COMPRESSLEVEL  # the level changed members are deflated at
 from .zipwrite import LOCAL
 from .zipwrite import write as write  # the build writes what it planned here
@@ -207,8 +207,8 @@ def plan(
             f"{line.wheel.filename} has no {names.old_distinfo}/RECORD or METADATA",
             "the pinned file is not a valid wheel",
         )
-    manifest_bytes = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-    out.insert(record_at, Entry(_info(metadata_info, f"{names.new_distinfo}/{FIXES_MANIFEST}"), manifest_bytes))
+    manifest_bytes = fixes.dumps(manifest)
+    out.insert(record_at, Entry(_info(metadata_info, f"{names.new_distinfo}/{fixes.NAME}"), manifest_bytes))
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
     for e in out:

@@ -17,10 +17,18 @@ import stat
 import sys
 from importlib import metadata
 
+if __package__:
+    from . import manifest as fixes
+else:  # run alone inside the inspected environment (-I: its folder is not on sys.path): carry the format's owner
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location(
+        "patchwheel_manifest", os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifest.py")
+    )
+    fixes = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+    _spec.loader.exec_module(fixes)  # type: ignore[union-attr]
+
 PACKAGES = ("transformers", "accelerate")
-#: The +fixed wheel's record of its fixes, in its .dist-info (rewrite writes it; patchwheel.names re-exports it:
-#: this module runs alone, inside the inspected environment, so the name lives here).
-FIXES_MANIFEST = "overlay-fixes.json"
 
 
 def site_dirs() -> list:
@@ -81,43 +89,6 @@ def _find(name: str, path) -> metadata.Distribution:
     raise metadata.PackageNotFoundError(name)
 
 
-def _is_str_or_none(value) -> bool:
-    return value is None or isinstance(value, str)
-
-
-def manifest_problem(manifest) -> str | None:
-    """Why ``manifest`` (parsed JSON) is not a manifest this probe can report; None when it is one."""
-    if not isinstance(manifest, dict):
-        return "not a JSON object"
-    up = manifest.get("upstream")
-    if not isinstance(up, dict) or not all(isinstance(up.get(k), str) for k in ("version", "sha256")):
-        return "'upstream' is not an object with a version and a sha256"
-    patches = manifest.get("patches")
-    if not isinstance(patches, list) or not all(isinstance(p, dict) for p in patches):
-        return "'patches' is not a list of objects"
-    for i, p in enumerate(patches, 1):
-        why = _patch_problem(p, i)
-        if why is not None:
-            return why
-    files = manifest.get("patched_files", {})
-    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        return "'patched_files' is not an object of paths and digests"
-    return None
-
-
-def _patch_problem(patch, i: int) -> str | None:
-    """Why ``patch`` (the i-th of a manifest or report) cannot be shown: a name, and the texts render shows when it
-    has them (a manifest written by hand for a test may have only the name)."""
-    if not isinstance(patch, dict):
-        return f"patch {i} is not an object"
-    if not isinstance(patch.get("name"), str):
-        return f"patch {i} has no 'name'" if "name" not in patch else f"'name' of patch {i} is not a string"
-    for key in ("subject", "upstream_status", "upstream_issue"):
-        if not _is_str_or_none(patch.get(key)):
-            return f"{key!r} of patch {i} is not a string"
-    return None
-
-
 def _plain_relative(rel: str) -> bool:
     return (
         bool(rel)
@@ -162,21 +133,16 @@ def inspect(name: str, path=None) -> dict:
         "patches": [],
         "problems": problems,
     }
-    raw = dist.read_text(FIXES_MANIFEST)
+    raw = dist.read_text(fixes.NAME)
     if raw is None:
         if "+" in dist.version:
-            problems.append(f"version {dist.version} has a local label but no {FIXES_MANIFEST}: not a patchwheel build")
+            problems.append(f"version {dist.version} has a local label but no {fixes.NAME}: not a patchwheel build")
         return info
-    why: str | None = "not JSON"
     try:
-        manifest = json.loads(raw)
-    except ValueError:
-        pass
-    else:
-        why = manifest_problem(manifest)
-    if why is not None:
+        manifest = fixes.loads(raw)
+    except ValueError as exc:
         info.update(fixed=True, upstream=None)
-        problems.append(f"{FIXES_MANIFEST} is damaged: {why}")
+        problems.append(f"{fixes.NAME} is damaged: {exc}")
         return info
     info.update(fixed=True, upstream=manifest["upstream"], patches=manifest["patches"], build=_build_tag(dist))
     torch = manifest.get("proven_torch")
@@ -294,7 +260,7 @@ def _package_problem(p: dict) -> str | None:
     if "proven_torch" in p and not _is_strings(p["proven_torch"]):
         return "'proven_torch' is not a list of strings"
     for i, patch in enumerate(p["patches"], 1):
-        why = _patch_problem(patch, i)
+        why = fixes.patch_problem(patch, i)
         if why is not None:
             return why
     if not p["fixed"]:
@@ -317,7 +283,7 @@ def render(rep: dict) -> str:
             up = p["upstream"]
             state = "INTACT" if not p["problems"] else "DAMAGED"
             if up is None:
-                built = f"+fixed build (its {FIXES_MANIFEST} cannot be read)"
+                built = f"+fixed build (its {fixes.NAME} cannot be read)"
                 out.append(f"  {p['package']:<13} {p['version']:<16} {built}, {state}")
             else:
                 build = f"build {p['build']}; " if p.get("build") else ""

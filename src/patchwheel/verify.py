@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import buildno
+from . import manifest as fixes
 from .apply import reverse_series
 from .config import ReleaseLine
 from .errors import ApplyError, VerifyError
 from .patches import Patch
-from .rewrite import FIXES_MANIFEST, Entry, Members, read, record_hash, same_member, scan, wheel_names, with_build_line
+from .rewrite import Entry, Members, read, record_hash, same_member, scan, wheel_names, with_build_line
 from .undo import undo_series
 
 
@@ -90,8 +90,13 @@ def verify(
         return record_hash(data), str(len(data))
 
     problems = check_record(new_data, f"{names.new_distinfo}/RECORD", row)
-    manifest_path = f"{names.new_distinfo}/{FIXES_MANIFEST}"
-    manifest = json.loads(new_data.get(manifest_path, b"{}") or b"{}")
+    manifest_path = f"{names.new_distinfo}/{fixes.NAME}"
+    manifest: dict = {}
+    if new_data.get(manifest_path):
+        try:
+            manifest = fixes.loads(new_data[manifest_path])
+        except ValueError as exc:
+            problems.append(f"{manifest_path} cannot be read: {exc}")
     # (lint guarantees every touched path maps into the wheel)
     patched_paths = {w for patch in patches for p in patch.touched if (w := line.wheel_path(p)) is not None}
     wheel_file = f"{names.new_distinfo}/WHEEL"

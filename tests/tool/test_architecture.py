@@ -146,3 +146,78 @@ def test_the_overlay_toml_files_have_one_writer():
         if any(writes.search(line) for line in p.read_text().splitlines())
     }
     assert writers <= {"configfiles.py"}, writers
+
+
+def test_the_wheel_manifest_has_one_definition():
+    """overlay-fixes.json was made by build, dumped by rewrite, parsed by verify, distdir and status, each with its
+    own json call: manifest.py now defines it (name, schema, keys, bytes, reading) and the others call it."""
+    src = Path(__file__).resolve().parents[2] / "src" / "patchwheel"
+    naming = {p.relative_to(src).as_posix() for p in src.rglob("*.py") if "overlay-fixes" in p.read_text()}
+    assert naming == {"manifest.py"}, naming
+    users = {
+        p.relative_to(src).as_posix()
+        for p in src.rglob("*.py")
+        if re.search(r"^\s*from \.+ import manifest as fixes$|^\s*from \.+manifest import", p.read_text(), re.M)
+    }
+    assert users == {"build.py", "rewrite.py", "verify.py", "distdir.py", "status.py"}, users
+    for name in users:
+        text = (src / name).read_text()
+        assert "json.loads(" not in text or name == "distdir.py", f"{name} parses JSON itself"  # build.json: its own
+        assert "sort_keys=True" not in text, f"{name} writes JSON itself"
+    # names.py imported the stand-alone probe for the file's name: the probe is the command line's alone
+    probe_users = {m for m, path in modules().items() if "status" in imports(path, type_only=True)}
+    assert probe_users == {"commands"}, probe_users
+    others = "".join(p.read_text() for p in src.rglob("*.py") if p.name != "manifest.py")
+    assert not re.search(r"\"schema\": \d", others), "the format's version is manifest.SCHEMA"
+
+
+def _called(node: ast.AST) -> str | None:
+    """The name of the function ``node`` calls (``f(...)``, ``mod.f(...)``); None when it is not a call."""
+    if not isinstance(node, ast.Call):
+        return None
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+
+
+def test_environment_names_are_made_in_one_place():
+    """proofenv, upstream_suite, upstream_test and setruns (through fixed_env's purpose) each joined package
+    versions into an environment's folder name their own way: proofenv.env_name makes every name, and only
+    proofenv names the envs/ folders (the base's and the one per torch)."""
+    naming = {name for name, path in modules().items() if '"envs"' in path.read_text()}
+    assert naming == {"maint.proofenv"}, naming
+    for module, path in modules().items():
+        tree = ast.parse(path.read_text())
+        made = {  # the local names given an env_name(...) (or release_env_path(...)) result
+            t.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and _called(node.value) in ("env_name", "release_env_path")
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
+        for call in (n for n in ast.walk(tree) if _called(n) == "env_on_base"):
+            assert isinstance(call, ast.Call)
+            name = call.args[1] if len(call.args) > 1 else next(k.value for k in call.keywords if k.arg == "name")
+            inner = name.value if isinstance(name, ast.Attribute) else name  # release_env_path(...).name
+            ok = _called(inner) in ("env_name", "release_env_path") or (
+                isinstance(inner, ast.Name) and inner.id in made
+            )
+            assert ok, f"{module}:{call.lineno}: an environment named by hand ({ast.unparse(name)}): use env_name"
+
+
+def test_lint_has_one_entry_point():
+    """Lint was four functions (patches.lint_line, lint.line_problems, submission.lint_line, follow.lint) and
+    `patchwheel lint` checked more than follow's: maint.lintall is the one entry point, which `patchwheel lint`,
+    `vendor --check`, follow and derive call; the parts are called from there (the series' from lint.py)."""
+    parts = {
+        "lint_line": {"lint"},
+        "line_problems": {"maint.lintall", "maint.submission"},
+        "suite_problems": {"maint.lintall"},
+        "torch_problems": {"maint.lintall"},
+        "tree_problems": {"maint.lintall"},
+        "check": {"maint.lintall"},  # vendored.check (other modules' check functions are other checks)
+    }
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = _called(node)
+            if called not in parts or called == "check" and "vendored" not in ast.unparse(node):
+                continue
+            assert module in parts[called], f"{module} calls {ast.unparse(node)[:60]}: call maint.lintall instead"

@@ -15,7 +15,7 @@ import pytest
 from patchwheel import build as build_mod
 from patchwheel import cli, gitops, records, rewrite, undo
 from patchwheel.errors import PatchwheelError
-from patchwheel.names import FIXES_MANIFEST
+from patchwheel.manifest import NAME as FIXES_MANIFEST
 from patchwheel.patches import load_series
 from patchwheel.verify import verify
 

@@ -13,7 +13,7 @@ import pytest
 
 from patchwheel import buildno, cli, config, gitops, vendored
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import derive, follow, followreport, rebase
+from patchwheel.maint import derive, followreport, lintall, rebase
 from patchwheel.maint.setruns import Run
 
 from conftest import CORE, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
@@ -75,7 +75,7 @@ def test_a_derive_backwards_makes_the_line_its_set_and_its_matrix(demo_project, 
     assert record is not None
     assert f"demo-0.9.0+fixed-1_{record.inputs[:12]}-py3-none-any.whl" in prover.calls[0][1]
     assert not (demo_project.root / "dist").exists() and not (demo_project.root / ".rebase").exists()
-    assert follow.lint(project) == []
+    assert lintall.problems(project) == []
     assert "demo 0.9.0+fixed derived from the line 1.0.0" in followreport.derived(done)[0]
 
 
@@ -131,7 +131,7 @@ def test_a_conflict_stops_it_then_continue_finishes_it(demo_project, monkeypatch
     assert b'+    return "hi, " + name' in patch and b"Drop-When: proof-passes-upstream" in patch
     assert not (demo_project.root / ".rebase").exists(), "the work folder went into the line"
     assert prover.calls and prover.calls[-1][0] == {"demo": "0.9.0"}
-    assert follow.lint(project) == []
+    assert lintall.problems(project) == []
 
 
 def test_a_failed_proof_after_continue_keeps_the_resolution_waiting(demo_project, monkeypatch, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from patchwheel import cli, config, gitops, lint, torchaxis
 from patchwheel.configfiles import add_set, remove_release, set_floor, set_member
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import follow, followreport
+from patchwheel.maint import follow, followreport, lintall
 from patchwheel.maint.setruns import Run
 
 from conftest import CORE, INIT, PROVEN, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
@@ -48,7 +48,7 @@ def test_a_release_the_series_carries_onto_becomes_the_latest_line(demo_project,
     assert b'"hello, " + name' in (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").read_bytes()
     assert not (demo_project.root / "patches" / "demo" / "1.0.0").exists()
     assert not (demo_project.root / "overlay" / "demo" / "1.0.0").exists()
-    assert follow.lint(project) == [], "what follow writes passes lint"
+    assert lintall.problems(project) == [], "what follow writes passes lint"
     status = json.loads((demo_project.root / "patches" / "STATUS.json").read_text())
     assert [ln["line"] for ln in status["lines"]] == ["demo/1.1.0"]
     # The set was proven on a build of the new line, made in the scratch copy: the project has no dist/.
@@ -288,7 +288,7 @@ def test_a_retired_line_leaves_no_folder_behind(demo_project, monkeypatch, tmp_p
     (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
     assert done.stop is None, done.stop
     assert not (demo_project.root / "overlay" / "demo" / "1.0.0").exists()
-    assert follow.lint(config.load(demo_project.root)) == []
+    assert lintall.problems(config.load(demo_project.root)) == []
 
 
 def test_a_proof_that_passes_before_drop_when_stops_it(demo_project, monkeypatch, tmp_path):
@@ -371,7 +371,7 @@ def test_a_write_back_killed_halfway_is_rolled_forward_at_the_next_start(demo_pr
     project = config.load(demo_project.root)  # the next start finishes the write-back
     assert not list(demo_project.root.rglob("*.follow")) and not (demo_project.root / writeback.JOURNAL).exists()
     assert [ln.key for ln in project.all_lines()] == ["demo/1.1.0"]
-    assert follow.lint(project) == []
+    assert lintall.problems(project) == []
 
 
 def test_a_write_back_killed_while_staging_is_rolled_back(demo_project, monkeypatch, tmp_path):
@@ -428,7 +428,7 @@ def test_follow_keeps_the_torch_a_set_is_proven_on_stated(demo_project, monkeypa
     new = project.line("demo")
     assert new.version == "1.1.0" and new.proven_torch == (floor, "2.13.0", "2.14.1")
     assert new.build is not None and new.build.number == 1, "a line made by this run keeps its first number"
-    assert follow.lint(project) == [] and lint.torch_problems(project) == []
+    assert lintall.problems(project) == [] and lint.torch_problems(project) == []
 
 
 def test_set_floor_and_add_set_write_the_floor_and_keep_every_other_line(tmp_path):

@@ -238,3 +238,25 @@ def test_patchwheel_lint_reports_the_tree(demo_project, capsys):
     assert (
         "patches/, overlay/: FAILED (only the files lint knows)\n  - patches/demo/.gitattributes starts with '.'" in out
     )
+
+
+def test_a_series_is_parsed_once_and_parsing_does_not_lint(demo_project, monkeypatch):
+    """load_series linted the line (parsing each patch) and then parsed every patch again; parse_series, for a
+    caller that has linted the line already, reads it without the lint's refusal."""
+    trailers_without = {k: v for k, v in TRAILERS.items() if k != "Upstream-Status"}
+    demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", TRAILERS)))
+    line = demo_project.load().line("demo")
+    parsed: list[str] = []
+    real = patches.parse_patch
+
+    def counting(path):
+        parsed.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(patches, "parse_patch", counting)
+    assert [p.name for p in patches.load_series(line)] == ["0001-x.patch"]
+    assert parsed == ["0001-x.patch"], "each patch parsed once"
+    demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", trailers_without)))
+    with pytest.raises(PatchwheelError, match="missing trailer 'Upstream-Status:'"):
+        patches.load_series(line)  # the refusal a command's user sees, unchanged
+    assert [p.name for p in patches.parse_series(line)] == ["0001-x.patch"]

@@ -14,7 +14,8 @@ import pytest
 
 from patchwheel import build as build_mod
 from patchwheel import config, fetch, gitops, patches
-from patchwheel.names import DIST_RECORD, FIXES_MANIFEST
+from patchwheel.manifest import NAME as FIXES_MANIFEST
+from patchwheel.names import DIST_RECORD
 from patchwheel.rewrite import wheel_names
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,6 +16,7 @@ from patchwheel import build as build_mod
 from patchwheel import cli, config, lint, status, torchaxis
 from patchwheel.errors import ConfigError, MatrixError
 from patchwheel.maint import proofenv, torchsource
+from patchwheel.manifest import NAME as FIXES_MANIFEST
 from patchwheel.matrix import Cell, LineMatrix, Matrix, Release, Row
 from patchwheel.matrix_checks import NO_ENVIRONMENT, Finding, compare
 
@@ -202,7 +203,7 @@ def test_the_wheel_build_json_and_status_name_the_torch_its_fixes_were_proven_on
     dist = tmp_path / "dist"
     (built,) = build_mod.build(demo_project.load(), dist, log=lambda m: None)
     with zipfile.ZipFile(dist / built.filename) as zf:
-        manifest = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith(status.FIXES_MANIFEST))))
+        manifest = json.loads(zf.read(next(n for n in zf.namelist() if n.endswith(FIXES_MANIFEST))))
     assert manifest["proven_torch"] == ["2.6.0", "2.13.0", "2.14.1"]
     (entry,) = json.loads((dist / "build.json").read_text())["wheels"]
     assert entry["proven_torch"] == ["2.6.0", "2.13.0", "2.14.1"]

@@ -38,7 +38,7 @@ from ..config import Artifact, Project, ReleaseLine
 from ..configfiles import add_set, set_member, suite_add
 from ..errors import ConfigError, PatchwheelError
 from ..reporter import CONSOLE
-from . import follow, proofenv, rebase, upstream, waiting
+from . import follow, lintall, proofenv, rebase, upstream, waiting
 from .follow import Prove, Stop, Verdict
 from .scratch import Scratch, held_interrupts, restate_torch
 from .selection import Selection
@@ -337,7 +337,7 @@ def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], Non
     line = project.line(done.package, done.version)
     say(f"the matrix: the line {line.key} on every release newer than it")
     follow.judge_into_matrix(project, [line], Selection.parse([done.package]), upstream.Judged())
-    problems = follow.lint(project)
+    problems = lintall.problems(project)
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(done))
     members_lines = {p: project.line(p, v) for p, v in project.sets[done.set_name].items()}
@@ -382,7 +382,7 @@ def _judge_others(
 
 
 def _by_hand(done: Derived) -> list[str]:
-    """What a maintainer runs once a stop is dealt with (docs/maintainers.md, Deriving a line): the first, again."""
+    """What a maintainer runs once a stop is dealt with (docs/maintainers/derive.md): the first, again."""
     spec = f"{done.package}=={done.version}"
     if done.waiting:  # the work folder waits: it goes on from there, or is dropped
         again = [

@@ -37,12 +37,11 @@ from ..build import build
 from ..config import Artifact, Project, ReleaseLine
 from ..configfiles import record_retired, remove_release, set_member
 from ..errors import PatchwheelError
-from ..lint import suite_problems, torch_problems
 from ..matrix import Matrix
 from ..matrix_checks import decide
 from ..patches import Patch
 from ..reporter import CONSOLE
-from . import proofenv, rebase, submission, upstream
+from . import lintall, proofenv, rebase, upstream
 from .scratch import Scratch, TreeChanged, restate_torch
 from .selection import Selection
 from .setruns import Run
@@ -313,7 +312,7 @@ def retire(project: Project, pkg: str, say: Callable[[str], None], only: set[str
 def _prove(project: Project, pkg: str, judged, done: Followed, prove: Prove, say, work: Scratch) -> Stop | None:
     say(f"the matrix: every line of {pkg} on {', '.join(done.releases)}")
     refresh_matrix(project, pkg, done.releases, judged)
-    problems = lint(project)
+    problems = lintall.problems(project)
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(pkg, done.line))
     done.runs = build_and_prove(project, _proven_set(project, pkg), work, prove, say, judged.seen or {})
@@ -376,16 +375,8 @@ def judge_into_matrix(
     matrix.save(project.status_json)
 
 
-def lint(project: Project) -> list[str]:
-    """What `nox -s lint` checks of the series, the matrix, the build records, the suite's sets and the vendored
-    modules."""
-    matrix = Matrix.load(project.status_json)
-    out = [f"{line.key}: {p}" for line in project.all_lines() for p in submission.lint_line(project, line, matrix)]
-    return out + suite_problems(project) + torch_problems(project) + vendored.check(project)
-
-
 def _by_hand(pkg: str, version: str) -> list[str]:
-    """What a maintainer runs to do follow's work by hand (docs/maintainers.md, Rebasing)."""
+    """What a maintainer runs to do follow's work by hand (docs/maintainers/rebase-and-follow.md)."""
     return [
         f"nox -s rebase -- {pkg} {version}          # judge, drop, carry; stops at a conflict in .rebase/",
         f"nox -s rebase -- {pkg} {version} --continue   # after resolving it (git add)",

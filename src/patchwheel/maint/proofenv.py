@@ -1,15 +1,14 @@
 """Run proof tests against pristine upstream releases, each in its own cached virtual environment.
 
-A base environment holds torch (pinned: TORCH_VERSION, default 2.13.0) and pytest. Each release environment is a
-small venv whose ``.pth`` file appends the base environment's site-packages, so torch is installed once and shared;
-the release environment gets only the release's own wheel (sha256-verified from the cache) and its light
-dependencies, which take precedence over the base's. Environments live under ``<cache>/envs/`` and are reused.
+A base environment holds torch (pinned: TORCH_VERSION, default 2.13.0) and pytest. Each environment on it is a
+small venv whose ``.pth`` file appends the base's site-packages, so torch is installed once and shared; it gets only
+its own wheels (sha256-verified from the cache) and their light dependencies, which take precedence over the base's.
+Every environment is named here (:func:`base_env`, :func:`envs_dir`, :func:`env_name`), and reused.
 
 They are made with uv where it is installed (the ``uv`` package, or ``uv`` on PATH; ``PATCHWHEEL_INSTALLER=pip``
-turns it off): seconds instead of a minute. uv does not read pip's configuration, so the torch find-links folder is
-passed from ``PIP_FIND_LINKS`` (and an index from ``PIP_INDEX_URL``/``PIP_EXTRA_INDEX_URL``); since uv does not see
-packages through a ``.pth`` file, torch is excluded from its resolution in release environments (it comes from the
-base), where pip would see it as installed.
+turns it off). uv does not read pip's configuration, so the torch find-links folder is passed from
+``PIP_FIND_LINKS`` (and an index from ``PIP_INDEX_URL``/``PIP_EXTRA_INDEX_URL``); it does not see packages through
+a ``.pth`` file, so torch is excluded from its resolution in release environments (it comes from the base).
 
 Environments are shared: by the worker threads of one upstream check, and by processes (a rebase next to an
 upstream check, two CI jobs on one cache). One environment is built by one builder at a time, under a lock per
@@ -203,8 +202,14 @@ def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
     return env
 
 
+def env_name(members: list[tuple[str, str]], kind: str = "") -> str:
+    """An environment's folder name under :func:`envs_dir`, ``[kind-]pkg-version[+pkg-version]`` (``kind``: suite,
+    export, follow, mutants; none: the pinned wheels alone)."""
+    return (f"{kind}-" if kind else "") + "+".join(f"{pkg}-{version}" for pkg, version in members)
+
+
 def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list[str]], at: Path | None = None) -> Path:
-    """An environment ``<cache>/envs/<name>`` (or ``at``) that sees the base environment's packages and has
+    """The environment :func:`env_name` ``name`` (or the folder ``at``) that sees the base's packages, with
     ``install()`` (pip arguments, computed only when it is built) installed on top."""
     base = base_env(cache)
 
@@ -227,31 +232,25 @@ def base_env(cache: Path) -> Path:
 
 
 def envs_dir(cache: Path) -> Path:
-    """Where the environments on top of the base live: a folder per torch, so that runs under two torch releases
-    keep each other's environments instead of rebuilding them in turn."""
+    """Where the environments on top of the base live: a folder per torch (runs under two keep each other's)."""
     return cache / "envs" / f"torch-{torch_version()}"
 
 
-def release_env_path(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
-    """Where :func:`release_env` keeps the environment of these wheels."""
-    return envs_dir(cache) / "+".join(f"{pkg}-{wheel_version(art.filename)}" for pkg, art in wheels)
+def release_env_path(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:  # where release_env keeps it
+    return envs_dir(cache) / env_name([(pkg, wheel_version(art.filename)) for pkg, art in wheels])
 
 
 def release_env(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
     """An environment with exactly these upstream wheels (package, artifact) on top of the base."""
-    return env_on_base(
-        cache,
-        release_env_path(cache, wheels).name,
-        {"wheels": [a.sha256 for _, a in wheels]},
-        lambda: [str(fetch.fetch(pkg, art)) for pkg, art in wheels],
-    )
+    marker, install = {"wheels": [a.sha256 for _, a in wheels]}, lambda: [str(fetch.fetch(p, a)) for p, a in wheels]
+    return env_on_base(cache, release_env_path(cache, wheels).name, marker, install)
 
 
 def fixed_env(cache: Path, wheels: list[Path], purpose: str = "mutants", at: Path | None = None) -> Path:
     """A cached environment with these local +fixed wheels (and their dependencies) on top of the base env.
     ``purpose`` names it: the mutation check rewrites installed files in its own, so no other check shares it.
     ``at``: there instead (a checkout's own: no other checkout's dist/ replaces it under a running test)."""
-    name = f"{purpose}-" + "+".join("-".join(wheel_name_version(w.name)) for w in wheels)
+    name = env_name([wheel_name_version(w.name) for w in wheels], purpose)
     marker = {"wheels": {w.name: fetch.sha256_file(w) for w in wheels}}
     return env_on_base(cache, name, marker, lambda: [str(w) for w in wheels], at=at)
 

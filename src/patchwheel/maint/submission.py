@@ -33,8 +33,6 @@ from pathlib import Path
 
 from ..config import Project, ReleaseLine
 from ..errors import PatchError
-from ..lint import line_problems as line_problems_of_pipeline
-from ..matrix import Matrix
 from ..names import path_problem
 from ..patches import Patch
 from ..trailers import proposed_in
@@ -207,19 +205,11 @@ def _entry_problems(entry: object, tests: list[str]) -> list[str]:
 
 
 def line_problems(root: Path, line: ReleaseLine) -> list[str]:
-    """Problems of the submission folders of a line's patches (lint asks this of each package's newest line)."""
-    from ..patches import load_series
+    """Problems of the submission folders of a line's patches (lint asks this of each package's newest line, once
+    its series has passed)."""
+    from ..patches import parse_series
 
-    return [why for p in load_series(line) for why in check(folder(root, line.package, p.slug), p)]
-
-
-def lint_line(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
-    """Everything `patchwheel lint` asks of a line: its series, the matrix and its build record
-    (:func:`patchwheel.lint.line_problems`), then, on a package's newest line, what export sends upstream."""
-    problems = line_problems_of_pipeline(project, line, matrix)
-    if not problems and line.key == project.lines[line.package][-1].key:
-        problems = line_problems(project.root, line)
-    return problems
+    return [why for p in parse_series(line) for why in check(folder(root, line.package, p.slug), p)]
 
 
 def lint(project: Project) -> dict[str, list[str]]:

@@ -245,7 +245,7 @@ def environments(project: Project, line: ReleaseLine, wheel: Path) -> tuple[Path
     rebuilt when the wheel changes."""
     cache = project.cache
     others = [(pkg, project.lines[pkg][-1].wheel) for pkg in project.packages() if pkg != line.package]
-    tail = "".join(f"+{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in others)
+    companions = [(pkg, proofenv.wheel_version(a.filename)) for pkg, a in others]
     extra = {"companions": [a.sha256 for _, a in others], "tests": list(TEST_REQUIREMENTS)}
 
     def install(own: Path) -> Callable[[], list[str]]:
@@ -253,13 +253,13 @@ def environments(project: Project, line: ReleaseLine, wheel: Path) -> tuple[Path
 
     pristine = proofenv.env_on_base(
         cache,
-        f"suite-{line.package}-{line.version}{tail}",
+        proofenv.env_name([(line.package, line.version), *companions], "suite"),
         {"wheel": line.wheel.sha256, **extra},
         install(fetch.fetch(line.package, line.wheel, log=CONSOLE.warn)),
     )
     fixed = proofenv.env_on_base(
         cache,
-        f"suite-{line.package}-{line.fixed_version}{tail}",
+        proofenv.env_name([(line.package, line.fixed_version), *companions], "suite"),
         {"wheel": fetch.sha256_file(wheel), **extra},
         install(wheel),
     )

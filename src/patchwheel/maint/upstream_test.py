@@ -39,7 +39,7 @@ def export_env(project: Project, line: ReleaseLine, newest: Artifact) -> Path:
     ``torchrun`` of its own: upstream's distributed tests start ``torchrun``, whose workers must import this
     environment's packages, not those of the environment torch was installed in."""
     wheels = [(line.package, newest)] + companions(project, line)
-    name = "export-" + "+".join(f"{pkg}-{proofenv.wheel_version(a.filename)}" for pkg, a in wheels)
+    name = proofenv.env_name([(pkg, proofenv.wheel_version(a.filename)) for pkg, a in wheels], "export")
     env = proofenv.env_on_base(
         project.cache,
         name,

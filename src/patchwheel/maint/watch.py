@@ -326,7 +326,8 @@ def attention(committed: Matrix, new_lines: list[LineMatrix], newest: set[str]) 
                     if now(cell) and not (before is not None and now(before)):
                         out.append(
                             f"{ln.line} {p.name} {what} on {ln.package} {version} ({_why(cell)}): "
-                            f"rebase with `nox -s rebase -- {ln.package} {version}` (docs/maintainers.md, Rebasing)"
+                            f"rebase with `nox -s rebase -- {ln.package} {version}` "
+                            "(docs/maintainers/rebase-and-follow.md#rebasing-onto-a-new-upstream-release)"
                         )
                 if cell.behaviour == "error" and not (before is not None and before.behaviour == "error"):
                     out.append(

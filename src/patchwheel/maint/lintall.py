@@ -1,0 +1,71 @@
+"""The one lint: everything `patchwheel lint` checks (and so `nox -s lint`, which runs it), which `follow` and
+`derive` ask of the tree they are about to write.
+
+Each release line: its series and patch files (:func:`patches.lint_line`), the committed matrix against the
+trailers and the build record (:func:`patchwheel.lint.line_problems`), then, on a package's newest line, the
+upstream-pr/ folders export sends upstream (:func:`submission.line_problems`). The whole project besides: the sets
+the default suite proves, the torch floors, the files under patches/ and overlay/, and the vendored modules in
+overlay/ against pristine + series (what `vendor --check` checks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .. import lint, patches, vendored
+from ..config import Project, ReleaseLine
+from ..matrix import Matrix
+from . import submission
+
+
+@dataclass(frozen=True)
+class Part:
+    """One thing lint checks: what (``title``), a note on what was compared, and its problems (empty: ok)."""
+
+    title: str
+    note: str
+    problems: list[str]
+    of_line: bool = False  # a release line's: listed with its key in a flat list of problems
+    problems_first: bool = False  # printed before its summary line (as `vendor --check` prints them)
+
+    def lines(self) -> list[str]:
+        """The part as `patchwheel lint` prints it."""
+        head = f"{self.title}: {'FAILED' if self.problems else 'ok'}" + (f" ({self.note})" if self.note else "")
+        said = [f"  - {p}" for p in self.problems]
+        return said + [head] if self.problems_first else [head] + said
+
+
+def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
+    """Everything lint asks of one line: its series, the matrix and its build record, then, on a package's newest
+    line, what export sends upstream."""
+    problems = lint.line_problems(project, line, matrix)
+    if not problems and line.key == project.lines[line.package][-1].key:
+        problems = submission.line_problems(project.root, line)
+    return problems
+
+
+def parts(project: Project, lines: list[ReleaseLine] | None = None) -> Iterator[Part]:
+    """What lint checks of ``lines`` (None: the whole project, which adds the project's own parts), in order."""
+    matrix = Matrix.load(project.status_json)
+    for line in project.all_lines() if lines is None else lines:
+        problems = line_problems(project, line, matrix)
+        n = len(patches.series_names(line)) if not problems else "?"
+        yield Part(line.key, f"{n} patch(es)", problems, of_line=True)
+    if lines is None:
+        yield Part("overlay/sets.toml [suite]", "", lint.suite_problems(project))
+        yield Part("overlay/sets.toml [torch]", "floors against Requires-Dist", lint.torch_problems(project))
+        yield Part("patches/, overlay/", "only the files lint knows", lint.tree_problems(project))
+    yield overlay_part(project, lines)
+
+
+def overlay_part(project: Project, lines: list[ReleaseLine] | None) -> Part:
+    """The vendored modules against pristine + series (every line, the NOTICE and stale folders when ``lines`` is
+    None): lint's last part, and all of `vendor --check`."""
+    n = len(project.all_lines() if lines is None else lines)
+    note = f"{n} release line(s) compared with pristine + series"
+    return Part("overlay/", note, vendored.check(project, lines), problems_first=True)
+
+
+def problems(project: Project) -> list[str]:
+    """Every problem lint finds in the whole project, one flat list (a line's named by its key)."""
+    return [f"{p.title}: {why}" if p.of_line else why for p in parts(project) for why in p.problems]
