@@ -6,6 +6,7 @@ check on a real environment)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ class Envs:
         self.script = script  # or: the exit status of each run in turn
         self.started: list[tuple[str, str, list[str], bool]] = []
         self.fixed_at: list[Path | None] = []
+        self.threads: set[bool] = set()  # whether each run was started from the main thread
         monkeypatch.setattr(proofenv, "release_env", lambda cache, wheels: self.pristine)
         monkeypatch.setattr(proofenv, "fixed_env", self.fixed_env)
         monkeypatch.setattr(proofenv, "run_in_group", self.run_in_group)
@@ -40,6 +42,7 @@ class Envs:
         else:
             kind, where = "pytest", Path(cmd[0]).parents[1].name
         self.started.append((where, kind, cmd[3:], log is not None))
+        self.threads.add(threading.current_thread() is threading.main_thread())
         code = self.script.pop(0) if self.script else self.codes.get((where, kind), 0)
         if log is not None:
             log.write_text(f"=== {'1 passed' if code == 0 else '1 failed'} in 0.1s ===\n")
@@ -85,6 +88,7 @@ def test_one_chain_runs_its_status_check_then_its_proofs_with_the_pytest_argumen
     assert envs.runs() == [("fixed", "status", "status"), ("fixed", "pytest", "tests/proof")]
     assert envs.started[1][2][-2:] == ["-k", "greet"]
     assert not any(to_file for *_, to_file in envs.started), "one chain: its output as it comes"
+    assert envs.threads == {True}, "one chain runs in the main thread, where Ctrl-C and nox's SIGTERM arrive"
     assert envs.fixed_at == [tmp_path / "mine"]
 
 

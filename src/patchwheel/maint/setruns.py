@@ -119,8 +119,11 @@ def prove(
             assert env is not None
             return runner.proofs(env, which)
 
-        with ThreadPoolExecutor(max_workers=1 if options.echo else len(chains)) as pool:
-            futures = [pool.submit(chain, which) for which in CHAINS if which in chains]
+        chosen_chains = [which for which in CHAINS if which in chains]
+        if options.echo or len(chosen_chains) == 1:  # in this thread: Ctrl-C (and nox's SIGTERM) stops the run
+            return [run for which in chosen_chains for run in chain(which)]
+        with ThreadPoolExecutor(max_workers=len(chosen_chains)) as pool:
+            futures = [pool.submit(chain, which) for which in chosen_chains]
             return [run for future in futures for run in future.result()]
 
 
