@@ -21,7 +21,6 @@ on each torch its [torch] table names). Environments are made by uv (nox[uv]), o
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tomllib
 from pathlib import Path
@@ -165,44 +164,25 @@ def _set_params() -> list:
     return [nox.param(name, tags=[f"set-{name}"]) for name in SETS]
 
 
-@nox.session(allow_parallel=True, requires=["dist"])
+@nox.session(venv_backend="none", allow_parallel=True, requires=["dist"])
 @nox.parametrize("flavor", ["pristine", "fixed"])
 @nox.parametrize("pins", _set_params())
 def proof(session: nox.Session, flavor: str, pins: str) -> None:
-    """Proof tests on a consumer set's pristine pins (each must fail with its bug) or +fixed builds (must pass)."""
-    run_proof(session, flavor, pins, [])
+    """Proof tests on a consumer set's pristine pins (each must fail with its bug) or +fixed builds (must pass),
+    after the status check (exit 1 on the pristine pins, 0 on the +fixed builds)."""
+    prove(session, pins, f"--{flavor}")
 
 
-@nox.session(allow_parallel=True, requires=["dist"])
+@nox.session(venv_backend="none", allow_parallel=True, requires=["dist"])
 @nox.parametrize("flavor", ["pristine", "fixed"])
 @nox.parametrize(("pins", "packages"), SUITE_LINES)
 def suite_proof(session: nox.Session, flavor: str, pins: str, packages: str) -> None:
     """The default suite's proofs: the set's proof and feature tests of the packages whose line no earlier suite set
     names (the others ran, on the same builds, in that set's session)."""
-    run_proof(session, flavor, pins, [arg for pkg in packages.split(",") for arg in ("--proof-package", pkg)])
+    prove(session, pins, f"--{flavor}", *only(packages))
 
 
-def run_proof(session: nox.Session, flavor: str, pins: str, only: list[str]) -> None:
-    reqs = Path(session.create_tmp()) / f"{flavor}-{pins}.txt"
-    tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
-    session.install(*from_dist(session), *shared_torch(session), "-r", str(reqs), "pytest")
-    # `status` exits 1 where a known bug applies: on the pristine pins it must say so, on +fixed builds it must not.
-    session.run("python", "-m", "patchwheel", "status", env=TOOL_ENV, success_codes=[1 if flavor == "pristine" else 0])
-    # Bytecode written once, by the first process that imports a module: the ranks the proofs start import
-    # transformers afresh, and with PYTHONDONTWRITEBYTECODE set each would compile it from source.
-    session.run(
-        "pytest",
-        "tests/proof",
-        *only,
-        "-p",
-        "no:cacheprovider",
-        *basetemp(session),
-        *session.posargs,
-        env={"PYTHONDONTWRITEBYTECODE": ""},
-    )
-
-
-@nox.session(allow_parallel=True, requires=["dist"])
+@nox.session(venv_backend="none", allow_parallel=True, requires=["dist"])
 @nox.parametrize("pins", _set_params())
 def guards(session: nox.Session, pins: str) -> None:
     """Differential guards (tests/guards, each patch's Guard-Test): every scenario next to a bug runs on the set's
@@ -210,54 +190,28 @@ def guards(session: nox.Session, pins: str) -> None:
     the difference intended; then the guards that load an artifact (checkpoints, pickles) run on pristine again and
     load what +fixed wrote, as +fixed loaded what pristine wrote
     (docs/proof-contract.md#nothing-else-changed-guards)."""
-    run_guards(session, pins, [])
+    prove(session, pins, "--guards")
 
 
-@nox.session(allow_parallel=True, requires=["dist"])
+@nox.session(venv_backend="none", allow_parallel=True, requires=["dist"])
 @nox.parametrize(("pins", "packages"), SUITE_LINES)
 def suite_guards(session: nox.Session, pins: str, packages: str) -> None:
     """The default suite's guards: the set's guards of the packages whose line no earlier suite set names."""
-    run_guards(session, pins, [arg for pkg in packages.split(",") for arg in ("--package", pkg)])
+    prove(session, pins, "--guards", *only(packages))
 
 
-def run_guards(session: nox.Session, pins: str, only: list[str]) -> None:
-    tmp = Path(session.create_tmp())
-    reference = tmp / "pristine.json"
-    reference.unlink(missing_ok=True)
-    exchange = tmp / "exchange"
-    shutil.rmtree(exchange, ignore_errors=True)
-    # The guards of the patches this set's lines carry (their Guard-Test trailers).
-    modules = str(tool(session, "guards", "--set", pins, *only, silent=True)).split()
-    # Both runs order sets of strings alike (a library's message may list one).
-    env = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONHASHSEED": "0"}
-    torch = shared_torch(session)
-    runs = (("pristine", "--guard-record"), ("fixed", "--guard-against"), ("pristine", "--guard-readback"))
-    for flavor, mode in runs:
-        reqs = tmp / f"{flavor}-{pins}.txt"
-        tool(session, "requirements", flavor, "--set", pins, "-o", str(reqs))
-        session.install(*from_dist(session), *torch, "-r", str(reqs), "pytest")
-        session.run(
-            "pytest",
-            *modules,
-            mode,
-            str(reference),
-            "--guard-exchange",
-            str(exchange),
-            "-p",
-            "no:cacheprovider",
-            *basetemp(session),
-            *session.posargs,
-            env=env,
-            # a selection (-k) may leave no guard that loads an artifact for the read-back run: pytest's 5
-            success_codes=[0, 5] if mode == "--guard-readback" and session.posargs else [0],
-        )
+def only(packages: str) -> list[str]:
+    return [arg for pkg in packages.split(",") for arg in ("--package", pkg)]
 
 
-def from_dist(session: nox.Session) -> list[str]:
-    """Install options for the +fixed wheels in dist/. uv caches a wheel from a find-links folder by its file name,
-    and a rebuilt dist/ (`build --clean`) has new bytes under the same names: uv is told to look again."""
-    refresh = ["--refresh-package", "transformers", "--refresh-package", "accelerate"]
-    return [f"--find-links={ROOT / 'dist'}", *(refresh if session.venv_backend == "uv" else [])]
+def prove(session: nox.Session, pins: str, *args: str) -> None:
+    """`patchwheel prove`, one chain (a session's own core under `nox -j 4`), in cached environments on the shared
+    torch: the pristine pins' (~/.cache/patchwheel/envs) is shared by every session and the upstream check; the
+    +fixed builds' is this checkout's (.nox/.cache/fixed-<set>, shared by the set's sessions, kept while dist/
+    holds the same wheels), so that no other checkout's dist/ replaces it under a running test. pytest's
+    arguments (`nox -s proof -- -k t3`) reach every run."""
+    fixed_env = session.cache_dir / f"fixed-{pins}"
+    tool(session, "prove", "--set", pins, *args, "--fixed-env", str(fixed_env), "--", *session.posargs)
 
 
 def basetemp(session: nox.Session) -> list[str]:

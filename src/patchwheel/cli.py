@@ -13,9 +13,7 @@ from .commands import (
     cmd_build,
     cmd_bump,
     cmd_diagnose,
-    cmd_guards,
     cmd_lint,
-    cmd_requirements,
     cmd_status,
     cmd_vendor,
 )
@@ -27,6 +25,7 @@ from .maint_commands import (
     cmd_follow,
     cmd_mutants,
     cmd_new,
+    cmd_prove,
     cmd_rebase,
     cmd_refresh,
     cmd_upstream_check,
@@ -102,8 +101,8 @@ HELP = {
     "bump": "record a changed series under the line's next wheel build number (refresh, new and rebase do it)",
     "status": "which transformers/accelerate are installed, which fixes they carry, and which known bugs affect "
     "them (exit 1: a known bug applies or a patched file was changed)",
-    "requirements": "pip requirement lines for a consumer set (used by noxfile.py)",
-    "guards": "the guard modules of a consumer set's patches (used by noxfile.py)",
+    "prove": "prove a consumer set: its proofs on the pristine pins and on the +fixed builds (each after the "
+    "status check), and its guards, pristine against +fixed (exit 1: a run failed)",
     "upstream": "the patch x release matrix, by text and by behaviour: run, check, rerender",
     "upstream run": f"judge newer releases and merge them into {WHERE}",
     "upstream check": "compare a fresh run with the committed matrix (exit 1 where it is stale)",
@@ -221,6 +220,22 @@ def _maintenance_commands(sub) -> None:
     suite.add_argument("--dist", help="folder holding the +fixed wheels (default: <root>/dist)")
     suite.add_argument("--out", help="keep the junit reports, logs and summary.json here")
     _command(sub, cmd_base_env, "base-env")
+    _prove_command(sub)
+
+
+def _prove_command(sub) -> None:
+    prove = _command(sub, cmd_prove, "prove")
+    prove.add_argument("--set", required=True, help="the consumer set, e.g. latest (overlay/sets.toml)")
+    chain = prove.add_mutually_exclusive_group()
+    chain.add_argument("--pristine", action="store_true", help="only the proofs on the pristine pins")
+    chain.add_argument("--fixed", action="store_true", help="only the proofs on the +fixed builds")
+    chain.add_argument("--guards", action="store_true", help="only the guards, pristine against +fixed")
+    prove.add_argument(
+        "--package", action="append", default=[], help="only the proofs and guards of this package's line (repeatable)"
+    )
+    prove.add_argument("--dist", help="folder holding the +fixed wheels (default: <root>/dist)")
+    prove.add_argument("--fixed-env", metavar="DIR", help="make the +fixed builds' environment here (default: cached)")
+    prove.add_argument("pytest", nargs="*", metavar="-- PYTEST-ARGS", help="passed to every pytest run, e.g. -- -k t3")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -236,13 +251,6 @@ def parser() -> argparse.ArgumentParser:
     status = _command(sub, cmd_status, "status")
     status.add_argument("--python", help="interpreter of the environment to inspect (default: this one)")
     status.add_argument("--json", action="store_true")
-    requirements = _command(sub, cmd_requirements, "requirements")
-    requirements.add_argument("flavor", choices=("pristine", "fixed"))
-    requirements.add_argument("-o", "--output", help="write the lines to this file")
-    guards = _command(sub, cmd_guards, "guards")
-    for command in (requirements, guards):
-        command.add_argument("--set", default="default")
-    guards.add_argument("--package", action="append", help="only the guards of this package's line (repeatable)")
     vendor = _command(sub, cmd_vendor, "vendor", lines=True)
     vendor.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs, naming it")
     vendor.add_argument("--force", action="store_true", help="overwrite modules edited by hand (the edits are lost)")

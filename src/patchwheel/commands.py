@@ -1,4 +1,4 @@
-"""The pipeline's commands (build, lint, bump, status, requirements, guards, vendor, diagnose): each parses nothing
+"""The pipeline's commands (build, lint, bump, status, vendor, diagnose): each parses nothing
 and decides only its exit status; the work is one call into the library. cli.py holds the parser."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import buildno, config, draft, patches, status, trailers
+from . import buildno, config, draft, status
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -133,48 +133,6 @@ def cmd_status(args) -> int:
             print(extra)
     damaged = any(p.get("problems") for p in rep["packages"])
     return 1 if damaged or knownbugs.affected(rep) else 0
-
-
-def cmd_requirements(args) -> int:
-    """Requirement lines for one consumer set: the verified pristine wheels, or the +fixed pins."""
-    from . import fetch
-
-    project = config.load(root(args))
-    if args.set not in project.sets:
-        raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(project.sets)}")
-    out = []
-    for pkg, version in project.sets[args.set].items():
-        line = project.line(pkg, version)
-        if args.flavor == "pristine":  # the exact pinned upstream file, sha256-verified, from the cache
-            out.append(str(fetch.fetch(line.package, line.wheel, log=lambda m: print(m, file=sys.stderr))))
-        else:
-            out.append(f"{line.package}=={line.fixed_version}")
-    text = "\n".join(out) + "\n"
-    if args.output:
-        Path(args.output).write_text(text)
-    else:
-        print(text, end="")
-    return 0
-
-
-def cmd_guards(args) -> int:
-    """The guard modules of a consumer set: every Guard-Test of the patches its release lines carry."""
-
-    project = config.load(root(args))
-    if args.set not in project.sets:
-        raise ConfigError(f"unknown set {args.set!r}", f"sets in overlay/sets.toml: {', '.join(project.sets)}")
-    members = project.sets[args.set]
-    for pkg in args.package or ():
-        if pkg not in members:
-            raise ConfigError(f"the set {args.set} has no package {pkg!r}", f"its packages: {', '.join(members)}")
-    modules = set()
-    for pkg, version in members.items():
-        if args.package and pkg not in args.package:
-            continue
-        for patch in patches.load_series(project.line(pkg, version), messages=False):  # a draft's guards run too
-            modules.update(trailers.guard_modules(patch))
-    print("\n".join(sorted(modules)))
-    return 0
 
 
 def _overlay_problems(project: config.Project, lines: list | None) -> int:

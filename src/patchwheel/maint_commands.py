@@ -181,6 +181,24 @@ def cmd_follow(args) -> int:
     return 1 if any(done.stop for done in results) else 0
 
 
+def cmd_prove(args) -> int:
+    from .maint import setruns
+
+    project = config.load(root(args))
+    members = setruns.members_of(project, args.set, args.package)
+    chains = [c for c in setruns.CHAINS if getattr(args, c)] or list(setruns.CHAINS)
+    dist = (Path(args.dist) if args.dist else project.root / "dist").resolve()
+    fixed_env = Path(args.fixed_env).resolve() if args.fixed_env else None
+    # one chain: its runs' output as it comes; several: side by side, a line per run
+    options = setruns.Options(args.package, args.pytest, echo=len(chains) == 1, fixed_env=fixed_env)
+    runs = setruns.prove(project, members, dist, chains, options, log=print)
+    failed = [run for run in runs if not run.ok]
+    for run in failed if len(chains) > 1 else ():
+        print(f"\n{run.name}: FAILED ({run.summary})\n{run.tail}")
+    print(f"set {args.set}: {'FAILED: ' + ', '.join(r.name for r in failed) if failed else 'proven'}")
+    return 1 if failed else 0
+
+
 def cmd_derive(args) -> int:
     from .maint import derive, followreport, setruns
 

@@ -422,21 +422,6 @@ def test_a_selection_compares_the_guards_it_selects(tmp_path):
     assert code == 0, out
 
 
-def test_the_guards_of_a_set_are_its_patches_guard_tests(demo_project, capsys):
-    """`patchwheel guards --set NAME` (what `nox -s guards` runs): the Guard-Test modules of the set's lines."""
-    from patchwheel import cli
-
-    assert cli.main(["--root", str(demo_project.root), "guards", "--set", "default"]) == 0
-    assert capsys.readouterr().out.split() == ["tests/guards/test_demo.py"]
-    assert cli.main(["--root", str(demo_project.root), "guards", "--set", "nightly"]) == 2
-    assert "unknown set 'nightly'" in capsys.readouterr().err
-    # --package: the guards of that package's line only (the default suite runs a line's guards once)
-    assert cli.main(["--root", str(demo_project.root), "guards", "--set", "default", "--package", "demo"]) == 0
-    assert capsys.readouterr().out.split() == ["tests/guards/test_demo.py"]
-    assert cli.main(["--root", str(demo_project.root), "guards", "--set", "default", "--package", "other"]) == 2
-    assert "the set default has no package 'other'" in capsys.readouterr().err
-
-
 # What one build writes, the other loads: pristine pickles a Box; this +fixed build pickles a subclass that pristine
 # lacks (as T3's DataParallel wrapper once did), and loads either.
 EXCHANGE_PRISTINE = """

@@ -145,3 +145,41 @@ def test_each_set_s_sessions_carry_its_tag_for_the_sets_workflow(noxfile):
         assert chosen == sorted(
             [f"guards(pins='{name}')", *(f"proof(pins='{name}', flavor='{f}')" for f in ("pristine", "fixed"))]
         ), chosen
+
+
+def test_the_proving_sessions_run_one_chain_of_the_prove_verb_each(noxfile, tmp_path):
+    """proof, guards and their suite forms are `patchwheel prove`, one chain each (a session's own core under
+    `nox -j 4`), the +fixed environment the set's sessions share in
+    this checkout's .nox/, the session's arguments (`-- -k t3`) to
+    pytest; the old helper verbs are gone."""
+    import nox.registry
+
+    class Session:
+        posargs = ["-k", "t3"]
+
+        def __init__(self) -> None:
+            self.ran: list[tuple[str, ...]] = []
+
+        cache_dir = tmp_path
+
+        def run(self, *args: str, **kw) -> None:
+            self.ran.append(args)
+
+    sessions = nox.registry.get()
+    fixed = ["--fixed-env", "", "--", "-k", "t3"]
+    for name, kwargs, chain in [
+        ("proof", {"pins": "latest", "flavor": "pristine"}, ["--pristine"]),
+        ("guards", {"pins": "latest"}, ["--guards"]),
+        ("suite_proof", {"pins": "v4", "packages": "transformers", "flavor": "fixed"}, ["--fixed", "--package"]),
+        ("suite_guards", {"pins": "v4", "packages": "a,b"}, ["--guards", "--package", "a", "--package"]),
+    ]:
+        session = Session()
+        sessions[name].func(session, **kwargs)
+        (command,) = session.ran
+        tool = list(command[command.index("patchwheel") + 1 :])
+        assert tool[:3] == ["prove", "--set", kwargs["pins"]] and tool[3 : 3 + len(chain)] == chain, tool
+        fixed[1] = str(tmp_path / f"fixed-{kwargs['pins']}")  # the set's, shared by its sessions
+        assert tool[-len(fixed) :] == fixed
+        assert sessions[name].venv_backend == "none", "the verb makes its environments"
+    text = (ROOT / "noxfile.py").read_text()
+    assert '"requirements"' not in text and 'tool(session, "guards"' not in text

@@ -33,7 +33,7 @@ import threading
 import time
 import venv
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,16 +208,16 @@ def env_name(members: list[tuple[str, str]], kind: str = "") -> str:
     return (f"{kind}-" if kind else "") + "+".join(f"{pkg}-{version}" for pkg, version in members)
 
 
-def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list[str]]) -> Path:
-    """The environment :func:`env_name` ``name`` that sees the base's packages, with ``install()`` (pip arguments,
-    computed only when it is built) installed on top."""
+def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list[str]], at: Path | None = None) -> Path:
+    """The environment :func:`env_name` ``name`` (or the folder ``at``) that sees the base's packages, with
+    ``install()`` (pip arguments, computed only when it is built) installed on top."""
     base = base_env(cache)
 
     def build(env: Path) -> None:
         (_site(env) / "patchwheel-base.pth").write_text(str(_site(base)) + "\n")
         _install(env, *install(), on_base=True)
 
-    return _make(envs_dir(cache) / name, json.dumps({"torch": torch_version(), **marker}), build)
+    return _make(at or envs_dir(cache) / name, json.dumps({"torch": torch_version(), **marker}), build)
 
 
 def base_env(cache: Path) -> Path:
@@ -246,13 +246,13 @@ def release_env(cache: Path, wheels: list[tuple[str, Artifact]]) -> Path:
     return env_on_base(cache, release_env_path(cache, wheels).name, marker, install)
 
 
-def fixed_env(cache: Path, wheels: list[Path], purpose: str = "mutants") -> Path:
+def fixed_env(cache: Path, wheels: list[Path], purpose: str = "mutants", at: Path | None = None) -> Path:
     """A cached environment with these local +fixed wheels (and their dependencies) on top of the base env.
-    ``purpose`` names it: the mutation check rewrites installed files in its own, so no other check shares it."""
+    ``purpose`` names it: the mutation check rewrites installed files in its own, so no other check shares it.
+    ``at``: there instead (a checkout's own: no other checkout's dist/ replaces it under a running test)."""
     name = env_name([wheel_name_version(w.name) for w in wheels], purpose)
-    return env_on_base(
-        cache, name, {"wheels": {w.name: fetch.sha256_file(w) for w in wheels}}, lambda: [str(w) for w in wheels]
-    )
+    marker = {"wheels": {w.name: fetch.sha256_file(w) for w in wheels}}
+    return env_on_base(cache, name, marker, lambda: [str(w) for w in wheels], at=at)
 
 
 @dataclass
@@ -305,12 +305,13 @@ def run_report(
             return ProofRun(None, tail[-1][:200] if tail else f"pytest exited {returncode}", seconds)
 
 
-def run_in_group(cmd: list[str], cwd: Path, env: dict[str, str], log: Path, timeout: float) -> int | None:
-    """Run ``cmd`` in a session of its own, its output in ``log`` (a pipe would wait for any child that inherited
-    it), and kill its whole process group when it exits, times out or this process is interrupted: ranks or
-    servers a test left running must not outlive the run. The exit status, or None on a timeout."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+def run_in_group(cmd: list[str], cwd: Path, env: dict[str, str], log: Path | None, timeout: float) -> int | None:
+    """Run ``cmd`` in a session of its own, its output in ``log`` (a file, or None: this process's; a pipe would
+    wait for any child that inherited it), and kill its process group when it exits, times out or this process is
+    interrupted: ranks or servers a test left running must not outlive the run. Its exit status (None: timed out)."""
+    with log.open("wb") if log is not None else nullcontext() as out:
+        stderr = subprocess.STDOUT if log is not None else None
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=stderr, start_new_session=True, env=env)
         try:
             finished = _exited(proc.pid, timeout)
         finally:

@@ -1,0 +1,178 @@
+"""`patchwheel prove` (what the nox proof and guards sessions run, one chain each, and follow's proving step runs
+whole): its arguments, the runs it starts, and its exit status: the status check saying otherwise (exit 0 on the
+pristine pins, 1 on the +fixed builds) or a failed run fails it. The environments are stand-ins: which pytest runs
+start, in which environment, is what is checked here (test_setruns.py: follow's side; test_status.py: the status
+check on a real environment)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from patchwheel import cli, distdir
+from patchwheel.maint import proofenv, setruns
+
+
+class Envs:
+    """Stand-ins for the environments and the runs: ``codes`` (env, kind) -> exit status, where kind is
+    ``status`` or ``pytest`` (``script``: the exit status of each run in turn instead); every run started, as
+    (env, kind, arguments, whether its output went to a file)."""
+
+    def __init__(self, tmp_path: Path, monkeypatch, codes: dict | None = None, script: list[int] | None = None) -> None:
+        self.pristine, self.fixed = tmp_path / "envs" / "pristine", tmp_path / "envs" / "fixed"
+        self.codes = {("pristine", "status"): 1, ("fixed", "status"): 0} | (codes or {})
+        self.script = script  # or: the exit status of each run in turn
+        self.started: list[tuple[str, str, list[str], bool]] = []
+        self.fixed_at: list[Path | None] = []
+        self.threads: set[bool] = set()  # whether each run was started from the main thread
+        monkeypatch.setattr(proofenv, "release_env", lambda cache, wheels: self.pristine)
+        monkeypatch.setattr(proofenv, "fixed_env", self.fixed_env)
+        monkeypatch.setattr(proofenv, "run_in_group", self.run_in_group)
+
+    def fixed_env(self, cache, wheels, purpose, at=None):
+        self.fixed_at.append(at)
+        return self.fixed
+
+    def run_in_group(self, cmd, cwd, env, log, timeout):
+        if cmd[1:3] == ["-m", "patchwheel"]:  # the status check: the tool asks the environment's interpreter
+            kind, where = "status", Path(cmd[cmd.index("--python") + 1]).parents[1].name
+            assert cmd[cmd.index("--root") + 1] == str(cwd) and "PYTHONPATH" in env
+        else:
+            kind, where = "pytest", Path(cmd[0]).parents[1].name
+        self.started.append((where, kind, cmd[3:], log is not None))
+        self.threads.add(threading.current_thread() is threading.main_thread())
+        code = self.script.pop(0) if self.script else self.codes.get((where, kind), 0)
+        if log is not None:
+            log.write_text(f"=== {'1 passed' if code == 0 else '1 failed'} in 0.1s ===\n")
+        return code
+
+    def runs(self) -> list[tuple[str, str, str]]:
+        """(env, kind, the first argument that says what ran)."""
+        return [(env, kind, args[0] if kind == "pytest" else "status") for env, kind, args, _ in self.started]
+
+
+@pytest.fixture
+def project(demo_project, monkeypatch, tmp_path):
+    monkeypatch.setattr(setruns, "current_wheel", lambda line, dist, hint: dist / "demo-1.0.0+fixed-py3-none-any.whl")
+    return demo_project
+
+
+def prove(project, *args: str) -> int:
+    return cli.main(["--root", str(project.root), "prove", "--set", "default", *args])
+
+
+def test_a_set_is_proven_both_ways_with_its_guards(project, monkeypatch, tmp_path, capsys):
+    envs = Envs(tmp_path, monkeypatch)
+    assert prove(project) == 0
+    assert sorted(envs.runs()) == sorted(
+        [
+            ("pristine", "status", "status"),
+            ("pristine", "pytest", "tests/proof"),
+            ("fixed", "status", "status"),
+            ("fixed", "pytest", "tests/proof"),
+            ("pristine", "pytest", "tests/guards/test_demo.py"),
+            ("fixed", "pytest", "tests/guards/test_demo.py"),
+            ("pristine", "pytest", "tests/guards/test_demo.py"),
+        ]
+    )
+    assert all(to_file for *_, to_file in envs.started), "three chains side by side: a line per run, not output"
+    assert envs.fixed_at == [None], "the cached +fixed environment, as follow's"
+    assert capsys.readouterr().out.splitlines()[-1] == "set default: proven"
+
+
+def test_one_chain_runs_its_status_check_then_its_proofs_with_the_pytest_arguments(project, monkeypatch, tmp_path):
+    envs = Envs(tmp_path, monkeypatch)
+    assert prove(project, "--fixed", "--fixed-env", str(tmp_path / "mine"), "--", "-k", "greet") == 0
+    assert envs.runs() == [("fixed", "status", "status"), ("fixed", "pytest", "tests/proof")]
+    assert envs.started[1][2][-2:] == ["-k", "greet"]
+    assert not any(to_file for *_, to_file in envs.started), "one chain: its output as it comes"
+    assert envs.threads == {True}, "one chain runs in the main thread, where Ctrl-C and nox's SIGTERM arrive"
+    assert envs.fixed_at == [tmp_path / "mine"]
+
+
+def test_the_proofs_on_the_pristine_pins_need_no_build(project, monkeypatch, tmp_path):
+    monkeypatch.setattr(setruns, "current_wheel", distdir.current_wheel)  # the real one: there is no dist/ at all
+    envs = Envs(tmp_path, monkeypatch)
+    assert prove(project, "--pristine") == 0
+    assert envs.runs() == [("pristine", "status", "status"), ("pristine", "pytest", "tests/proof")]
+    assert envs.fixed_at == []
+
+
+def test_a_missing_build_says_how_to_make_it(project, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(setruns, "current_wheel", distdir.current_wheel)
+    Envs(tmp_path, monkeypatch)
+    assert prove(project, "--fixed") == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "nox -s build" in err
+
+
+def test_a_proof_failing_on_the_fixed_builds_fails_the_verb(project, monkeypatch, tmp_path, capsys):
+    Envs(tmp_path, monkeypatch, {("fixed", "pytest"): 1})
+    assert prove(project, "--fixed") == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "set default: FAILED: proofs on the +fixed builds"
+    Envs(tmp_path, monkeypatch, {("fixed", "pytest"): 1})
+    assert prove(project) == 1
+    out = capsys.readouterr().out
+    assert "proofs on the +fixed builds: FAILED (1 failed in 0.1s)" in out  # with its output's tail
+
+
+def test_pristine_pins_on_which_status_sees_no_known_bug_fail_before_any_proof(project, monkeypatch, tmp_path, capsys):
+    """`status` must exit 1 on the pristine pins (a known bug applies): where it exits 0, the pins are not the
+    bug's, and no proof runs."""
+    envs = Envs(tmp_path, monkeypatch, {("pristine", "status"): 0})
+    assert prove(project, "--pristine") == 1
+    assert envs.runs() == [("pristine", "status", "status")]
+    assert "FAILED: status on the pristine pins: a known bug applies (exit 1)" in capsys.readouterr().out
+    envs = Envs(tmp_path, monkeypatch, {("fixed", "status"): 1})  # and a known bug on the +fixed builds
+    assert prove(project, "--fixed") == 1
+    assert envs.runs() == [("fixed", "status", "status")]
+
+
+def test_the_guards_run_in_order_and_a_selection_may_leave_the_read_back_nothing(project, monkeypatch, tmp_path):
+    envs = Envs(tmp_path, monkeypatch, {("pristine", "pytest"): 5})
+    assert prove(project, "--guards") == 1, "pytest's 5 (nothing ran) fails the record run"
+    assert [args[1] for *_, args, _ in envs.started] == ["--guard-record"]
+    envs = Envs(tmp_path, monkeypatch, script=[0, 0, 5])
+    assert prove(project, "--guards") == 1, "without a selection, the read-back run must run something"
+    envs = Envs(tmp_path, monkeypatch, script=[0, 0, 5])
+    assert prove(project, "--guards", "--", "-k", "pickle") == 0
+    modes = [args[1] for *_, args, _ in envs.started]
+    assert modes == ["--guard-record", "--guard-against", "--guard-readback"]
+    exchange = {args[args.index("--guard-exchange") + 1] for *_, args, _ in envs.started}
+    assert len(exchange) == 1, "one exchange folder"
+
+
+def test_package_selects_its_proofs_and_guards(project, monkeypatch, tmp_path):
+    envs = Envs(tmp_path, monkeypatch)
+    assert prove(project, "--pristine", "--package", "demo") == 0
+    assert envs.started[1][2][:3] == ["tests/proof", "--proof-package", "demo"]
+
+
+@pytest.mark.parametrize(
+    "args,said",
+    [
+        (["--set", "nightly"], "unknown set 'nightly'"),
+        (["--set", "default", "--package", "other"], "the set default has no package 'other'"),
+    ],
+)
+def test_a_wrong_set_or_package_is_refused(project, monkeypatch, tmp_path, capsys, args, said):
+    envs = Envs(tmp_path, monkeypatch)
+    assert cli.main(["--root", str(project.root), "prove", *args]) == 2
+    assert said in capsys.readouterr().err and envs.started == []
+
+
+def test_one_chain_at_most_and_a_set_named(project, capsys):
+    for args in (["--set", "default", "--pristine", "--fixed"], []):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["--root", str(project.root), "prove", *args])
+        assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["requirements", "guards"])
+def test_the_helper_verbs_of_the_old_sessions_are_gone(verb, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([verb, "--set", "default"])
+    assert "invalid choice" in capsys.readouterr().err
