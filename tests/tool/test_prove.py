@@ -176,3 +176,15 @@ def test_the_helper_verbs_of_the_old_sessions_are_gone(verb, capsys):
     with pytest.raises(SystemExit):
         cli.main([verb, "--set", "default"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_the_guards_of_a_draft_series_run(project, monkeypatch, tmp_path):
+    """A new fix's guards run before its message is written (its series is a draft: the template `new` wrote), as
+    its proofs do (test_draft.py)."""
+    core = project.root / "overlay" / "demo" / "1.0.0" / "demo" / "core.py"
+    core.write_bytes(core.read_bytes().replace(b"return a + b", b"return b + a"))
+    assert cli.main(["--root", str(project.root), "new", "demo", "1.0.0", "add-swap"]) == 0
+    envs = Envs(tmp_path, monkeypatch)
+    assert prove(project, "--guards") == 0
+    for *_, args, _ in envs.started:
+        assert {"tests/guards/test_add_swap.py", "tests/guards/test_demo.py"} <= set(args), args
