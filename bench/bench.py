@@ -42,11 +42,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from patchwheel import build as build_mod  # noqa: E402
-from patchwheel import config, fetch, patches  # noqa: E402
-from patchwheel.apply import git_env  # noqa: E402
-from patchwheel.maint import textcheck  # noqa: E402
+from patchwheel import config  # noqa: E402
+from patchwheel import series as patches  # noqa: E402
+from patchwheel.maint.upstream import textcheck  # noqa: E402
 from patchwheel.maint.workrepo import release_files  # noqa: E402
+from patchwheel.wheels import build as build_mod  # noqa: E402
+from patchwheel.wheels import fetch  # noqa: E402
+from patchwheel.wheels.apply import git_env  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 import buildcost  # noqa: E402
@@ -239,10 +241,10 @@ def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str,
     carried back to and the release `follow` then finds new."""
     from packaging.version import Version
 
-    from patchwheel import vendored
     from patchwheel.configfiles import remove_release, set_member
     from patchwheel.maint import rebase
-    from patchwheel.maint.scratch import READS
+    from patchwheel.maint.follow.scratch import READS
+    from patchwheel.wheels import vendored
     from patchwheel.writeback import WRITES
 
     root = tmp / "follow-project"

@@ -96,8 +96,9 @@ def fresh(p: Path) -> Path:
 def rows(root: Path, repeat: int, tmp: Path) -> list[tuple[str, str, str]]:
     if str(root / "src") not in sys.path:
         sys.path.insert(0, str(root / "src"))
-    from patchwheel import build as build_mod
-    from patchwheel import config, fetch
+    from patchwheel import config
+    from patchwheel.wheels import build as build_mod
+    from patchwheel.wheels import fetch
 
     project = config.load(root)
     quiet: dict[str, Any] = {"log": lambda m: None}

@@ -37,7 +37,7 @@ from .maint_commands import (
     cmd_watch_merge,
     cmd_watch_torch,
 )
-from .matrix import WHERE
+from .matrix.table import WHERE
 
 #: The spellings of the matrix commands before they became verbs, and what each is now (for one release).
 OLD_SPELLINGS = {

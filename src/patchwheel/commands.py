@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import buildno, config, draft, status
+from . import config, draft
 from .errors import ConfigError
+from .probes import status
+from .wheels import buildno
 
 if TYPE_CHECKING:
-    from .distdir import DistWheel
+    from .wheels.distdir import DistWheel
 
 
 def root(args) -> Path:
@@ -22,8 +24,8 @@ def root(args) -> Path:
 
 
 def cmd_build(args) -> int:
-    from .build import build
-    from .distdir import dist_wheels
+    from .wheels.build import build
+    from .wheels.distdir import dist_wheels
 
     project = config.load(root(args))
     dist = (Path(args.dist) if args.dist else root(args) / "dist").resolve()
@@ -102,7 +104,7 @@ def cmd_status(args) -> int:
     import json
 
     from . import knownbugs
-    from .matrix import Matrix
+    from .matrix.table import Matrix
 
     project = config.load(root(args))
     names = list(status.PACKAGES) + [p for p in project.packages() if p not in status.PACKAGES]
@@ -145,7 +147,7 @@ def _overlay_problems(project: config.Project, lines: list | None) -> int:
 
 
 def cmd_vendor(args) -> int:
-    from . import vendored
+    from .wheels import vendored
 
     project = config.load(root(args))
     lines = project.select(args.lines) if args.lines else None
@@ -159,7 +161,7 @@ def cmd_vendor(args) -> int:
 def cmd_diagnose(args) -> int:
     import json
 
-    from . import diagnose_probe
+    from .probes import diagnose as diagnose_probe
 
     memory = {}
     for item in args.max_memory or []:

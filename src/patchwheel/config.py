@@ -65,7 +65,7 @@ class Artifact:
 class BuildRecord:
     """``build = { number = N, inputs = "<sha256>" }``: the +fixed wheel's build number (its PEP 427 build tag is
     ``N_`` and the digest's first 12 digits) and the digest of the inputs it was given for: the upstream pin, the
-    line's settings and the series (see :mod:`patchwheel.buildno`)."""
+    line's settings and the series (see :mod:`patchwheel.wheels.buildno`)."""
 
     number: int
     inputs: str

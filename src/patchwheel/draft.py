@@ -6,7 +6,7 @@ the build must take a series whose newest patch still has the template's ``TODO`
 for the proofs and says so in one line, under build number 0 and a tag that names it (``+fixed-0_draft_<digest>-``),
 never a recorded number: no number is spent on inputs the maintainer is about to change by writing the message.
 
-Which patches of a line are drafts: :func:`patchwheel.buildno.drafts`. A draft can never land or ship:
+Which patches of a line are drafts: :func:`patchwheel.wheels.buildno.drafts`. A draft can never land or ship:
 ``nox -s lint`` (CI) refuses the template's lines and the stub files (the proof, guard and ``upstream-pr/``
 stubs, each with :data:`STUB_MARK` on a line); ``bump``, refresh, new and rebase record no build number for it;
 dist/'s index and its constraints and pins files leave its wheel out; and build 0 sorts below every recorded
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .patches import Patch
+    from .series import Patch
 
 #: On a line of every stub file `nox -s new` writes (a proof, a guard, upstream's test, expect.toml, message.txt):
 #: lint refuses a file that still has it.

@@ -10,9 +10,8 @@ did not judge by behaviour are reported as unmeasured, never guessed. Features (
 from __future__ import annotations
 
 from .config import Project
-from .matrix import Matrix
-from .patches import load_series
-from .trailers import test_refs
+from .matrix.table import Matrix
+from .series import load_series, test_refs
 
 
 def _tests(trailer: str) -> str:

@@ -12,11 +12,16 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import buildno, draft, fetch, matrix_checks, patches, rewrite, torchaxis, trailers
+from . import draft, torchaxis
+from . import series as patches
+from . import series as trailers
 from .config import LATEST, Project, ReleaseLine
 from .errors import PatchwheelError
-from .matrix import Matrix
-from .names import PATCH_NAME, VENDOR_RECORD
+from .matrix import checks as matrix_checks
+from .matrix.table import Matrix
+from .names import VENDOR_RECORD
+from .series import PATCH_NAME
+from .wheels import buildno, fetch, rewrite
 
 
 def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:

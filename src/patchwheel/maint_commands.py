@@ -14,12 +14,12 @@ from packaging.version import InvalidVersion, Version
 from . import config
 from .commands import root
 from .errors import ConfigError
-from .matrix import WHERE
+from .matrix.table import WHERE
 
 
 def _releases_and_proofs(args):
     """The release selection and the releases to run proofs on, from `upstream run`'s options."""
-    from .maint.selection import Selection
+    from .maint.upstream.selection import Selection
 
     if args.text_only and args.behaviour:
         raise ConfigError(
@@ -32,7 +32,7 @@ def _releases_and_proofs(args):
 
 
 def cmd_upstream_run(args) -> int:
-    from .maint import upstream
+    from .maint.upstream import run as upstream
 
     project = config.load(root(args))
     if args.new_torch and (args.releases or args.behaviour or args.text_only):
@@ -47,9 +47,9 @@ def cmd_upstream_run(args) -> int:
 
 
 def cmd_upstream_check(args) -> int:
-    from . import matrix_checks
-    from .maint import upstream
-    from .matrix import Matrix
+    from .maint.upstream import run as upstream
+    from .matrix import checks as matrix_checks
+    from .matrix.table import Matrix
 
     project = config.load(root(args))
     if args.transitions:
@@ -86,7 +86,7 @@ def cmd_upstream_check(args) -> int:
 
 
 def cmd_upstream_rerender(args) -> int:
-    from .maint import upstream
+    from .maint.upstream import run as upstream
 
     project = config.load(root(args))
     upstream.rerender(project)
@@ -95,7 +95,7 @@ def cmd_upstream_rerender(args) -> int:
 
 
 def cmd_watch_list(args) -> int:
-    from .maint import watch
+    from .maint.upstream import watch
 
     print(json.dumps(watch.list_new(config.load(root(args)))))
     return 0
@@ -104,7 +104,7 @@ def cmd_watch_list(args) -> int:
 def cmd_watch_torch(args) -> int:
     """The newest torch release the torch source has for this Python, against [torch] newest: every set is to be
     proven on the newest torch, so a newer one is work for a maintainer (exit 1)."""
-    from .maint import proofenv, torchsource
+    from .maint.proving import proofenv, torchsource
 
     project = config.load(root(args))
     if project.torch is None:
@@ -124,7 +124,7 @@ def cmd_watch_torch(args) -> int:
 
 
 def cmd_watch_cell(args) -> int:
-    from .maint import watch
+    from .maint.upstream import watch
 
     if not args.line or not args.fragment or len(args.release) != 1 or not args.release[0].count("=="):
         raise ConfigError(
@@ -142,7 +142,7 @@ def cmd_watch_cell(args) -> int:
 
 
 def cmd_watch_merge(args) -> int:
-    from .maint import watch
+    from .maint.upstream import watch
 
     if not args.cells:
         raise ConfigError(
@@ -162,7 +162,9 @@ def cmd_watch_merge(args) -> int:
 
 
 def cmd_follow(args) -> int:
-    from .maint import follow, followreport, setruns
+    from .maint.follow import report as followreport
+    from .maint.follow import run as follow
+    from .maint.proving import setruns
 
     if args.pending and args.report:
         raise ConfigError("--pending changes nothing and writes no report", "leave out --report")
@@ -182,7 +184,7 @@ def cmd_follow(args) -> int:
 
 
 def cmd_prove(args) -> int:
-    from .maint import setruns
+    from .maint.proving import setruns
 
     project = config.load(root(args))
     members = setruns.members_of(project, args.set, args.package)
@@ -200,7 +202,9 @@ def cmd_prove(args) -> int:
 
 
 def cmd_derive(args) -> int:
-    from .maint import derive, followreport, setruns
+    from .maint.follow import derive
+    from .maint.follow import report as followreport
+    from .maint.proving import setruns
 
     project = config.load(root(args))
     if (args.cont or args.abort) and (args.source or args.set_name):
@@ -252,21 +256,21 @@ def cmd_new(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .maint import export
+    from .maint.export import run as export
 
     export.export(config.load(root(args)), args.patch, Path(args.out) if args.out else None, author=args.author)
     return 0
 
 
 def cmd_mutants(args) -> int:
-    from .maint import mutants
+    from .maint.proving import mutants
 
     results = mutants.run(config.load(root(args)), args.lines, Path(args.out) if args.out else None, patch=args.patch)
     return mutants.exit_code(results)
 
 
 def cmd_upstream_suite(args) -> int:
-    from .maint import upstream_suite
+    from .maint.proving import suite as upstream_suite
 
     project = config.load(root(args))
     dist = (Path(args.dist) if args.dist else root(args) / "dist").resolve()
@@ -276,7 +280,7 @@ def cmd_upstream_suite(args) -> int:
 
 def cmd_base_env(args) -> int:
     """The shared torch environment of the test sessions, made when missing: its site-packages, on the last line."""
-    from .maint import proofenv
+    from .maint.proving import proofenv
 
     print(proofenv.site_packages(proofenv.base_env(config.cache_dir())))
     return 0

@@ -33,9 +33,9 @@ USER, PASSWORD = "publisher", "s3cret-for-tests"
 sys.path.insert(0, str(ROOT / "src"))
 
 from patchwheel import config  # noqa: E402
-from patchwheel.fetch import sha256_file  # noqa: E402
-from patchwheel.patches import load_series  # noqa: E402
-from patchwheel.rewrite import wheel_names  # noqa: E402
+from patchwheel.series import load_series  # noqa: E402
+from patchwheel.wheels.fetch import sha256_file  # noqa: E402
+from patchwheel.wheels.rewrite import wheel_names  # noqa: E402
 
 SET = os.environ.get("PATCHWHEEL_E2E_SET", "latest")
 

@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests" / "proof"))  # the proofs' tiny models, rank harness and DataParallel stand-in
 sys.path.insert(0, str(HERE))
 
-from patchwheel import status  # noqa: E402  (standard library only)
+from patchwheel.probes import status  # noqa: E402  (standard library only)
 
 import guardkit  # noqa: E402
 

@@ -6,7 +6,7 @@ Every module here is marked either ``proof`` (it proves a bug) or ``feature`` (i
                                    signatures=[("TypeError", r"'NoneType' object is not iterable"),
                                                ("BugSymptom", r"warm-up reserved .* divided by the world size")])
 
-What a test must do depends on what is installed (the wheel's own manifest, ``patchwheel.status``) and on the
+What a test must do depends on what is installed (the wheel's own manifest, ``patchwheel.probes.status``) and on the
 patch series in ``patches/``:
 
 - the installed build carries the patch whose ``Proof-Test``/``Feature-Test`` trailer names the module: PASS;
@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from patchwheel import status  # noqa: E402  (standard library only)
+from patchwheel.probes import status  # noqa: E402  (standard library only)
 
 SYMPTOM = "BugSymptom"
 NO_OBSERVATION = {"CouldNotObserve", "RanksLost", "ImportError", "ModuleNotFoundError"}
@@ -210,13 +210,13 @@ def _module(item) -> str:
 
 
 def _names_module(value: str | None, module: str) -> bool:
-    from patchwheel.trailers import test_refs
+    from patchwheel.series import test_refs
 
     return any(file == module for file, _ in test_refs(value))
 
 
 def _names_test(value: str | None, module: str, test: str) -> bool:
-    from patchwheel.trailers import test_refs
+    from patchwheel.series import test_refs
 
     return any(file == module and func in ("", test) for file, func in test_refs(value))
 
@@ -224,7 +224,8 @@ def _names_test(value: str | None, module: str, test: str) -> bool:
 @functools.cache
 def _series(package: str) -> tuple:
     """The release lines of ``package`` (oldest first), each with its parsed series."""
-    from patchwheel import config, patches
+    from patchwheel import config
+    from patchwheel import series as patches
 
     # messages=False: a draft series (a new patch whose message is the template) is proven too (docs/adding-a-fix.md)
     return tuple(

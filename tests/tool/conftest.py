@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from patchwheel import gitops  # noqa: E402
-from patchwheel.maint import proofenv  # noqa: E402
-from patchwheel.maint.setruns import Run  # noqa: E402
-from patchwheel.rewrite import record_hash  # noqa: E402
+from patchwheel.maint.proving import proofenv  # noqa: E402
+from patchwheel.maint.proving.setruns import Run  # noqa: E402
+from patchwheel.wheels.rewrite import record_hash  # noqa: E402
 
 CORE = b'''"""demo core."""
 
@@ -225,8 +225,8 @@ class Demo:
     def bump(self) -> None:
         """Record the series' build number as the tool's own series commands do (`patchwheel bump`); a series
         that cannot be read keeps the record it had (its test gets the build's own error)."""
-        from patchwheel import buildno
         from patchwheel.errors import PatchwheelError
+        from patchwheel.wheels import buildno
 
         try:
             project = self.load()
@@ -237,8 +237,8 @@ class Demo:
     def vendor(self) -> None:
         """Write overlay/demo/1.0.0/ as `nox -s vendor` does, when the series applies (a test of a broken series
         gets it from the build's own error, before the overlay is compared)."""
-        from patchwheel import vendored
         from patchwheel.errors import PatchwheelError
+        from patchwheel.wheels import vendored
 
         cache = os.environ.get("PATCHWHEEL_CACHE")
         os.environ["PATCHWHEEL_CACHE"] = str(self.cache.parent / "vendor-cache")  # the tests' cache stays empty
@@ -298,7 +298,7 @@ def demo_project(tmp_path, monkeypatch) -> Demo:
 
 def both_ways_ok(project, line, newest, patched, submission):
     """Stands in for export's real run (an environment per release): upstream's test fails, then passes."""
-    from patchwheel.maint import proofenv
+    from patchwheel.maint.proving import proofenv
 
     return proofenv.ProofOutcome("fails", "test_greet: BugSymptom: no comma"), proofenv.ProofOutcome(
         "passes", "1 passed"
@@ -322,7 +322,7 @@ def stub_proof_runs(monkeypatch, tmp_path: Path, run_proof) -> None:
     ``run_proofs`` runs it on each file."""
     from packaging.utils import parse_wheel_filename
 
-    from patchwheel.maint import proofenv
+    from patchwheel.maint.proving import proofenv
 
     def release_env(cache, wheels):
         env = tmp_path / "envs" / "+".join(f"{pkg}-{parse_wheel_filename(a.filename)[1]}" for pkg, a in wheels)

@@ -95,7 +95,7 @@ def test_no_module_is_over_400_lines():
 
 def test_the_committed_matrix_is_named_in_two_modules_at_most():
     naming = [name for name, path in modules().items() if re.search(r"STATUS\.(json|md|\*)", path.read_text())]
-    assert len(naming) <= 2 and "matrix" in naming, naming
+    assert len(naming) <= 2 and "matrix.table" in naming, naming
 
 
 def test_the_patch_name_rule_is_written_once():
@@ -123,10 +123,10 @@ def test_files_are_replaced_whole_in_one_place():
         if re.search(r"os\.replace\(tmp, |tmp\.replace\(", p.read_text())
     }
     other = {  # renames of another kind, each its own
-        "fetch.py": "a download, hashed as it streams, renamed into the cache once its sha256 is the pin's",
-        "maint/proofenv.py": "an environment folder, built aside and renamed into place",
+        "wheels/fetch.py": "a download, hashed as it streams, renamed into the cache once its sha256 is the pin's",
+        "maint/proving/proofenv.py": "an environment folder, built aside and renamed into place",
         "maint/rebase.py": "a new line's series folder, renamed into place whole",
-        "maint/export.py": "an export folder, renamed into place whole",
+        "maint/export/run.py": "an export folder, renamed into place whole",
         "maint/refresh.py": "several patch files, all staged before any is renamed",
     }
     assert renames == {"atomic.py", *other}, renames
@@ -153,21 +153,29 @@ def test_the_wheel_manifest_has_one_definition():
     own json call: manifest.py now defines it (name, schema, keys, bytes, reading) and the others call it."""
     src = Path(__file__).resolve().parents[2] / "src" / "patchwheel"
     naming = {p.relative_to(src).as_posix() for p in src.rglob("*.py") if "overlay-fixes" in p.read_text()}
-    assert naming == {"manifest.py"}, naming
+    assert naming == {"probes/manifest.py"}, naming
     users = {
         p.relative_to(src).as_posix()
         for p in src.rglob("*.py")
         if re.search(r"^\s*from \.+ import manifest as fixes$|^\s*from \.+manifest import", p.read_text(), re.M)
     }
-    assert users == {"build.py", "rewrite.py", "verify.py", "distdir.py", "status.py"}, users
+    assert users == {
+        "wheels/build.py",
+        "wheels/rewrite.py",
+        "wheels/verify.py",
+        "wheels/distdir.py",
+        "probes/status.py",
+    }, users
     for name in users:
         text = (src / name).read_text()
-        assert "json.loads(" not in text or name == "distdir.py", f"{name} parses JSON itself"  # build.json: its own
+        assert "json.loads(" not in text or name == "wheels/distdir.py", (
+            f"{name} parses JSON itself"
+        )  # build.json: its own
         assert "sort_keys=True" not in text, f"{name} writes JSON itself"
     # names.py imported the stand-alone probe for the file's name: the probe is the command line's alone
-    probe_users = {m for m, path in modules().items() if "status" in imports(path, type_only=True)}
+    probe_users = {m for m, path in modules().items() if "probes.status" in imports(path, type_only=True)}
     assert probe_users == {"commands"}, probe_users
-    others = "".join(p.read_text() for p in src.rglob("*.py") if p.name != "manifest.py")
+    others = "".join(p.read_text() for p in src.rglob("*.py") if p.name != "probes/manifest.py")
     assert not re.search(r"\"schema\": \d", others), "the format's version is manifest.SCHEMA"
 
 
@@ -183,7 +191,7 @@ def test_environment_names_are_made_in_one_place():
     versions into an environment's folder name their own way: proofenv.env_name makes every name, and only
     proofenv names the envs/ folders (the base's and the one per torch)."""
     naming = {name for name, path in modules().items() if '"envs"' in path.read_text()}
-    assert naming == {"maint.proofenv"}, naming
+    assert naming == {"maint.proving.proofenv"}, naming
     for module, path in modules().items():
         tree = ast.parse(path.read_text())
         made = {  # the local names given an env_name(...) (or release_env_path(...)) result
@@ -209,7 +217,7 @@ def test_lint_has_one_entry_point():
     `vendor --check`, follow and derive call; the parts are called from there (the series' from lint.py)."""
     parts = {
         "lint_line": {"lint"},
-        "line_problems": {"maint.lintall", "maint.submission"},
+        "line_problems": {"maint.lintall", "maint.export.submission"},
         "suite_problems": {"maint.lintall"},
         "torch_problems": {"maint.lintall"},
         "tree_problems": {"maint.lintall"},
@@ -218,6 +226,6 @@ def test_lint_has_one_entry_point():
     for module, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
             called = _called(node)
-            if called not in parts or called == "check" and "vendored" not in ast.unparse(node):
+            if called not in parts or called == "check" and "wheels.vendored" not in ast.unparse(node):
                 continue
             assert module in parts[called], f"{module} calls {ast.unparse(node)[:60]}: call maint.lintall instead"

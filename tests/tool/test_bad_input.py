@@ -23,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from patchwheel import cli, staging
+from patchwheel import cli
+from patchwheel.wheels import staging
 
 from conftest import CORE, INIT, make_wheel
 
@@ -532,7 +533,7 @@ def test_local_labels(good, label):
 def test_slugs(slug):
     """A slug `new` takes: lower-case letters, digits, '.' and '-', starting with a letter or digit, whole; never a
     patch's number or file name, which `refresh` would take for that patch."""
-    from patchwheel.names import SLUG
+    from patchwheel.series import SLUG
 
     accepted = SLUG.match(slug) is not None
     plain = re.fullmatch(r"[a-z0-9][a-z0-9.-]*", slug) is not None
@@ -546,7 +547,7 @@ def test_authors(demo_project, name, email):
     """An --author: accepted only as `Name <local@domain>` with no control character anywhere; what is accepted
     is what reaches the commit's From line."""
     from patchwheel.errors import PatchwheelError
-    from patchwheel.maint import export_commit
+    from patchwheel.maint.export import commit as export_commit
 
     given_author = f"{name} <{email}>"
     try:

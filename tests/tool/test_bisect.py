@@ -9,8 +9,8 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from patchwheel.maint.bisection import Plan
-from patchwheel.matrix import Cell, LineMatrix, Release, Row, changes, probes
+from patchwheel.maint.upstream.bisection import Plan
+from patchwheel.matrix.table import Cell, LineMatrix, Release, Row, changes, probes
 
 VERDICTS = ("fails", "passes", "error")
 

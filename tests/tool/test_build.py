@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import buildno
 from patchwheel.config import BuildRecord
 from patchwheel.errors import PatchwheelError
-from patchwheel.rewrite import read
-from patchwheel.verify import verify
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels import buildno
+from patchwheel.wheels.rewrite import read
+from patchwheel.wheels.verify import verify
 
 from conftest import CORE, INIT, TRAILERS, make_patch, other_patch_set
 

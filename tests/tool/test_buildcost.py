@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import cli, gitops, records, rewrite, undo
+from patchwheel import cli, gitops
 from patchwheel.errors import PatchwheelError
-from patchwheel.manifest import NAME as FIXES_MANIFEST
-from patchwheel.patches import load_series
-from patchwheel.verify import verify
+from patchwheel.probes.manifest import NAME as FIXES_MANIFEST
+from patchwheel.series import load_series
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels import records, rewrite, undo
+from patchwheel.wheels.verify import verify
 
 from conftest import CORE, INIT, make_wheel
 
@@ -126,7 +127,7 @@ def test_undo_proves_each_patch_present_and_git_decides_when_it_cannot(demo_proj
     assert undo.undo_series(series, now) == {"src/demo/core.py": CORE}
     assert undo.undo_series(series, {"src/demo/core.py": CORE}) is None, "a hunk that is not there is not undone"
     # When undo cannot prove it, verify asks git, whose verdict stands: the wheel is the same, so it passes.
-    monkeypatch.setattr("patchwheel.verify.undo_series", lambda patches, files: None)
+    monkeypatch.setattr("patchwheel.wheels.verify.undo_series", lambda patches, files: None)
     verify(line, tmp_path / built.filename, demo_project.upstream, series)
 
 

@@ -9,10 +9,12 @@ import zipfile
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import buildno, cli, status
+from patchwheel import cli
 from patchwheel.config import BuildRecord
 from patchwheel.errors import PatchwheelError
+from patchwheel.probes import status
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels import buildno
 
 
 def _run(*argv: str) -> tuple[int, str, str]:

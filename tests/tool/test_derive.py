@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import buildno, cli, config, gitops, vendored
+from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import derive, followreport, lintall, rebase
-from patchwheel.maint.setruns import Run
+from patchwheel.maint import lintall, rebase
+from patchwheel.maint.follow import derive
+from patchwheel.maint.follow import report as followreport
+from patchwheel.maint.proving.setruns import Run
+from patchwheel.wheels import buildno, vendored
 
 from conftest import CORE, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
 

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from test_derive import CONFLICTING, KEPT, kept_by_proof, second_line, work_tree
 
-from patchwheel import buildno, cli, config, gitops, vendored
+from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import derive, rebase, waiting
-from patchwheel.maint.setruns import Run
+from patchwheel.maint import rebase
+from patchwheel.maint.follow import derive, waiting
+from patchwheel.maint.proving.setruns import Run
+from patchwheel.wheels import buildno, vendored
 
 from conftest import CORE, HANG, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, make_wheel, proofs, tree
 
@@ -67,7 +69,7 @@ from pathlib import Path
 sys.path.insert(0, os.environ["TOOL_TESTS"])
 import conftest  # noqa: F401  (puts src/ on the path)
 from patchwheel import cli
-from patchwheel.maint import proofenv, setruns
+from patchwheel.maint.proving import proofenv, setruns
 from packaging.utils import parse_wheel_filename
 
 block, marker = os.environ.get("BLOCK_AT", ""), Path(os.environ["MARKER"])
@@ -317,7 +319,7 @@ def test_links_and_files_in_rebase_are_refused_not_followed(demo_project, monkey
     was written (and --abort removed) out there; a waiting folder that is a link made --continue write the project,
     then fail."""
     _conflict(demo_project, monkeypatch, tmp_path)
-    monkeypatch.setattr("patchwheel.maint.setruns.prove_set", Prover())
+    monkeypatch.setattr("patchwheel.maint.proving.setruns.prove_set", Prover())
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "keep.txt").write_text("not the project's\n")
@@ -369,7 +371,7 @@ def test_a_stop_after_continue_names_continue_and_the_waiting_resolution(demo_pr
     done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(action=edit), log=lambda m: None)
     assert done.stop is not None and "changed while derive ran" in done.stop.why, done.stop
     assert work_tree(demo_project.root) == waiting
-    monkeypatch.setattr("patchwheel.maint.setruns.prove_set", Prover())
+    monkeypatch.setattr("patchwheel.maint.proving.setruns.prove_set", Prover())
     assert cli.main(["--root", str(demo_project.root), "derive", "demo==0.9.0", "--continue"]) == 0
 
 

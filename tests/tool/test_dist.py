@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import cli, staging
+from patchwheel import cli
 from patchwheel.errors import PatchwheelError
-from patchwheel.patches import load_series
-from patchwheel.rewrite import read, record_hash, wheel_names
-from patchwheel.verify import verify
+from patchwheel.series import load_series
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels import staging
+from patchwheel.wheels.rewrite import read, record_hash, wheel_names
+from patchwheel.wheels.verify import verify
 
 from conftest import CORE, HANG, INIT, TRAILERS, edit_greet, make_patch, other_patch_set
 
@@ -434,7 +435,8 @@ def test_killed_build_is_swept_by_the_next_build(demo_project):
     driver = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from patchwheel import build, config
+        from patchwheel.wheels import build
+        from patchwheel import config
 
         def log(msg):
             if msg.startswith("[1/"):

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import buildno, cli, draft, patches
+from patchwheel import cli, draft
+from patchwheel import series as patches
 from patchwheel.errors import PatchwheelError
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels import buildno
 
 STUBS = [
     "tests/proof/test_add_swap.py",
@@ -163,7 +165,7 @@ def test_status_reads_a_draft_series(demo_project):
 def test_rerender_lists_a_new_patch():
     """patches/STATUS.md names every patch: a new one gets its row (no cells until a run judges it), and a line
     with no newer release lists exactly its series (a patch removed or renumbered there is not left behind)."""
-    from patchwheel.matrix import LineMatrix, Matrix, Release, Row
+    from patchwheel.matrix.table import LineMatrix, Matrix, Release, Row
 
     def patch(name: str) -> patches.Patch:
         trailers = {"Proof-Test": f"tests/proof/test_{name[5:]}.py", "Drop-When": "proof-passes-upstream"}

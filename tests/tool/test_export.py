@@ -16,7 +16,10 @@ import pytest
 
 from patchwheel import gitops
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import export, export_commit, proofenv, submission, upstream_test
+from patchwheel.maint.export import commit as export_commit
+from patchwheel.maint.export import run as export
+from patchwheel.maint.export import submission, upstream_test
+from patchwheel.maint.proving import proofenv
 
 from conftest import CORE, INIT, RUFF_SETTINGS, TRAILERS, both_ways_ok, make_patch
 
@@ -149,7 +152,7 @@ def test_our_trailers_paths_and_name_never_reach_upstream(demo_project, tmp_path
 
 def test_issue_references(demo_project):
     patch = demo_project.load().line("demo").patch_dir / "0001-greet-comma.patch"
-    from patchwheel.patches import parse_patch
+    from patchwheel.series import parse_patch
 
     p = parse_patch(patch)
     p.trailers["Upstream-Issue"] = (

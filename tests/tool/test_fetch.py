@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import fetch
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
+from patchwheel.wheels import fetch
 
 from conftest import HANG
 
@@ -235,7 +235,7 @@ def test_a_killed_download_is_swept_by_the_next_one(demo_project, http_index):
 
     http_index.routes[f"/files/{demo_project.upstream.name}"] = stall
     driver = textwrap.dedent(f"""
-        from patchwheel import fetch
+        from patchwheel.wheels import fetch
         from patchwheel.config import Artifact
         fetch.fetch("demo", Artifact({demo_project.upstream.name!r}, {demo_project.sha256!r}))
     """)

@@ -13,8 +13,10 @@ import pytest
 from patchwheel import cli, config, gitops, lint, torchaxis
 from patchwheel.configfiles import add_set, remove_release, set_floor, set_member
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import follow, followreport, lintall
-from patchwheel.maint.setruns import Run
+from patchwheel.maint import lintall
+from patchwheel.maint.follow import report as followreport
+from patchwheel.maint.follow import run as follow
+from patchwheel.maint.proving.setruns import Run
 
 from conftest import CORE, INIT, PROVEN, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
 
@@ -129,7 +131,7 @@ def test_an_interrupted_follow_leaves_the_project_as_it_was(demo_project, monkey
     latest_only(demo_project)
     demo_project.add_release("1.1.0", CORE)
     proofs(monkeypatch, tmp_path)
-    from patchwheel.build import build
+    from patchwheel.wheels.build import build
 
     build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
     before = tree(demo_project.root)
@@ -453,7 +455,8 @@ def test_the_older_lines_proofs_run_beside_the_judge_s_once(monkeypatch, tmp_pat
     from types import SimpleNamespace
 
     from patchwheel.errors import EnvironmentFailed
-    from patchwheel.maint import proofenv, upstream
+    from patchwheel.maint.proving import proofenv
+    from patchwheel.maint.upstream import run as upstream
 
     def patch(module, feature=False):
         return SimpleNamespace(test_module=module, is_feature=feature)

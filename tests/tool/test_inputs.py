@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import apply, distdir, fetch, gitops, names, patches, rewrite
-from patchwheel import build as build_mod
+from patchwheel import gitops, names
+from patchwheel import series as patches
 from patchwheel.config import Artifact, BuildRecord
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import textcheck
+from patchwheel.maint.upstream import textcheck
+from patchwheel.wheels import apply, distdir, fetch, rewrite
+from patchwheel.wheels import build as build_mod
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, make_wheel
 
@@ -483,8 +485,8 @@ def test_a_pinned_sha256_with_a_final_newline_is_refused(demo_project):
     "pattern, value",
     [
         (names.SHA256, "0" * 64 + "\n"),
-        (names.SLUG, "greet\n"),
-        (names.PATCH_NAME, "0001-greet.patch\n"),
+        (patches.SLUG, "greet\n"),
+        (patches.PATCH_NAME, "0001-greet.patch\n"),
     ],
 )
 def test_validating_patterns_do_not_take_a_final_newline(pattern, value):

@@ -11,7 +11,7 @@ from pathlib import Path
 from uv import find_uv_bin
 
 from patchwheel import knownbugs
-from patchwheel.matrix import Matrix
+from patchwheel.matrix.table import Matrix
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import config, lint, patches, trailers
+from patchwheel import config, lint
+from patchwheel import series as patches
+from patchwheel import series as trailers
 from patchwheel.errors import PatchwheelError
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch

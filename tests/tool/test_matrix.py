@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from patchwheel import cli, matrix_checks, patches
-from patchwheel.maint import upstream
-from patchwheel.maint.selection import Selection
-from patchwheel.matrix import LineMatrix, Matrix, flags
-from patchwheel.matrix_checks import Finding
-from patchwheel.matrix_md import render
+from patchwheel import cli
+from patchwheel import series as patches
+from patchwheel.maint.upstream import run as upstream
+from patchwheel.maint.upstream.selection import Selection
+from patchwheel.matrix import checks as matrix_checks
+from patchwheel.matrix.checks import Finding
+from patchwheel.matrix.table import LineMatrix, Matrix, flags, render
 from patchwheel.reporter import silent
 
 from conftest import CORE

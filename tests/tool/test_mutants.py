@@ -13,12 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import patches
-from patchwheel.apply import ScratchTree, git_env
+from patchwheel import series as patches
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import mutants, proofenv
-from patchwheel.maint.mutants import HunkRef, Outcome, Result
+from patchwheel.maint.proving import mutants, proofenv
+from patchwheel.maint.proving.mutants import HunkRef, Outcome, Result
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels.apply import ScratchTree, git_env
 
 from conftest import CORE, INIT, TRAILERS, adopting_orphans, how_it_ended, make_patch, make_wheel
 

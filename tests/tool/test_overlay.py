@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import cli, gitops, patches, vendored
+from patchwheel import cli, gitops
+from patchwheel import series as patches
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import refresh
 from patchwheel.maint.workrepo import WorkRepo
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels import vendored
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 

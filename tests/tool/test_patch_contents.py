@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import apply, gitops, patches, vendored
-from patchwheel import build as build_mod
+from patchwheel import gitops
+from patchwheel import series as patches
 from patchwheel.errors import PatchwheelError
+from patchwheel.wheels import apply, vendored
+from patchwheel.wheels import build as build_mod
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, git_patch, make_patch
 

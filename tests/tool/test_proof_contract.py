@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import config, patches
-from patchwheel.maint import proofenv
+from patchwheel import config
+from patchwheel import series as patches
+from patchwheel.maint.proving import proofenv
 
 from conftest import CORE, GUARD, HANG, INIT, edit_greet, make_patch
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import cli, distdir
-from patchwheel.maint import proofenv, setruns
+from patchwheel import cli
+from patchwheel.maint.proving import proofenv, setruns
+from patchwheel.wheels import distdir
 
 
 class Envs:

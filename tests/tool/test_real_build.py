@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import config, fetch, gitops, patches
-from patchwheel.manifest import NAME as FIXES_MANIFEST
+from patchwheel import config, gitops
+from patchwheel import series as patches
 from patchwheel.names import DIST_RECORD
-from patchwheel.rewrite import wheel_names
+from patchwheel.probes.manifest import NAME as FIXES_MANIFEST
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels import fetch
+from patchwheel.wheels.rewrite import wheel_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"

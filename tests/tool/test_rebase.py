@@ -6,10 +6,13 @@ import zipfile
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import gitops, patches, rewrite, vendored
+from patchwheel import gitops
+from patchwheel import series as patches
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import rebase, textcheck
+from patchwheel.maint import rebase
+from patchwheel.maint.upstream import textcheck
+from patchwheel.wheels import build as build_mod
+from patchwheel.wheels import rewrite, vendored
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
@@ -72,7 +75,7 @@ def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, caps
     """Found rebasing transformers 4.53.3 onto 5.23.0: the behaviour check dropped a backport, and the feature
     written on top of it could not even be applied to the old release (the work repository skipped the dropped
     patch). The whole old series is now the starting point; only the kept patches are carried."""
-    from patchwheel.maint.proofenv import ProofOutcome
+    from patchwheel.maint.proving.proofenv import ProofOutcome
 
     files = _files(CORE)
     comma = make_patch(files, edit_greet, "Greet with a comma", TRAILERS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchwheel.maint.selection import Selection
+from patchwheel.maint.upstream.selection import Selection
 
 
 def test_selection_is_a_union_per_package():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from patchwheel.maint import proofenv, setruns
+from patchwheel.maint.proving import proofenv, setruns
 
 
 def _runs(demo_project, monkeypatch, tmp_path, seen):

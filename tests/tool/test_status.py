@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from uv import find_uv_bin
 
-from patchwheel import build as build_mod
 from patchwheel import cli
+from patchwheel.wheels import build as build_mod
 
 INFO = "demo-1.0.0+fixed.dist-info"
 

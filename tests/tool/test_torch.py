@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import build as build_mod
-from patchwheel import cli, config, lint, status, torchaxis
+from patchwheel import cli, config, lint, torchaxis
 from patchwheel.errors import ConfigError, MatrixError
-from patchwheel.maint import proofenv, torchsource
-from patchwheel.manifest import NAME as FIXES_MANIFEST
-from patchwheel.matrix import Cell, LineMatrix, Matrix, Release, Row
-from patchwheel.matrix_checks import NO_ENVIRONMENT, Finding, compare
+from patchwheel.maint.proving import proofenv, torchsource
+from patchwheel.matrix.checks import NO_ENVIRONMENT, Finding, compare
+from patchwheel.matrix.table import Cell, LineMatrix, Matrix, Release, Row
+from patchwheel.probes import status
+from patchwheel.probes.manifest import NAME as FIXES_MANIFEST
+from patchwheel.wheels import build as build_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_TABLE = '\n[torch]\nsuite = "2.13.0"\nnewest = "2.14.1"\n[torch.floor]\ndefault = "{floor}"\n'
@@ -278,7 +279,7 @@ def test_cells_written_before_they_named_their_torch_take_the_matrix_s():
 
 
 def test_upstream_check_says_could_not_judge_not_stale(demo_project, monkeypatch, capsys):
-    from patchwheel.maint import upstream
+    from patchwheel.maint.upstream import run as upstream
 
     finding = Finding("unjudged", "the environment for demo 1.1.0 could not be made (no index)")
     monkeypatch.setattr(upstream, "check", lambda *a, **k: ([finding], 1))

@@ -16,12 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import cli, fetch, index
+from patchwheel import cli
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import mutants, proofenv, rebase, torchsource, upstream
-from patchwheel.maint.selection import Selection
+from patchwheel.maint import rebase
+from patchwheel.maint.proving import mutants, proofenv, torchsource
+from patchwheel.maint.upstream import run as upstream
+from patchwheel.maint.upstream.selection import Selection
 from patchwheel.reporter import silent
+from patchwheel.wheels import fetch, index
 
 from conftest import CORE, adopting_orphans, how_it_ended, stub_proof_runs
 
@@ -76,7 +79,7 @@ def _in_threads(target, n: int) -> list[str]:
 FIRST_ENVIRONMENTS_AT_ONCE = """
 import sys, sysconfig, threading
 sys.path.insert(0, sys.argv[1])
-from patchwheel.maint import proofenv  # noqa: F401
+from patchwheel.maint.proving import proofenv  # noqa: F401
 
 barrier, seen = threading.Barrier(16), []
 
@@ -415,7 +418,7 @@ def test_mutants_spawns_proofs_only_through_proofenv():
 
 def test_upstream_suite_spawns_pytest_only_through_proofenv():
     """upstream_suite had its own copy of the spawn-and-kill-the-group code: one implementation, in proofenv."""
-    from patchwheel.maint import upstream_suite
+    from patchwheel.maint.proving import suite as upstream_suite
 
     source = Path(upstream_suite.__file__).read_text()
     assert "Popen" not in source and "killpg" not in source and "proofenv.run_in_group(" in source

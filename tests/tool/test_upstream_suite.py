@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import upstream_suite as us
+from patchwheel.maint.proving import suite as us
 
 from conftest import ROOT
 

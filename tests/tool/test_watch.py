@@ -17,9 +17,11 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from patchwheel import cli, matrix_checks
-from patchwheel.maint import proofenv, watch
-from patchwheel.matrix import TEXT_CODE, VERDICTS, LineMatrix, Matrix
+from patchwheel import cli
+from patchwheel.maint.proving import proofenv
+from patchwheel.maint.upstream import watch
+from patchwheel.matrix import checks as matrix_checks
+from patchwheel.matrix.table import TEXT_CODE, VERDICTS, LineMatrix, Matrix
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, stub_proof_runs
 
@@ -542,9 +544,9 @@ def test_the_watch_and_follow_decide_a_cell_by_one_policy():
     """Where upstream has a patch's text but its proof still fails, or its Drop-When holds while it fails, the watch
     called the patch droppable and `follow` stopped: both now ask `matrix_checks.decide`, and the watch says it needs
     a maintainer, as follow stops there."""
-    from patchwheel.maint.follow import _SAID
-    from patchwheel.matrix import Cell, LineMatrix, Matrix, Release, Row
-    from patchwheel.matrix_checks import RULES, decide
+    from patchwheel.maint.follow.run import _SAID
+    from patchwheel.matrix.checks import RULES, decide
+    from patchwheel.matrix.table import Cell, LineMatrix, Matrix, Release, Row
 
     def line(cell: Cell) -> LineMatrix:
         row = Row("0001-x.patch", "x", "transformers>=9", None, "tests/proof/test_x.py", cells={"1.1.0": cell})

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from patchwheel import cli
-from patchwheel.maint import watch
+from patchwheel.maint.upstream import watch
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import lint, patches, vendored
+from .. import lint
+from .. import series as patches
 from ..config import Project, ReleaseLine
-from ..matrix import Matrix
-from . import submission
+from ..matrix.table import Matrix
+from ..wheels import vendored
+from .export import submission
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,17 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from .. import buildno, config, fetch, gitops, vendored
+from .. import config, gitops
 from ..config import Artifact, Project, ReleaseLine
 from ..configfiles import add_release
 from ..errors import ConfigError
-from ..names import patch_name, slug_of
-from ..patches import Patch, load_series, parse_patch
 from ..reporter import CONSOLE
-from . import proofenv, waiting
-from .textcheck import carry
-from .upstream import companions
+from ..series import Patch, load_series, parse_patch, patch_name, slug_of
+from ..wheels import buildno, fetch, vendored
+from .follow import waiting
+from .proving import proofenv
+from .upstream.run import companions
+from .upstream.textcheck import carry
 from .workrepo import WorkRepo, release_files, touched
 
 

@@ -1,6 +1,6 @@
 """Edit a vendored fixed module, then turn the edit into a patch (like quilt's ``refresh`` and gbp's ``pq export``).
 
-``overlay/<pkg>/<version>/`` holds the line's fixed modules (:mod:`patchwheel.vendored`). A maintainer edits them
+``overlay/<pkg>/<version>/`` holds the line's fixed modules (:mod:`patchwheel.wheels.vendored`). A maintainer edits them
 in place, then:
 
 - ``nox -s refresh -- <pkg> <version> <patch>`` folds the edit into that patch. Its message, author and date stay;
@@ -27,14 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import buildno, fetch, gitops, vendored
-from ..apply import ScratchTree, apply_line, explain_failure
+from .. import gitops
 from ..config import Project, ReleaseLine
 from ..errors import PatchError
-from ..names import HUNK_HEADER, SLUG, find, path_problem
-from ..patches import Patch, load_series, mailinfo_cut, parse_patch
+from ..names import path_problem
 from ..reporter import CONSOLE
-from ..trailers import test_refs
+from ..series import HUNK_HEADER, SLUG, Patch, find, load_series, mailinfo_cut, parse_patch, test_refs
+from ..wheels import buildno, fetch, vendored
+from ..wheels.apply import ScratchTree, apply_line, explain_failure
 from . import stubs
 from .workrepo import WorkRepo, release_files
 

@@ -22,9 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import fetch, gitops, rewrite
+from .. import gitops
 from ..config import Artifact, ReleaseLine
-from ..patches import Patch
+from ..series import Patch
+from ..wheels import fetch, rewrite
 
 
 def release_files(line: ReleaseLine, paths: Iterable[str], artifact: Artifact | None = None) -> dict[str, bytes | None]:

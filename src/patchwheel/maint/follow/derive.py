@@ -1,0 +1,406 @@
+"""Derive a release line for a release users run: ``patchwheel derive <pkg>==<version>``.
+
+`follow` carries a package's newest line onto the releases after it; `derive` makes a line for any other final
+release a team pins, from the nearest line (``--from`` picks another), with follow's policy and guarantees:
+
+1. **judge** the release: the source line's patches by text and by proofs on the pristine release
+   (:func:`follow.judge`), and the proofs of the fixes only other lines carry (one may carry a fix the source
+   dropped, or not yet needs): where such a bug is still there, it stops;
+2. **carry** the series (:func:`rebase.carry_line`: a patch whose proof passes is dropped, the series says why),
+   which writes the series, the pin (in version order), the first build record (above a retired line's of the
+   release) and the vendored modules; name the line in a consumer set (``--set``, default ``v<major>.<minor>``,
+   never ``latest``; a new set takes the other packages' newest lines), and in ``[suite]`` when it is the newest
+   line of its major version; retire the line a moved set named, if no set names it any more;
+3. judge the new line on every newer release for the matrix, lint, **build** the set, **prove** it both ways with
+   its guards.
+
+All of it in a scratch copy, written back in one step only when every step went through. A conflict writes only
+the work folder (:mod:`waiting`), where the maintainer resolves it; ``--continue`` goes on from a copy of it,
+``--abort`` removes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from ... import config, gitops, lint
+from ... import series as patches
+from ...config import Artifact, Project, ReleaseLine
+from ...configfiles import add_set, set_member, suite_add
+from ...errors import ConfigError, PatchwheelError
+from ...reporter import CONSOLE
+from ...wheels import fetch
+from .. import lintall, rebase
+from ..proving import proofenv
+from ..proving.setruns import Run
+from ..upstream import run as upstream
+from ..upstream.selection import Selection
+from . import run as follow
+from . import waiting
+from .run import Prove, Stop, Verdict
+from .scratch import Scratch, held_interrupts, restate_torch
+
+_SPEC = re.compile(r"(?P<pkg>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][0-9A-Za-z.+!-]*)")
+
+
+@dataclass
+class Derived:
+    """What derive did for one release, or why it stopped (nothing of the project written but the work folder)."""
+
+    package: str
+    version: str
+    source: str = ""  # the line it was carried from
+    set_name: str = ""
+    verdicts: list[Verdict] = field(default_factory=list)  # the source line's patches
+    others: list[Verdict] = field(default_factory=list)  # fixes of other lines, judged on the release
+    carried: list[str] = field(default_factory=list)  # the rebase's lines
+    set_change: str = ""  # 'the set v4: transformers 4.57.6 (new)'
+    retired: list[str] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    stop: Stop | None = None
+    waiting: str = ""  # the work repository a conflict left for the maintainer
+    seconds: float = 0.0
+    copied: str | None = None  # with --continue: the digest the waiting folder had when it was copied
+    source_series: dict[str, str] = field(default_factory=dict)  # the source line's files at the start: sha256s
+    seen: dict[str, list[dict]] = field(default_factory=dict, repr=False)  # the judge's proof cases, per environment
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``pkg==version``, matched whole: the package's canonical name and the version, normalized."""
+    m = _SPEC.fullmatch(spec)
+    if m is None:
+        raise ConfigError(f"{spec!r} is not <package>==<version>", "name one release, e.g. transformers==4.57.6")
+    return canonicalize_name(m["pkg"]), rebase._version(m["version"])
+
+
+def default_set(version: str) -> str:
+    """``v<major>.<minor>``, as the project names the sets of older lines (``v4.53``)."""
+    release = Version(version).release
+    return "v" + ".".join(str(n) for n in (release + (0,))[:2])
+
+
+def nearest(project: Project, package: str, version: str, order: list[str]) -> ReleaseLine:
+    """The line closest to ``version`` in the index's order of releases (``order``, oldest first): fewest releases
+    between them; of two as close, the older line (the bugs a release has are those of the releases before it)."""
+    where = {v: i for i, v in enumerate(order)}
+    at = where[version]
+
+    def distance(line: ReleaseLine) -> tuple[int, int]:
+        i = where.get(line.version)
+        if i is None:  # a line of a release the index no longer lists: by version alone
+            i = sum(Version(v) < Version(line.version) for v in order)
+        return abs(i - at), 0 if Version(line.version) < Version(version) else 1
+
+    return min(project.lines[package], key=distance)
+
+
+def derive(
+    project: Project,
+    spec: str,
+    prove: Prove,
+    *,
+    source: str | None = None,
+    set_name: str | None = None,
+    log: Callable[[str], None] = CONSOLE,
+) -> Derived:
+    """Make the release line of ``spec`` (``pkg==version``): see the module's docstring."""
+    package, version = parse_spec(spec)
+    newest = project.line(package)  # checks the package
+    _not_a_line(project, package, version)
+    waiting.refuse_existing(project.root, package, version)
+    releases = fetch.releases(package)
+    artifact = _release(package, version, releases)
+    if Version(version) > Version(newest.version):
+        raise ConfigError(
+            f"{package} {version} is newer than the newest line {newest.key}",
+            f"`nox -s follow -- {package}` carries the newest line onto newer releases (and moves the set latest)",
+        )
+    from_line = (
+        project.line(package, source) if source else nearest(project, package, version, [v for v, _, _ in releases])
+    )
+    set_name = default_set(version) if set_name is None else set_name
+    _set_can_take(project, set_name, package)
+    done = Derived(package, version, from_line.version, set_name, source_series=_series_digest(from_line))
+    return _run(project, done, log, partial(_start, artifact=artifact, prove=prove))
+
+
+def resume(project: Project, spec: str, prove: Prove, *, log: Callable[[str], None] = CONSOLE) -> Derived:
+    """Go on with the derive of ``spec`` after its conflict was resolved in ``.rebase/<pkg>-<version>/repo``."""
+    package, version = parse_spec(spec)
+    saved = waiting.load(project.root, package, version)
+    _not_a_line(project, package, version)
+    _set_can_take(project, saved["set"], package)
+    source = next((ln for ln in project.lines[package] if ln.version == saved["source"]), None)
+    if source is not None and _series_digest(source) != saved["source_series"]:
+        raise ConfigError(
+            f"the line {source.key} changed since this derive started from it: its resolution would carry an old "
+            "series",
+            f"`nox -s derive -- {spec} --abort`, then derive again",
+        )
+    done = Derived(package, version, saved["source"], saved["set"], source_series=saved["source_series"])
+    done.verdicts = [Verdict(**v) for v in saved["verdicts"]]
+    done.others = [Verdict(**v) for v in saved["others"]]
+    done.copied = waiting.digest(waiting.path(project.root, package, version))
+    done.waiting = str(waiting.path(project.root, package, version) / "repo")
+    return _run(project, done, log, partial(_resume, prove=prove))
+
+
+def abort(project: Project, spec: str) -> Path:
+    """Remove the work folder of a derive waiting at a conflict (only one derive made): the folder removed."""
+    package, version = parse_spec(spec)
+    waiting.load(project.root, package, version)  # refuses a folder derive did not make
+    work = waiting.path(project.root, package, version)
+    with held_interrupts():
+        waiting.remove(work)
+    return work
+
+
+def _not_a_line(project: Project, package: str, version: str) -> None:
+    if version in {line.version for line in project.lines[package]}:
+        raise ConfigError(f"{package} {version} is a release line already", f"pip install '{package}=={version}+fixed'")
+
+
+def _set_can_take(project: Project, set_name: str, package: str) -> None:
+    """The set named for the line: a plain name, not `latest` (follow's), and, if it exists, one that names the
+    package (its line is what derive moves). Checked before anything runs, and again on --continue."""
+    if not config.SET_NAME.fullmatch(set_name):
+        raise ConfigError(f"{set_name!r} is not a plain set name", "letters, digits, '.', '_' and '-', e.g. v4")
+    if set_name == config.LATEST:
+        raise ConfigError(
+            f"the set {config.LATEST} is what new users install: `nox -s follow` moves it, to newer releases only",
+            "name another set (--set), e.g. the default v<major>.<minor>",
+        )
+    members = project.sets.get(set_name)
+    if members is not None and package not in members:
+        raise ConfigError(
+            f"the set {set_name} does not name {package}",
+            f"name another set (--set), or add {package} to [set.{set_name}] first",
+        )
+
+
+def _series_digest(line: ReleaseLine) -> dict[str, str]:
+    """Every file of the line's series folder, with its sha256: what --continue holds the source line to."""
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(line.patch_dir.iterdir()) if f.is_file()}
+
+
+def _release(package: str, version: str, releases: list[tuple[str, Artifact, bool]]) -> Artifact:
+    for v, artifact, yanked in releases:
+        if v == version:
+            if yanked:
+                raise ConfigError(
+                    f"{package} {version} is yanked on {fetch.index_url()}", "derive a line for another release"
+                )
+            return artifact
+    order = [v for v, _, _ in releases]  # oldest first
+    at = sum(Version(v) < Version(version) for v in order)
+    raise ConfigError(
+        f"{package} {version} is not a final release on {fetch.index_url()}",
+        f"name one it lists, e.g. {', '.join(order[max(0, at - 3) : at + 2])}",
+    )
+
+
+def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> Derived:
+    """Run ``step(work, done, say)`` in a scratch copy; write it back when it went through. Stops name the
+    project's files, never the scratch copy's."""
+    t0 = time.perf_counter()
+
+    def say(message: str) -> None:
+        log(f"[{time.perf_counter() - t0:6.1f}s] {done.package} {done.version}: {message}")
+
+    scratch = ""
+    real = waiting.path(project.root, done.package, done.version)
+    try:
+        with Scratch(project.root, "derive") as work:
+            scratch = str(work.root)
+            done.stop = step(work, done, say)
+            if done.stop is None:
+                with held_interrupts():
+                    if done.copied is not None:  # the maintainer's folder, as --continue copied it, goes
+                        waiting.unchanged(real, done.copied, f"{done.package}=={done.version}")
+                    done.written = work.commit()
+                    if done.copied is not None:
+                        waiting.remove(real)
+                done.waiting = ""
+                say(f"wrote {len(done.written)} file(s) of overlay/ and patches/")
+    except PatchwheelError as exc:  # TreeChanged included: nothing was written
+        done.stop = Stop(exc.message + (f" ({exc.hint})" if exc.hint else ""), _by_hand(done))
+    if done.stop is not None and scratch:
+        done.stop.why = done.stop.why.replace(scratch, str(project.root))
+        done.stop.commands = [c.replace(scratch, str(project.root)) for c in done.stop.commands]
+    done.seconds = time.perf_counter() - t0
+    return done
+
+
+def _start(
+    work: Scratch, done: Derived, say: Callable[[str], None], *, artifact: Artifact, prove: Prove
+) -> Stop | None:
+    project = config.load(work.root)
+    source = project.line(done.package, done.source)
+    judged = upstream.Judged(keep=True)
+    done.seen = judged.seen or {}
+    say(f"from the line {source.key}; judging it (text, and proofs on the pristine release)")
+    done.verdicts, stop = follow.judge(
+        project, source, done.version, artifact, judged, by_hand=lambda p, v: _by_hand(done)
+    )
+    for v in done.verdicts:
+        say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
+    if stop is not None:
+        return stop
+    done.others, stop = _judge_others(project, source, done, artifact, judged)
+    for v in done.others:
+        say(f"  {v.patch}: not in the line {source.version}; proof {v.behaviour} -> {v.decision or 'stop'}")
+    if stop is not None:
+        return stop
+    said: list[str] = []
+    if not rebase.carry_line(
+        project, source, done.version, judge=follow.as_judged(done.verdicts), by="derive", log=said.append
+    ):
+        return _wait(work, done, said)
+    done.carried = [s for s in said if not s.startswith("  ")]
+    return _finish(work, done, prove, say)
+
+
+def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: Prove) -> Stop | None:
+    real = waiting.path(work.project, done.package, done.version)
+    shutil.copytree(real, waiting.path(work.root, done.package, done.version), symlinks=True)
+    if waiting.digest(real) != done.copied:  # the copy is of the folder as --continue found it, or nothing
+        raise ConfigError(f"{real} changed while it was copied", "run --continue again")
+    project = config.load(work.root)
+    said: list[str] = []
+    say(f"carrying the rest of the line {done.source} (the conflict resolved in {real / 'repo'})")
+    if not rebase.resume(project, done.package, done.version, log=said.append):
+        return _wait(work, done, said)
+    done.carried = [s for s in said if not s.startswith("  ")]
+    return _finish(work, done, prove, say)
+
+
+def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
+    """A conflict: the scratch copy's work folder becomes the project's ``.rebase/<pkg>-<version>/`` (with what
+    derive needs to go on), in one step; nothing else is written."""
+    state = {
+        "source": done.source,
+        "set": done.set_name,
+        "verdicts": [v.__dict__ for v in done.verdicts],
+        "others": [v.__dict__ for v in done.others],
+        "source_series": done.source_series,
+    }
+    real = waiting.path(work.project, done.package, done.version)
+    spec = f"{done.package}=={done.version}"
+    waiting.put(waiting.path(work.root, done.package, done.version), real, state, done.copied, spec)
+    repo = real / "repo"
+    done.waiting = str(repo)
+    files = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
+    conflict = next((s.strip() for s in said if "CONFLICT" in s), "a conflict")
+    return Stop(
+        f"{conflict}: carry the patch by hand in {repo}, as {done.package} {done.version}'s code requires; "
+        "nothing else was written",
+        [
+            f"$EDITOR {' '.join(f'{repo}/{f}' for f in files)}   # resolve the conflict markers: the fix's intent",
+            f"git -C {repo} add {' '.join(files)}",
+            f"git -C {repo} commit   # optional: describe the fix anew for {done.version} (message and trailers)",
+            f"nox -s derive -- {spec} --continue",
+            f"nox -s derive -- {spec} --abort      # instead: drop the work folder",
+        ],
+    )
+
+
+def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], None]) -> Stop | None:
+    """The line is written in the scratch copy: name it in its set (and in [suite] where it is the newest line of
+    its major version), retire the line its set named before if no set names it, matrix, lint, build, prove."""
+    project = config.load(work.root)
+    members = project.sets.get(done.set_name)
+    before = None if members is None else members[done.package]
+    if members is None:
+        companions = {p: project.line(p).version for p in project.packages() if p != done.package}
+        members = {done.package: done.version, **companions}
+        add_set(project.sets_file, done.set_name, members, lint.set_floor(project, members))
+        done.set_change = f"the set {done.set_name} (new): " + ", ".join(f"{p} {v}" for p, v in members.items())
+    else:
+        set_member(project.sets_file, done.set_name, done.package, done.version)
+        done.set_change = f"the set {done.set_name}: {done.package} {before} -> {done.version}"
+    say(done.set_change)
+    project = config.load(work.root)
+    major = Version(done.version).major
+    newest_of_major = [ln for ln in project.lines[done.package] if Version(ln.version).major == major][-1]
+    if project.suite is not None and newest_of_major.version == done.version and done.set_name not in project.suite:
+        suite_add(project.sets_file, done.set_name)  # the suite proves the newest line of each major version
+        say(f"[suite] proves the set {done.set_name}: it names the newest line of {done.package} {major}.x")
+    if before is not None:
+        done.retired = follow.retire(config.load(work.root), done.package, say, only={f"{done.package}/{before}"})
+    restate_torch(work.root, [done.set_name], {f"{done.package}/{done.version}"}, say)
+    project = config.load(work.root)
+    line = project.line(done.package, done.version)
+    say(f"the matrix: the line {line.key} on every release newer than it")
+    follow.judge_into_matrix(project, [line], Selection.parse([done.package]), upstream.Judged())
+    problems = lintall.problems(project)
+    if problems:
+        return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(done))
+    members_lines = {p: project.line(p, v) for p, v in project.sets[done.set_name].items()}
+    done.runs = follow.build_and_prove(project, members_lines, work, prove, say, done.seen)
+    return follow.proof_stop(f"{done.package} {done.version}", done.runs, _by_hand(done))
+
+
+def _judge_others(
+    project: Project, source: ReleaseLine, done: Derived, artifact: Artifact, judged: upstream.Judged
+) -> tuple[list[Verdict], Stop | None]:
+    """The proofs of the fixes the other lines carry and ``source`` does not (by slug; features are capabilities,
+    not bugs), on the pristine release: a bug still there stops it, as does a proof that cannot judge."""
+    carried = {p.slug for p in patches.load_series(source)}
+    others: dict[str, tuple[ReleaseLine, patches.Patch]] = {}
+    for line in project.lines[done.package]:
+        for p in patches.load_series(line):
+            if not p.is_feature and p.slug not in carried:
+                others[p.test_module] = (line, p)  # the newest line's patch of a module names it
+    if not others:
+        return [], None
+    wheels = [(done.package, artifact)] + upstream.companions(project, source)
+    env = proofenv.release_env(project.cache, wheels)
+    outcomes = judged.get_many(env, sorted(others), judged.runner(env, project.root))
+    verdicts, problems = [], []
+    for module, (line, p) in sorted(others.items()):
+        o = outcomes[module]
+        v = Verdict(f"{p.name} ({line.key})", "n/a", o.verdict, o.detail)
+        if o.verdict == "passes":
+            v.decision = f"nothing to carry: its proof passes on pristine {done.package} {done.version}"
+        elif o.verdict == "fails":
+            problems.append(
+                f"{p.name} of {line.key}: its bug is still in {done.package} {done.version} ({o.detail}), and the "
+                f"line {source.version} does not carry it: derive from {line.version} (--from {line.version}), or "
+                "carry the fix by hand"
+            )
+        else:
+            problems.append(
+                f"{p.name} of {line.key}: its proof cannot judge pristine {done.package} {done.version} ({o.detail})"
+            )
+        verdicts.append(v)
+    return verdicts, (Stop("; ".join(problems), _by_hand(done)) if problems else None)
+
+
+def _by_hand(done: Derived) -> list[str]:
+    """What a maintainer runs once a stop is dealt with (docs/maintainers/derive.md): the first, again."""
+    spec = f"{done.package}=={done.version}"
+    if done.waiting:  # the work folder waits: it goes on from there, or is dropped
+        again = [
+            f"nox -s derive -- {spec} --continue   # again, once it is dealt with (the resolution waits in "
+            f"{done.waiting})",
+            f"nox -s derive -- {spec} --abort      # or drop the work folder",
+        ]
+    else:
+        again = [
+            f"nox -s derive -- {spec} --from {done.source} --set {done.set_name}   # again, once it is dealt with",
+            f"nox -s derive -- {spec} --from <another line>   # or from another line",
+        ]
+    return again + [
+        f"nox -s upstream -- run {spec}   # what every line says about {done.version}, by text and by proofs"
+    ]
