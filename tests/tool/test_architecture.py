@@ -1,12 +1,15 @@
 """The tree's shape, checked: three layers (the build pipeline, the maintenance tools, the command line), imports
-that never run back up and never go round in a circle, modules of a readable size, each project rule in one place
-(the committed matrix's files, the patch-name rule), and errors of several kinds under one base."""
+that never run back up and never go round in a circle, the stand-alone probes standing alone, each project rule in
+one place (the committed matrix's files, the patch-name rule), and errors of several kinds under one base.
+
+Modules are grouped by job (build/, matrix/, probes/, series.py, maint/<verb>/), not by size: there is no line cap."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 import re
+import sys
 from pathlib import Path
 
 from patchwheel import errors
@@ -88,9 +91,21 @@ def test_no_import_goes_round_in_a_circle():
     assert circles == []
 
 
-def test_no_module_is_over_400_lines():
-    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 400}
-    assert long == {}
+def test_the_probes_stand_alone():
+    """probes/ runs by file path inside another interpreter (`status --python`, `diagnose --python`), where no
+    patchwheel is installed: a probe imports nothing of the package; the status probe nothing but the standard
+    library (the diagnose probe also imports what it diagnoses)."""
+    probes = {name: path for name, path in modules().items() if name.startswith("probes.")}
+    assert {"probes.status", "probes.diagnose"} <= set(probes), sorted(probes)
+    for name, path in probes.items():
+        tree = ast.parse(path.read_text())
+        nodes = list(ast.walk(tree))
+        found = {a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
+        found |= {(n.module or "").split(".")[0] for n in nodes if isinstance(n, ast.ImportFrom) and not n.level}
+        relative = [ast.unparse(n) for n in nodes if isinstance(n, ast.ImportFrom) and n.level]
+        probed = {"accelerate", "transformers", "torch"} if name == "probes.diagnose" else set()
+        allowed = sys.stdlib_module_names | probed
+        assert relative == [] and found <= allowed, (name, relative, found - allowed)
 
 
 def test_the_committed_matrix_is_named_in_two_modules_at_most():
@@ -100,7 +115,7 @@ def test_the_committed_matrix_is_named_in_two_modules_at_most():
 
 def test_the_patch_name_rule_is_written_once():
     writing = [name for name, path in modules().items() if r"\d{4}" in path.read_text()]
-    assert writing == ["names"]
+    assert writing == ["series"]
 
 
 def test_errors_come_in_kinds_under_one_base():

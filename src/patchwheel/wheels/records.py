@@ -34,11 +34,14 @@ _SCHEMA = 1
 
 @functools.cache
 def tool_digest() -> str:
-    """The sha256 of the tool's pipeline code (every module beside this one): another version of patchwheel may
-    make other bytes from the same inputs, so its records are not ours."""
+    """The sha256 of the tool's pipeline code (every module of the package but the maintenance tools under maint/):
+    another version of patchwheel may make other bytes from the same inputs, so its records are not ours."""
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(f"{path.name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    package = Path(__file__).parents[1]
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.parts[0] != "maint":
+            h.update(f"{rel.as_posix()}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
     return h.hexdigest()
 
 
