@@ -39,37 +39,6 @@ from .maint_commands import (
 )
 from .matrix.table import WHERE
 
-#: The spellings of the matrix commands before they became verbs, and what each is now (for one release).
-OLD_SPELLINGS = {
-    "--list-new": ("watch", "list"),
-    "--fragment": ("watch", "cell"),
-    "--merge": ("watch", "merge"),
-    "--check": ("upstream", "check"),
-    "--rerender": ("upstream", "rerender"),
-}
-
-
-def modernize(argv: list[str]) -> list[str]:
-    """``upstream --check ...`` and the other old spellings as the verbs they are now, with a line on standard
-    error that says so; ``upstream <releases>`` is ``upstream run <releases>``. Other command lines pass as they
-    are."""
-    at = 0
-    while at < len(argv) and argv[at].startswith("--root"):  # the one option before the command
-        at += 1 if "=" in argv[at] else 2
-    if argv[at : at + 1] != ["upstream"] or argv[at + 1 : at + 2] in (["run"], ["check"], ["rerender"]):
-        return argv
-    head, rest = argv[:at], argv[at + 1 :]
-    if any(a in ("-h", "--help") for a in rest):  # `upstream --help` lists the verbs
-        return argv
-    rest = [p for a in rest for p in (a.split("=", 1) if a.split("=", 1)[0] in OLD_SPELLINGS else [a])]
-    flag = next((f for f in OLD_SPELLINGS if f in rest), None)
-    command, verb = OLD_SPELLINGS[flag] if flag else ("upstream", "run")
-    if flag in ("--check", "--rerender", "--list-new", "--merge"):  # a mode: the flag itself goes
-        rest = [a for a in rest if a != flag]
-    old = f"upstream {flag}" if flag else "upstream [releases]"
-    print(f"patchwheel: `{old}` is now `{command} {verb}`; the old spelling goes in the next release", file=sys.stderr)
-    return head + [command, verb] + rest
-
 
 def _terminated(signum, frame) -> None:
     """SIGTERM (a CI runner's cancel, `kill`) ends the command as Ctrl-C does: what it made goes (a scratch copy, a
@@ -78,7 +47,7 @@ def _terminated(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(modernize(list(sys.argv[1:] if argv is None else argv)))
+    args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     torchaxis.use_suite_torch(Path(args.root))
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
@@ -203,7 +172,6 @@ def _maintenance_commands(sub) -> None:
     rebase.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     rebase.add_argument("--text-only", action="store_true", help="do not drop patches whose proof passes upstream")
     rebase.add_argument("--reexport", action="store_true", help="re-export the line's patches (after hand edits)")
-    rebase.add_argument("--refresh", action="store_true", help=argparse.SUPPRESS)  # --reexport's old name
     refresh = _command(sub, cmd_refresh, "refresh", line=True)
     refresh.add_argument("patch", help="its slug, file name or number, e.g. name-meta-tensors or 0002")
     new = _command(sub, cmd_new, "new", line=True)

@@ -5,7 +5,6 @@ parser."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -225,10 +224,7 @@ def cmd_rebase(args) -> int:
     from .maint import rebase
 
     project = config.load(root(args))
-    if args.refresh:  # the old name: `refresh` is the command that folds an edit into one patch
-        print("patchwheel: `rebase --refresh` is now `rebase --reexport`; the old spelling goes in the next release",
-              file=sys.stderr)  # fmt: skip
-    if args.reexport or args.refresh:
+    if args.reexport:
         rebase.reexport(project, args.package, args.version)
         return 0
     if args.cont:

@@ -289,15 +289,9 @@ def _main(capsys, root: Path, *args: str) -> tuple[int, str]:
     return code, captured.err
 
 
-@pytest.mark.parametrize("extra", [[], ["--continue"], ["--reexport"], ["--refresh"]])
+@pytest.mark.parametrize("extra", [[], ["--continue"], ["--reexport"]])
 def test_rebase_onto_not_a_version(demo_project, capsys, extra):
     code, err = _main(capsys, demo_project.root, "rebase", "demo", "notaversion", *extra)
-    if extra == ["--refresh"]:  # the old spelling says so first
-        said, err = err.split("\n", 1)
-        assert (
-            said
-            == "patchwheel: `rebase --refresh` is now `rebase --reexport`; the old spelling goes in the next release"
-        )
     assert code == 2
     assert err.startswith("error: 'notaversion' is not a version\n  fix: ") and "e.g. 5.24.0" in err, err
     assert not (demo_project.root / ".rebase").exists()

@@ -249,12 +249,10 @@ def test_merge_refuses_a_fragment_of_another_patch_series(demo_project, monkeypa
             "is not a release of the line nope",
         ),
         (["watch", "cell", "--line", "demo/1.0.0", "demo==x.y", "--fragment", "f.json"], "'x.y' is not a version"),
-        (["upstream", "--merge", "f.json"], "`watch merge` needs --cells"),  # an old spelling, the same refusal
     ],
 )
 def test_watch_commands_refuse_bad_input(demo_project, capsys, args, message):
     code, _, err = main(capsys, demo_project.root, *args)
-    err = err.split("\n", 1)[1] if err.startswith("patchwheel: `upstream") else err  # the old spelling's notice
     assert code == 2 and err.startswith("error: ") and message in err and "\n  fix: " in err, err
 
 
