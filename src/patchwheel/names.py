@@ -1,6 +1,7 @@
-"""The project's naming rules, each written once: patch file names and how a patch is looked up, the sha256 form,
-a unified diff's hunk header, the record files the tool writes, wheel file names read as the wheel spec says, and
-which paths and file names from input the tool accepts at all.
+"""The project's naming rules, each written once: the sha256 form, the record files the tool writes, wheel file
+names read as the wheel spec says, and which paths and file names from input the tool accepts at all. A patch's
+own name (``NNNN-slug.patch``, a slug, how a patch is looked up) and a hunk header are the patch format's, in
+:mod:`series`.
 
 Standard library and ``packaging`` only (the build runs in nox's own interpreter)."""
 

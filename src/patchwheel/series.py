@@ -1,12 +1,12 @@
-"""The patch format, in one module: a patch file and its name, a release line's series, and a patch's metadata.
-
-Patch files and series: parse ``git format-patch`` mboxes, read their trailers, lint a release line's series.
+"""The patch format, in one module: a patch file and its name, a release line's series, and a patch's metadata
+(parse ``git format-patch`` mboxes, read their trailers, lint a release line's series).
 
 A patch is one commit exported with the pinned flags (:data:`gitops.FORMAT_PATCH_FLAGS`), paths as in upstream's
-git tree, named ``NNNN-slug.patch`` (:mod:`names`); its metadata is git trailers (:mod:`trailers`), which survive
-``git am`` and ``format-patch``. Lint reads exactly what git applies (hunk counts, modes, ``git apply --numstat``).
+git tree, named ``NNNN-slug.patch`` (:data:`PATCH_NAME`, the rule written once). Its metadata lives in git trailers
+at the end of the commit message, which survive ``git am`` and ``git format-patch`` round trips. What lint reads is
+exactly what git applies: hunks by their counts, modes, and ``git apply --numstat`` must agree with the parser.
 
-A patch's metadata: the git trailers at the end of its message, their vocabulary, and their checks.
+The trailers, their vocabulary and their checks:
 
     Upstream-Issue:  https://github.com/huggingface/transformers/issues/37663
     Upstream-Status: Pending | Submitted <url> | Backport <pr> | Fixed-In <version>

@@ -1,11 +1,16 @@
-"""Maintenance: the tools that keep the patch series right, next to the build pipeline one level up.
+"""Maintenance: the tools that keep the patch series right, above the build (which they call) and below the
+command line. A package per verb, its entry in ``run.py``; what several verbs share stands beside them:
 
 - :mod:`.workrepo`: the work repository every tool here starts from (a release's files as the base commit, the
   series as commits, a branch with another release's files);
-- :mod:`.textcheck` and :mod:`.upstream`: which patches still apply to newer releases, and which upstream fixed
-  (by behaviour, :mod:`.proofenv`);
-- :mod:`.rebase`: a new release line; :mod:`.refresh`: a patch regenerated from its edited vendored module, and
-  a new patch from edits;
-- :mod:`.export`: a patch as an upstream pull request; :mod:`.mutants` and :mod:`.upstream_suite`: is every hunk
-  needed, and do upstream's own tests still pass.
+- ``upstream/``: which patches still apply to newer releases (by text) and which upstream fixed (by behaviour),
+  recorded in the matrix; the watch spreads that over CI workers (`patchwheel upstream`, `patchwheel watch`);
+- ``follow/``: a line carried onto upstream's newer releases, in a scratch copy written back in one step
+  (`patchwheel follow`, `patchwheel derive`);
+- :mod:`.rebase`: a new release line; :mod:`.refresh`: a patch regenerated from its edited vendored module, and a
+  new patch from edits (`patchwheel rebase`, `refresh`, `new`);
+- ``export/``: a patch as an upstream pull request, with upstream's style and upstream's own test
+  (`patchwheel export`);
+- ``proving/``: proofs in cached environments of pristine releases, a consumer set proven both ways, every hunk
+  needed (`patchwheel mutants`), upstream's own suite unchanged (`patchwheel upstream-suite`).
 """

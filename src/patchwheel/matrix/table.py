@@ -8,7 +8,7 @@ them), unless a release where a verdict can change lies between (a **probe**: a 
 Fixed-In release). ``Drop-When`` is evaluated per cell, and contradictions are flagged.
 
 This module is the only code that reads or writes the committed matrix (patches/STATUS.json, and STATUS.md, which
-:mod:`matrix_md` renders): the upstream check, the watch, ``follow``, ``status``, ``export`` and lint all go
+:mod:`.render` renders): the upstream check, the watch, ``follow``, ``status``, ``export`` and lint all go
 through :class:`Matrix`. It needs only the standard library and ``packaging``: ``status`` and lint run in nox's own
 interpreter.
 
