@@ -8,9 +8,9 @@ The public surface, kept stable and changed only with a CHANGELOG.md entry:
 - ``patchwheel status --json``: the status probe's report of an environment;
 - the nox sessions (``nox -s build``, ``lint``, ``proof``, ``guards``, ...), which call the command line.
 
-Every module below is internal: grouped by job (``build/``, ``matrix/``, ``probes/``, :mod:`.series`, ``maint/``,
-and the command line in :mod:`.cli`, :mod:`.commands` and :mod:`.maint_commands`), and moved or renamed without
-notice.
+Every module below is internal, moved or renamed without notice: they are grouped by job (``wheels/``: the build;
+``matrix/``, ``probes/``, :mod:`.series`, ``maint/``, and the command line in :mod:`.cli`, :mod:`.commands` and
+:mod:`.maint_commands`).
 """
 
 __all__ = ["__version__"]

@@ -2,7 +2,7 @@
 that never run back up and never go round in a circle, the stand-alone probes standing alone, each project rule in
 one place (the committed matrix's files, the patch-name rule), and errors of several kinds under one base.
 
-Modules are grouped by job (build/, matrix/, probes/, series.py, maint/<verb>/), not by size: there is no line cap."""
+Modules are grouped by job (wheels/, matrix/, probes/, series.py, maint/<verb>/), not by size: there is no line cap."""
 
 from __future__ import annotations
 
