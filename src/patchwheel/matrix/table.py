@@ -8,12 +8,12 @@ them), unless a release where a verdict can change lies between (a **probe**: a 
 Fixed-In release). ``Drop-When`` is evaluated per cell, and contradictions are flagged.
 
 This module is the only code that reads or writes the committed matrix (patches/STATUS.json, and STATUS.md, which
-:mod:`.render` renders): the upstream check, the watch, ``follow``, ``status``, ``export`` and lint all go
+:func:`render` makes): the upstream check, the watch, ``follow``, ``status``, ``export`` and lint all go
 through :class:`Matrix`. It needs only the standard library and ``packaging``: ``status`` and lint run in nox's own
 interpreter.
 
-The matrix as Markdown, tables of ten releases a line, and the Markdown escaping that everything showing
-upstream's text uses (a proof's detail is upstream's own message, ``<class 'torch.Tensor'>`` included, and a
+The matrix as Markdown (:func:`render`): tables of ten releases a line, and the Markdown escaping that everything
+showing upstream's text uses (a proof's detail is upstream's own message, ``<class 'torch.Tensor'>`` included, and a
 fragment of the watch was written by a job that ran upstream's code).
 """
 

@@ -14,8 +14,9 @@ from ..errors import VerifyError
 
 @dataclass(frozen=True)
 class Entry:
-    """One zip member: its metadata, its content (None: not inflated, see :func:`scan`), and (for an unchanged
-    member) upstream's compressed bytes; ``row``: its RECORD hash and size where its content was not inflated."""
+    """One zip member: its metadata, its content (None: not inflated, see :func:`rewrite.scan`), and (for an
+    unchanged member) upstream's compressed bytes; ``row``: its RECORD hash and size where its content was not
+    inflated."""
 
     info: zipfile.ZipInfo
     content: bytes | None
@@ -24,7 +25,7 @@ class Entry:
 
     @property
     def data(self) -> bytes:
-        """Its content, which the caller knows was read (every member :func:`read` gives)."""
+        """Its content, which the caller knows was read (every member :func:`rewrite.read` gives)."""
         return _need(self.name, self.content)
 
     @property

@@ -2,7 +2,7 @@
 watch opens.
 
 The Markdown shows text a proof run printed (upstream's own messages): it goes through the matrix's escaping
-(:func:`matrix_md.md_text`), as the matrix's Markdown does.
+(:func:`matrix.table.md_text`), as the matrix's Markdown does.
 """
 
 from __future__ import annotations
