@@ -42,8 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from patchwheel import config  # noqa: E402
-from patchwheel import series as patches  # noqa: E402
+from patchwheel import config, series  # noqa: E402
 from patchwheel.maint.upstream import textcheck  # noqa: E402
 from patchwheel.maint.workrepo import release_files  # noqa: E402
 from patchwheel.wheels import build as build_mod  # noqa: E402
@@ -157,14 +156,14 @@ DISPATCH_SWITCH = "ACCELERATE_DIAGNOSE_DISPATCH"
 
 
 def dispatch_times(pristine: str, fixed: str, rounds: int, repeat: int = 3) -> dict[str, float]:
-    """`dispatch_model` times (bench/dispatch_time.py, the fastest of `repeat` calls per process) per series:
+    """`dispatch_model` times (bench/dispatch_time.py, the fastest of `repeat` calls per process) per patches:
     pristine, +fixed with the diagnosis switch off, +fixed with it on. The three alternate in every round, so drift
     hits them alike; the ratios are the medians of each round's own ratios (paired), the times the medians."""
     env = {k: v for k, v in os.environ.items() if k != DISPATCH_SWITCH}
-    series = (("pristine", pristine, env), ("off", fixed, env), ("on", fixed, {**env, DISPATCH_SWITCH: "1"}))
-    times: dict[str, list[float]] = {name: [] for name, _, _ in series}
+    patches = (("pristine", pristine, env), ("off", fixed, env), ("on", fixed, {**env, DISPATCH_SWITCH: "1"}))
+    times: dict[str, list[float]] = {name: [] for name, _, _ in patches}
     for _ in range(rounds):
-        for name, py, e in series:
+        for name, py, e in patches:
             res = subprocess.run(
                 [py, str(ROOT / "bench" / "dispatch_time.py"), str(DISPATCH_ENTRIES), str(repeat)],
                 check=True,
@@ -329,13 +328,13 @@ def main() -> int:
         return 0
     project = config.load(ROOT)
     line = project.line("transformers", project.sets["default"]["transformers"])
-    series = patches.load_series(line)
+    patches = series.load_series(line)
     fetch.fetch(line.package, line.wheel)  # warm the cache: route 1 is timed from a warm cache
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         fast = timed(lambda: build_mod.build_line(line, _fresh(tmp / "w"), log=lambda m: None), args.repeat)
-        slow = timed(lambda: sdist_route(line, series, tmp / "s"), args.sdist_repeat)
+        slow = timed(lambda: sdist_route(line, patches, tmp / "s"), args.sdist_repeat)
         f, s = statistics.median(fast), statistics.median(slow)
         rows.append(("transformers wheel, warm cache: rewrite (this build)", f"{f:.2f} s", f"median of {len(fast)}"))
         rows.append(
@@ -344,17 +343,17 @@ def main() -> int:
         rows.append(("speed-up of the rewrite", f"{s / f:.1f}x", "target: at least 5x, rewrite at most 2 s"))
         rows += buildcost.rows(ROOT, args.repeat, tmp / "cost")
         target = {v: a for v, a, _ in fetch.releases(line.package)}["4.53.3"]
-        touched = sorted({t for p in series for t in p.touched})
+        touched = sorted({t for p in patches for t in p.touched})
         old = {k: v for k, v in release_files(line, touched).items() if v is not None}
         release_files(line, touched, target)  # warm the cache
 
         def classify():
-            textcheck.classify(series, old, release_files(line, touched, target))
+            textcheck.classify(patches, old, release_files(line, touched, target))
 
         tc = statistics.median(timed(classify, args.repeat))
         rows.append(
             (
-                f"text classification, {len(series)}-patch {line.key} series vs 4.53.3, warm cache",
+                f"text classification, {len(patches)}-patch {line.key} series vs 4.53.3, warm cache",
                 f"{tc:.2f} s",
                 f"median of {args.repeat}; target: at most 2 s",
             )

@@ -16,10 +16,6 @@ build, so ``==X+fixed`` never installs it where a real build is.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .series import Patch
 
 #: On a line of every stub file `nox -s new` writes (a proof, a guard, upstream's test, expect.toml, message.txt):
 #: lint refuses a file that still has it.
@@ -28,9 +24,9 @@ STUB_MARK = "TODO(nox -s new)"
 DRAFT_TAG = "0_draft_"
 
 
-def todo_lines(patch: Patch) -> list[str]:
-    """The template's ``TODO`` lines still in a patch's message (subject included)."""
-    return [ln for ln in [patch.subject, *patch.message.splitlines()] if ln.lstrip().startswith("TODO")]
+def todo_lines(subject: str, message: str) -> list[str]:
+    """The template's ``TODO`` lines still in a patch's message (``subject`` included)."""
+    return [ln for ln in [subject, *message.splitlines()] if ln.lstrip().startswith("TODO")]
 
 
 def is_draft_wheel(filename: str) -> bool:

@@ -1,6 +1,6 @@
 """`patchwheel lint`: every problem of a release line that the suite refuses, in one list.
 
-The series and its patch files (names, trailers, what git applies: :func:`patches.lint_line`), the committed
+The series and its patch files (names, trailers, what git applies: :func:`series.lint_line`), the committed
 matrix against the trailers (:meth:`Matrix.problems`), and the build record (:func:`buildno.problem`). `follow`
 asks the same of the tree it is about to write."""
 
@@ -12,9 +12,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import draft, torchaxis
-from . import series as patches
-from . import series as trailers
+from . import draft, series, torchaxis
 from .config import LATEST, Project, ReleaseLine
 from .errors import PatchwheelError
 from .matrix import checks as matrix_checks
@@ -26,9 +24,9 @@ from .wheels import buildno, fetch, rewrite
 
 def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
     """The first kind of problem the line has (its series, else the matrix, else its build record); none: []."""
-    problems = patches.lint_line(line, project.root) + stub_problems(project, line)
+    problems = series.lint_line(line, project.root) + stub_problems(project, line)
     if not problems and matrix is not None:
-        problems = matrix_checks.problems(matrix, line.key, patches.parse_series(line))  # linted above
+        problems = matrix_checks.problems(matrix, line.key, series.parse_series(line))  # linted above
     if not problems and (why := buildno.problem(line) or buildno.history_problem(line, project.root)):
         problems = [why]
     return problems
@@ -39,12 +37,12 @@ def stub_problems(project: Project, line: ReleaseLine) -> list[str]:
     wrote (:data:`draft.STUB_MARK` on a line)."""
     out = []
     try:
-        series = [patches.parse_patch(line.patch_dir / name) for name in patches.series_names(line)]
+        patches = [series.parse_patch(line.patch_dir / name) for name in series.series_names(line)]
     except (PatchwheelError, OSError):
         return []  # the series' own problems say what to fix first
-    for patch in series:
-        named = [f for key in ("Proof-Test", "Feature-Test") for f, _ in trailers.test_refs(patch.trailers.get(key))]
-        for rel in draft.stub_files(project.root, sorted({*named, *trailers.guard_modules(patch)})):
+    for patch in patches:
+        named = [f for key in ("Proof-Test", "Feature-Test") for f, _ in series.test_refs(patch.trailers.get(key))]
+        for rel in draft.stub_files(project.root, sorted({*named, *series.guard_modules(patch)})):
             out.append(f"{patch.name}: {rel} is still the stub `nox -s new` wrote ({draft.STUB_MARK}): write it")
     return out
 

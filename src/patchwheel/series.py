@@ -447,7 +447,7 @@ def _lint(line: ReleaseLine, root: Path | None, *, messages: bool, numstat: bool
             problems.append(disagreement)
         if messages:
             problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
-            if todo := todo_lines(patch):
+            if todo := todo_lines(patch.subject, patch.message):
                 problems.append(
                     f"{name}: its message still has {len(todo)} TODO line(s) of the template `nox -s new` wrote "
                     f"(first: {todo[0].strip()[:60]!r}): write them"

@@ -224,12 +224,11 @@ def _names_test(value: str | None, module: str, test: str) -> bool:
 @functools.cache
 def _series(package: str) -> tuple:
     """The release lines of ``package`` (oldest first), each with its parsed series."""
-    from patchwheel import config
-    from patchwheel import series as patches
+    from patchwheel import config, series
 
     # messages=False: a draft series (a new patch whose message is the template) is proven too (docs/adding-a-fix.md)
     return tuple(
-        (line, tuple(patches.load_series(line, messages=False))) for line in config.load(ROOT).lines.get(package, [])
+        (line, tuple(series.load_series(line, messages=False))) for line in config.load(ROOT).lines.get(package, [])
     )
 
 

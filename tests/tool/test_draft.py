@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import cli, draft
-from patchwheel import series as patches
+from patchwheel import cli, draft, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import buildno
@@ -64,7 +63,7 @@ def test_new_writes_every_file_the_later_steps_need_as_stubs(demo_project, capsy
         assert path.is_file(), rel
         assert draft.STUB_MARK in path.read_text(), f"{rel} is obviously a draft"
         assert f"wrote the stub {rel}" in out
-    patch = patches.load_series(demo_project.load().line("demo"), messages=False)[1]
+    patch = series.load_series(demo_project.load().line("demo"), messages=False)[1]
     assert patch.trailers["Guard-Test"] == "tests/guards/test_add_swap.py", "the guard file the message names exists"
     assert "docs/adding-a-fix.md" in out
 
@@ -121,7 +120,7 @@ def test_a_draft_is_never_given_a_build_number(demo_project):
     with pytest.raises(PatchwheelError, match="is a draft: the message of 0002-add-swap.patch"):
         buildno.bump(demo_project.load(), line)
     with pytest.raises(PatchwheelError, match="TODO line"):  # publishing: what the suite's lint asks first
-        patches.load_series(line)
+        series.load_series(line)
 
 
 def test_the_number_after_the_message_is_the_next_one(demo_project, capsys):
@@ -167,9 +166,9 @@ def test_rerender_lists_a_new_patch():
     with no newer release lists exactly its series (a patch removed or renumbered there is not left behind)."""
     from patchwheel.matrix.table import LineMatrix, Matrix, Release, Row
 
-    def patch(name: str) -> patches.Patch:
+    def patch(name: str) -> series.Patch:
         trailers = {"Proof-Test": f"tests/proof/test_{name[5:]}.py", "Drop-When": "proof-passes-upstream"}
-        return patches.Patch(Path(f"{name}.patch"), name, "", trailers, (), b"")
+        return series.Patch(Path(f"{name}.patch"), name, "", trailers, (), b"")
 
     newest = LineMatrix("demo/2.0.0", [], [], [Row("0001-gone.patch", "gone", None, None, None)])
     older = LineMatrix(
@@ -179,8 +178,8 @@ def test_rerender_lists_a_new_patch():
         [Row("0001-a.patch", "a", None, None, None)],
     )
     matrix = Matrix("2.13.0", [older, newest])
-    series = {"demo/2.0.0": [patch("0001-b"), patch("0002-c")], "demo/1.0.0": [patch("0001-a"), patch("0002-d")]}
-    matrix.rerendered(series.get)
+    lines = {"demo/2.0.0": [patch("0001-b"), patch("0002-c")], "demo/1.0.0": [patch("0001-a"), patch("0002-d")]}
+    matrix.rerendered(lines.get)
     assert [r.name for r in newest.patches] == ["0001-b.patch", "0002-c.patch"]
     assert [r.name for r in older.patches] == ["0001-a.patch", "0002-d.patch"]
     assert older.patches[1].cells == {} and older.patches[1].proof_test == "tests/proof/test_d.py"

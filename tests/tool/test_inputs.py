@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import gitops, names
-from patchwheel import series as patches
+from patchwheel import gitops, names, series
 from patchwheel.config import Artifact, BuildRecord
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.upstream import textcheck
@@ -186,12 +185,12 @@ def test_git_messages_are_parsed_in_english(demo_project, tmp_path, monkeypatch)
     monkeypatch.setenv("LANGUAGE", "de")
     if _plain_git(tmp_path, "apply", "--check", "/nonexistent").stderr.startswith("error:"):
         pytest.skip("this git speaks no German here, so the language cannot be shown to matter")
-    series = patches.load_series(demo_project.load().line("demo"))
-    (result,) = textcheck.classify(series, FILES, {**FILES, "src/demo/core.py": b"# one\n# two\n" + CORE})
+    patches = series.load_series(demo_project.load().line("demo"))
+    (result,) = textcheck.classify(patches, FILES, {**FILES, "src/demo/core.py": b"# one\n# two\n" + CORE})
     assert (result.status, result.detail) == ("offset", "hunk #1 at 4 (+2)")
     hi = CORE.replace(b'"hello " + name', b'"hi " + name')
     with pytest.raises(PatchwheelError, match=r"src/demo/core.py: hunk #1 \(@@ -2,7 \+2,7 @@\) does not apply"):
-        apply.apply_series(series, lambda p: {**FILES, "src/demo/core.py": hi}.get(p), where="demo 1.0.0")
+        apply.apply_series(patches, lambda p: {**FILES, "src/demo/core.py": hi}.get(p), where="demo 1.0.0")
 
 
 # --- 2. paths from patches, wheels and the index are input ------------------------------------------------------
@@ -223,7 +222,7 @@ def test_lint_refuses_unsafe_patch_paths(demo_project, bad, reason, where):
             b"diff --git a/src/demo/extra.py b/src/demo/extra.py", f"diff --git a/{bad} b/{bad}".encode()
         )
     demo_project.set_series(("0001-x.patch", patch))
-    (problem,) = patches.lint_line(demo_project.load().line("demo"), demo_project.root)
+    (problem,) = series.lint_line(demo_project.load().line("demo"), demo_project.root)
     assert f"0001-x.patch: path {bad!r} (its '{where}' line) {reason}" in problem, problem
     with pytest.raises(PatchwheelError, match="is not valid"):
         _build(demo_project)
@@ -240,14 +239,14 @@ def _rename_patch() -> bytes:
 
 def test_rename_headers_are_checked(demo_project):
     demo_project.set_series(("0001-x.patch", _rename_patch()))
-    assert patches.lint_line(demo_project.load().line("demo"), demo_project.root) == []
+    assert series.lint_line(demo_project.load().line("demo"), demo_project.root) == []
     evil = _rename_patch().replace(b"rename to src/demo/renamed.py", b"rename to src/demo/../../evil.py")
     demo_project.set_series(("0001-x.patch", evil))
-    (problem,) = patches.lint_line(demo_project.load().line("demo"), demo_project.root)
+    (problem,) = series.lint_line(demo_project.load().line("demo"), demo_project.root)
     assert "0001-x.patch: path 'src/demo/../../evil.py' (its 'rename to' line) has a '..' component" in problem
     other = _rename_patch().replace(b"rename to src/demo/renamed.py", b"rename to src/demo/other.py")
     demo_project.set_series(("0001-x.patch", other))
-    (problem,) = patches.lint_line(demo_project.load().line("demo"), demo_project.root)
+    (problem,) = series.lint_line(demo_project.load().line("demo"), demo_project.root)
     assert "its 'rename to' line names 'src/demo/other.py', its +++ line 'src/demo/renamed.py'" in problem
 
 
@@ -256,7 +255,7 @@ def test_diff_git_line_must_name_the_paths_of_its_section(demo_project):
         b"diff --git a/src/demo/extra.py b/src/demo/extra.py", b"diff --git a/src/demo/core.py b/src/demo/core.py"
     )
     demo_project.set_series(("0001-x.patch", patch))
-    (problem,) = patches.lint_line(demo_project.load().line("demo"), demo_project.root)
+    (problem,) = series.lint_line(demo_project.load().line("demo"), demo_project.root)
     assert (
         "malformed diff: its 'diff --git' line names 'src/demo/core.py' and 'src/demo/core.py', its ---/+++ "
         "lines 'src/demo/extra.py' and 'src/demo/extra.py'" in problem
@@ -412,7 +411,7 @@ def test_non_ascii_subject_is_decoded(demo_project):
     patch = make_patch(FILES, edit_greet, SUBJECT, TRAILERS)
     assert b"Subject: =?UTF-8?q?Gr=C3=BC=C3=9Fe" in patch and b"\n =?UTF-8?q?" in patch  # encoded and folded
     demo_project.set_series(("0001-greet-comma.patch", patch))
-    (parsed,) = patches.load_series(demo_project.load().line("demo"))
+    (parsed,) = series.load_series(demo_project.load().line("demo"))
     assert parsed.subject == SUBJECT
     (carried,) = textcheck.classify([parsed], FILES, FILES)  # git am + format-patch (LC_ALL=C) keep the bytes
     assert (carried.status, carried.rebased) == ("clean", patch)
@@ -485,8 +484,8 @@ def test_a_pinned_sha256_with_a_final_newline_is_refused(demo_project):
     "pattern, value",
     [
         (names.SHA256, "0" * 64 + "\n"),
-        (patches.SLUG, "greet\n"),
-        (patches.PATCH_NAME, "0001-greet.patch\n"),
+        (series.SLUG, "greet\n"),
+        (series.PATCH_NAME, "0001-greet.patch\n"),
     ],
 )
 def test_validating_patterns_do_not_take_a_final_newline(pattern, value):
@@ -496,7 +495,7 @@ def test_validating_patterns_do_not_take_a_final_newline(pattern, value):
 def test_no_pattern_in_the_tool_ends_with_a_dollar_that_takes_a_newline():
     """`$` (without re.M) also matches before a final newline: a pattern that validates input ends with `\\Z`."""
     found = []
-    for path in sorted((Path(patches.__file__).parent).rglob("*.py")):
+    for path in sorted((Path(series.__file__).parent).rglob("*.py")):
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"""re\.(compile|match|fullmatch|search)\(r?["'][^"']*\$["']""", line) and "re.M" not in line:
                 found.append(f"{path.name}:{n}: {line.strip()}")

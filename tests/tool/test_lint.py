@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import config, lint
-from patchwheel import series as patches
-from patchwheel import series as trailers
+from patchwheel import config, lint, series
 from patchwheel.errors import PatchwheelError
 
 from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
@@ -19,21 +17,21 @@ FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
 
 
 def _problems(demo):
-    return patches.lint_line(demo.load().line("demo"), demo.root)
+    return series.lint_line(demo.load().line("demo"), demo.root)
 
 
 def test_the_repository_series_are_clean():
     project = config.load(ROOT)
     assert {ln.key for ln in project.all_lines()} >= {"transformers/4.50.3", "accelerate/1.6.0"}
     for line in project.all_lines():
-        assert patches.lint_line(line, ROOT) == [], line.key
+        assert series.lint_line(line, ROOT) == [], line.key
 
 
 def test_demo_is_clean(demo_project):
     assert _problems(demo_project) == []
 
 
-@pytest.mark.parametrize("missing", trailers.REQUIRED_TRAILERS)
+@pytest.mark.parametrize("missing", series.REQUIRED_TRAILERS)
 def test_missing_trailer(demo_project, missing):
     trailers = {k: v for k, v in TRAILERS.items() if k != missing}
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", trailers)))
@@ -81,7 +79,7 @@ def test_a_fix_proposed_in_someone_elses_pull_request_is_accepted(demo_project):
 
 def test_drop_when_by_behaviour_is_accepted(demo_project):
     demo_project.set_series(
-        ("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, "Drop-When": trailers.DROP_BY_BEHAVIOUR}))
+        ("0001-x.patch", make_patch(FILES, edit_greet, "X", {**TRAILERS, "Drop-When": series.DROP_BY_BEHAVIOUR}))
     )
     assert _problems(demo_project) == []
 
@@ -112,7 +110,7 @@ def test_malformed_patch_and_series(demo_project):
     (demo_project.patch_dir / "series").write_text("some/dir/0001.patch\n")
     assert "is not a plain patch file name" in _problems(demo_project)[0]
     with pytest.raises(PatchwheelError, match="patch series demo/1.0.0 is not valid"):
-        patches.load_series(demo_project.load().line("demo"))
+        series.load_series(demo_project.load().line("demo"))
 
 
 def test_patch_outside_the_package_is_rejected(demo_project):
@@ -249,16 +247,16 @@ def test_a_series_is_parsed_once_and_parsing_does_not_lint(demo_project, monkeyp
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", TRAILERS)))
     line = demo_project.load().line("demo")
     parsed: list[str] = []
-    real = patches.parse_patch
+    real = series.parse_patch
 
     def counting(path):
         parsed.append(path.name)
         return real(path)
 
-    monkeypatch.setattr(patches, "parse_patch", counting)
-    assert [p.name for p in patches.load_series(line)] == ["0001-x.patch"]
+    monkeypatch.setattr(series, "parse_patch", counting)
+    assert [p.name for p in series.load_series(line)] == ["0001-x.patch"]
     assert parsed == ["0001-x.patch"], "each patch parsed once"
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", trailers_without)))
     with pytest.raises(PatchwheelError, match="missing trailer 'Upstream-Status:'"):
-        patches.load_series(line)  # the refusal a command's user sees, unchanged
-    assert [p.name for p in patches.parse_series(line)] == ["0001-x.patch"]
+        series.load_series(line)  # the refusal a command's user sees, unchanged
+    assert [p.name for p in series.parse_series(line)] == ["0001-x.patch"]

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from patchwheel import series as patches
+from patchwheel import series
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.proving import mutants, proofenv
 from patchwheel.maint.proving.mutants import HunkRef, Outcome, Result
@@ -58,7 +58,7 @@ def _series(demo, second_edit, first_trailers=None, second_trailers=None):
     p2 = make_patch(edit_two_far_hunks_and_a_file(dict(UP)), second_edit, "On top", second_trailers or TRAILERS)
     demo.set_series(("0001-two-hunks.patch", p1), ("0002-on-top.patch", p2))
     line = demo.load().line("demo")
-    return line, patches.load_series(line)
+    return line, series.load_series(line)
 
 
 def _apply(tree: ScratchTree, diff: bytes, *extra: str) -> subprocess.CompletedProcess:
@@ -72,7 +72,7 @@ def _apply(tree: ScratchTree, diff: bytes, *extra: str) -> subprocess.CompletedP
 def test_hunks_split_a_multi_hunk_multi_file_patch(tmp_path):
     path = tmp_path / "0001-two-hunks.patch"
     path.write_bytes(make_patch(UP, edit_two_far_hunks_and_a_file, "Two hunks and a file", TRAILERS))
-    patch = patches.parse_patch(path)
+    patch = series.parse_patch(path)
     hs = mutants.hunks(patch)
     assert [(h.index, h.path) for h in hs] == [
         (1, "src/demo/core.py"),
@@ -158,8 +158,8 @@ def test_judge(cases, detail, verdict, by):
     assert mutants.judge(cases, detail) == Outcome(verdict, by)
 
 
-def _patch(message: str, name="0001-x.patch") -> patches.Patch:
-    return patches.Patch(Path(name), "subject", message, {}, (), b"")
+def _patch(message: str, name="0001-x.patch") -> series.Patch:
+    return series.Patch(Path(name), "subject", message, {}, (), b"")
 
 
 def _result(index: int, verdict: str, by: str = "", patch="0001-x.patch") -> Result:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import cli, gitops
-from patchwheel import series as patches
+from patchwheel import cli, gitops, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import refresh
 from patchwheel.maint.workrepo import WorkRepo
@@ -62,9 +61,9 @@ def _patch_files(root: Path) -> dict[str, bytes]:
 
 def _regenerates(line) -> None:
     """git am + format-patch give every patch of the series its committed bytes (index lines included)."""
-    series = patches.load_series(line, messages=False)
-    with WorkRepo.of_line(line, series) as work:
-        for p in series:
+    patches = series.load_series(line, messages=False)
+    with WorkRepo.of_line(line, patches) as work:
+        for p in patches:
             assert gitops.format_patch(work.path, work.commits[p.name]) == p.raw, p.name
 
 
@@ -164,14 +163,14 @@ def test_folders_of_lines_no_longer_pinned_are_removed(demo_project):
 def test_refresh_changes_exactly_that_patch(demo_project):
     two_patches(demo_project, _util)  # 0002 adds another file
     before = _patch_files(demo_project.root)
-    old = patches.load_series(demo_project.load().line("demo"))
+    old = series.load_series(demo_project.load().line("demo"))
     number = demo_project.load().line("demo").build.number
     _edit(_module(demo_project), b'"hello, " + name', b'"hello, " + name.strip()')
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
     after = _patch_files(demo_project.root)
     assert [k for k in after if after[k] != before[k]] == ["patches/demo/1.0.0/0001-greet-comma.patch"]
     assert demo_project.load().line("demo").build.number == number + 1, "a changed series is the next build"
-    new = patches.load_series(demo_project.load().line("demo"))
+    new = series.load_series(demo_project.load().line("demo"))
     assert (new[0].subject, new[0].message, new[0].trailers) == (old[0].subject, old[0].message, old[0].trailers)
     assert b'+    return "hello, " + name.strip()' in new[0].raw
     assert vendored.check(demo_project.load()) == []
@@ -235,8 +234,8 @@ def test_refresh_a_new_file_into_a_patch(demo_project):
     extra = _module(demo_project, "demo/extra.py")
     extra.write_bytes(b"VALUE = 1\n")
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
-    series = patches.load_series(demo_project.load().line("demo"))
-    assert series[0].touched == ["src/demo/core.py", "src/demo/extra.py"]
+    patches = series.load_series(demo_project.load().line("demo"))
+    assert patches[0].touched == ["src/demo/core.py", "src/demo/extra.py"]
     assert vendored.check(demo_project.load()) == []
 
 
@@ -279,8 +278,8 @@ def test_stray_files_and_pristine_copies_are_not_edits(demo_project):
     (folder / "__init__.py").write_bytes(INIT)  # copied from the wheel, not edited yet
     _edit(folder / "core.py", b'"hello, " + name', b'"hello, " + name.strip()')
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
-    series = patches.load_series(demo_project.load().line("demo"))
-    assert series[0].touched == ["src/demo/core.py"], "only the edit"
+    patches = series.load_series(demo_project.load().line("demo"))
+    assert patches[0].touched == ["src/demo/core.py"], "only the edit"
     problems = vendored.check(demo_project.load())
     assert len(problems) == 3 and all("is not a file the series of demo/1.0.0 makes" in p for p in problems)
 
@@ -291,7 +290,7 @@ def test_a_message_line_git_am_would_cut_is_refused(demo_project):
     )
     demo_project.set_series(("0001-greet-comma.patch", cut))
     line = demo_project.load().line("demo")
-    assert any("git am takes for the start of the diff" in p for p in patches.lint_line(line, demo_project.root))
+    assert any("git am takes for the start of the diff" in p for p in series.lint_line(line, demo_project.root))
     _edit(_module(demo_project), b'"hello, " + name', b'"hello, " + name.strip()')
     with pytest.raises(PatchwheelError, match="would be lost"):
         refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
@@ -313,13 +312,13 @@ def test_new_makes_a_patch_with_the_template_and_a_failing_stub(demo_project, ca
     root = ["--root", str(demo_project.root)]
     assert cli.main(root + ["new", "demo", "1.0.0", "add-swap"]) == 0
     line = demo_project.load().line("demo")
-    assert patches.series_names(line) == ["0001-greet-comma.patch", "0002-add-swap.patch"]
-    patch = patches.load_series(line, messages=False)[1]
+    assert series.series_names(line) == ["0001-greet-comma.patch", "0002-add-swap.patch"]
+    patch = series.load_series(line, messages=False)[1]
     assert patch.subject.startswith("TODO") and patch.trailers["Proof-Test"] == "tests/proof/test_add_swap.py"
     assert patch.trailers["Drop-When"] == "proof-passes-upstream"
     stub = (demo_project.root / "tests" / "proof" / "test_add_swap.py").read_text()
     assert "raise CouldNotObserve(" in stub and "pytest.mark.proof(" in stub
-    problems = patches.lint_line(line, demo_project.root)
+    problems = series.lint_line(line, demo_project.root)
     assert any("TODO line(s)" in p for p in problems), "a template cannot land or be published"
     (built,) = build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
     assert "-0_draft_" in built.filename, "built for its proof, as a draft (test_draft.py)"
@@ -344,7 +343,7 @@ def test_new_refuses_bad_input(demo_project):
     for other in ("0001-greet-comma", "0001", "0002", "0001-greet-comma.patch", "0002-anything"):
         with pytest.raises(PatchwheelError, match=f"{re.escape(repr(other))} is not a patch slug|names 0001-greet"):
             refresh.new(project, "demo", "1.0.0", other)
-    assert patches.series_names(project.line("demo")) == ["0001-greet-comma.patch"]
+    assert series.series_names(project.line("demo")) == ["0001-greet-comma.patch"]
 
 
 # --- a real release line ---------------------------------------------------------------------------------------
@@ -385,7 +384,7 @@ def test_refresh_on_a_real_line(real_root, capsys):
     assert "+" + new.rstrip("\n") in lines and "+" + old.rstrip("\n") not in lines
     project = config.load(real_root)
     line = project.line("transformers", newest)
-    assert patches.lint_line(line, real_root) == [], "message and trailers kept"
+    assert series.lint_line(line, real_root) == [], "message and trailers kept"
     assert vendored.check(project) == []
     _regenerates(line)
 

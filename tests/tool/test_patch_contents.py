@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import gitops
-from patchwheel import series as patches
+from patchwheel import gitops, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.wheels import apply, vendored
 from patchwheel.wheels import build as build_mod
@@ -26,7 +25,7 @@ SECRET = b"the contents of a file outside the project\n"
 
 
 def _problems(demo) -> list[str]:
-    return patches.lint_line(demo.load().line("demo"), demo.root)
+    return series.lint_line(demo.load().line("demo"), demo.root)
 
 
 def _build(demo):

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import config
-from patchwheel import series as patches
+from patchwheel import config, series
 from patchwheel.maint.proving import proofenv
 
 from conftest import CORE, GUARD, HANG, INIT, edit_greet, make_patch
@@ -293,8 +292,8 @@ def test_an_import_error_is_not_a_bug_and_features_are_not_proofs(project, other
     )
     other_project.line("1.0.0", None, {"Proof-Test": "", "Feature-Test": feature})
     line = config.load(other_project.root).line("demo", "1.0.0")
-    assert any("a feature cannot be dropped by 'proof-passes-upstream'" in p for p in patches.lint_line(line)), (
-        patches.lint_line(line)
+    assert any("a feature cannot be dropped by 'proof-passes-upstream'" in p for p in series.lint_line(line)), (
+        series.lint_line(line)
     )
     other_project.install("1.0.0")
     code, out, _ = other_project.pytest(feature)

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from patchwheel import config, gitops
-from patchwheel import series as patches
+from patchwheel import config, gitops, series
 from patchwheel.names import DIST_RECORD
 from patchwheel.probes.manifest import NAME as FIXES_MANIFEST
 from patchwheel.wheels import build as build_mod
@@ -37,13 +36,13 @@ def built_dist():
 def test_series_regenerates_byte_for_byte(line):
     """git am the series in order onto upstream's files; format-patch with the pinned flags gives each patch's
     committed bytes (its `index` line names the blob the previous patches left)."""
-    series = patches.load_series(line)
-    touched = sorted({p for patch in series for p in patch.touched})
+    patches = series.load_series(line)
+    touched = sorted({p for patch in patches for p in patch.touched})
     with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as zf:
         files = {p: zf.read(line.wheel_path(p)) for p in touched if line.wheel_path(p) in zf.namelist()}
     repo = gitops.scratch_repo(files)
     try:
-        for patch in series:
+        for patch in patches:
             gitops.am(repo, patch.path)
             assert gitops.format_patch(repo) == patch.raw, patch.name
     finally:
@@ -57,8 +56,8 @@ def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
     subprocess.run(
         [sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path), str(wheel)], check=True, capture_output=True
     )  # an independent RECORD check
-    series = patches.load_series(line)
-    touched = {line.wheel_path(p) for s in series for p in s.touched}
+    patches = series.load_series(line)
+    touched = {line.wheel_path(p) for s in patches for p in s.touched}
     with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as up, zipfile.ZipFile(wheel) as new:
         old = {n.replace(names.old_distinfo, names.new_distinfo): up.read(n) for n in up.namelist()}
         ours = {n: new.read(n) for n in new.namelist()}
@@ -78,7 +77,7 @@ def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
         expected.add(f"{names.new_distinfo}/WHEEL")
     assert changed == expected
     manifest = json.loads(ours[f"{names.new_distinfo}/{FIXES_MANIFEST}"])
-    assert [p["name"] for p in manifest["patches"]] == [p.name for p in series]
+    assert [p["name"] for p in manifest["patches"]] == [p.name for p in patches]
     assert manifest["upstream"]["sha256"] == line.wheel.sha256
 
 

@@ -6,8 +6,7 @@ import zipfile
 
 import pytest
 
-from patchwheel import gitops
-from patchwheel import series as patches
+from patchwheel import gitops, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import rebase
 from patchwheel.maint.upstream import textcheck
@@ -34,8 +33,8 @@ def _files(core):
     ],
 )
 def test_text_classes(demo_project, new_core, status):
-    series = patches.load_series(demo_project.load().line("demo"))
-    (result,) = textcheck.classify(series, _files(CORE), _files(new_core))
+    patches = series.load_series(demo_project.load().line("demo"))
+    (result,) = textcheck.classify(patches, _files(CORE), _files(new_core))
     assert result.status == status, result
     if status in ("clean", "offset", "3-way"):
         assert result.rebased is not None
@@ -60,7 +59,7 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     assert not (demo_project.root / ".rebase").exists()
     project = demo_project.load()
     assert [ln.version for ln in project.lines["demo"]] == ["1.0.0", "1.1.0"]
-    assert patches.lint_line(project.line("demo", "1.1.0"), demo_project.root) == []
+    assert series.lint_line(project.line("demo", "1.1.0"), demo_project.root) == []
     assert project.line("demo", "1.1.0").build.number == 1, "a new line starts at its first build"
     assert (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").is_file(), "rebase vendors"
     assert vendored.check(project) == []
@@ -74,7 +73,7 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
 def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, capsys):
     """Found rebasing transformers 4.53.3 onto 5.23.0: the behaviour check dropped a backport, and the feature
     written on top of it could not even be applied to the old release (the work repository skipped the dropped
-    patch). The whole old series is now the starting point; only the kept patches are carried."""
+    patch). The whole old patches is now the starting point; only the kept patches are carried."""
     from patchwheel.maint.proving.proofenv import ProofOutcome
 
     files = _files(CORE)
@@ -95,9 +94,9 @@ def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, caps
 
     assert rebase.start(demo_project.load(), "demo", "1.1.0", judge=judge) is True
     new_dir = demo_project.root / "patches" / "demo" / "1.1.0"
-    series = (new_dir / "series").read_text()
-    assert "# dropped 0001-greet-comma.patch: its proof passes on pristine demo 1.1.0" in series, series
-    assert series.splitlines()[-1] == "0001-shout.patch"
+    patches = (new_dir / "series").read_text()
+    assert "# dropped 0001-greet-comma.patch: its proof passes on pristine demo 1.1.0" in patches, patches
+    assert patches.splitlines()[-1] == "0001-shout.patch"
     assert b'+    return "HELLO, " + name' in (new_dir / "0001-shout.patch").read_bytes()
     assert "0002-shout.patch: clean" in capsys.readouterr().out
 

@@ -1,7 +1,7 @@
 """The one lint: everything `patchwheel lint` checks (and so `nox -s lint`, which runs it), which `follow` and
 `derive` ask of the tree they are about to write.
 
-Each release line: its series and patch files (:func:`patches.lint_line`), the committed matrix against the
+Each release line: its series and patch files (:func:`series.lint_line`), the committed matrix against the
 trailers and the build record (:func:`patchwheel.lint.line_problems`), then, on a package's newest line, the
 upstream-pr/ folders export sends upstream (:func:`submission.line_problems`). The whole project besides: the sets
 the default suite proves, the torch floors, the files under patches/ and overlay/, and the vendored modules in
@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import lint
-from .. import series as patches
+from .. import lint, series
 from ..config import Project, ReleaseLine
 from ..matrix.table import Matrix
 from ..wheels import vendored
@@ -51,7 +50,7 @@ def parts(project: Project, lines: list[ReleaseLine] | None = None) -> Iterator[
     matrix = Matrix.load(project.status_json)
     for line in project.all_lines() if lines is None else lines:
         problems = line_problems(project, line, matrix)
-        n = len(patches.series_names(line)) if not problems else "?"
+        n = len(series.series_names(line)) if not problems else "?"
         yield Part(line.key, f"{n} patch(es)", problems, of_line=True)
     if lines is None:
         yield Part("overlay/sets.toml [suite]", "", lint.suite_problems(project))

@@ -83,7 +83,8 @@ def drafts(line: ReleaseLine) -> list[str]:
     from ..series import parse_patch, series_names
 
     try:
-        return [name for name in series_names(line) if draft.todo_lines(parse_patch(line.patch_dir / name))]
+        patches = [(name, parse_patch(line.patch_dir / name)) for name in series_names(line)]
+        return [name for name, p in patches if draft.todo_lines(p.subject, p.message)]
     except (PatchwheelError, OSError, ValueError):
         return []
 
