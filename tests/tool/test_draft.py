@@ -14,7 +14,7 @@ import pytest
 from patchwheel import cli, draft, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.wheels import build as build_mod
-from patchwheel.wheels import buildno
+from patchwheel.wheels import buildno, distdir
 
 STUBS = [
     "tests/proof/test_add_swap.py",
@@ -91,6 +91,8 @@ def test_a_draft_builds_for_the_proofs_and_says_so(demo_project):
     index = "".join(page.read_text() for page in (dist / "simple").rglob("*.html"))
     assert (dist / "simple").is_dir() and built.filename not in index, "not in the index"
     assert not (dist / "constraints-default.txt").exists() and not (dist / "pins-default.txt").exists()
+    line = demo_project.load().line("demo")
+    assert distdir.current_wheel(line, dist, "hint") == dist / built.filename, "the +fixed proofs and guards take it"
 
 
 def test_lint_refuses_a_draft_then_each_stub_until_written(demo_project, capsys):
