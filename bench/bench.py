@@ -328,7 +328,7 @@ def main() -> int:
         return 0
     project = config.load(ROOT)
     line = project.line("transformers", project.sets["default"]["transformers"])
-    patches = series.load_series(line)
+    patches = series.parse_series(line)
     fetch.fetch(line.package, line.wheel)  # warm the cache: route 1 is timed from a warm cache
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .config import Project
 from .matrix.table import Matrix
-from .series import load_series, test_refs
+from .series import parse_series, test_refs
 
 
 def _tests(trailer: str) -> str:
@@ -35,7 +35,7 @@ def for_package(project: Project, matrix: Matrix | None, package: str, version: 
     own = next((line for line in project.lines.get(package, []) if line.version == version), None)
     bugs: list[dict] = []
     if own is not None:
-        for patch in load_series(own, messages=False):  # a draft too: its proof runs on pristine (status)
+        for patch in parse_series(own):  # a draft too: its proof runs on pristine (status)
             test = patch.trailers.get("Proof-Test")
             if not test:
                 continue
@@ -58,7 +58,7 @@ def for_package(project: Project, matrix: Matrix | None, package: str, version: 
     issues = {
         p.slug: p.trailers.get("Upstream-Issue", "")
         for line in project.lines.get(package, [])
-        for p in load_series(line, messages=False)
+        for p in parse_series(line)
     }
     lines = [m for m in (matrix.lines if matrix else []) if m.package == package]
     for mline in reversed(lines):  # the newest line first: its patches describe the newest form of each fix

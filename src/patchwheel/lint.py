@@ -24,9 +24,10 @@ from .wheels import buildno, fetch, rewrite
 
 def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
     """The first kind of problem the line has (its series, else the matrix, else its build record); none: []."""
-    problems = series.lint_line(line, project.root) + stub_problems(project, line)
+    problems, patches = series.lint_series(line, project.root)
+    problems += stub_problems(project, line)
     if not problems and matrix is not None:
-        problems = matrix_checks.problems(matrix, line.key, series.parse_series(line))  # linted above
+        problems = matrix_checks.problems(matrix, line.key, patches)  # each patch parsed once, by the lint
     if not problems and (why := buildno.problem(line) or buildno.history_problem(line, project.root)):
         problems = [why]
     return problems

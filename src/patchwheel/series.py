@@ -20,7 +20,9 @@ The trailers, their vocabulary and their checks:
 A feature cannot be judged by behaviour on a release without it (its test has nothing to call there), so it is
 dropped by release or PR, never by ``proof-passes-upstream``. ``Fixed-In`` is a claim the committed matrix can
 check (the proof passes there); an upstream fix that leaves part of the bug is ``Partial-Fix-In``, naming the test
-that still fails. Checked whenever a series is loaded (a patch with a malformed trailer is not built), and by lint.
+that still fails. Parsing a series (:func:`parse_series`) judges none of this; linting it does
+(:func:`lint_series`, :func:`checked_series`: the build, vendor, refresh, rebase and export refuse a series that
+fails it, so a patch with a malformed trailer is not built), and `patchwheel lint`.
 """
 
 from __future__ import annotations
@@ -351,23 +353,33 @@ def series_names(line: ReleaseLine) -> list[str]:
     return names
 
 
-def load_series(line: ReleaseLine, *, messages: bool = True, numstat: bool = True) -> list[Patch]:
-    """The line's patches in series order, each parsed once by a strict lint that refuses a bad series (a caller
-    that linted it already: :func:`parse_series`). ``messages=False``: messages and trailers not judged (vendor,
-    refresh and new change the code of a patch whose message is still being written); ``numstat=False``: what git
-    reads is left to the caller (the build asks the git that applies the series, :func:`apply.apply_series`)."""
-    problems, series = _lint(line, None, messages=messages, numstat=numstat)
+def parse_series(line: ReleaseLine) -> list[Patch]:
+    """The line's patches in series order, parsed only: nothing is judged, no git runs (a reader of a series that a
+    lint passed: the build's, `patchwheel lint`'s, the suite's). PatchError where a file is not a patch at all, or
+    the series names a file that is not there; a series that must be refused before a command acts on it is read
+    by :func:`checked_series`."""
+    out = []
+    for name in series_names(line):
+        path = line.patch_dir / name
+        if not path.is_file():
+            raise PatchError(f"series entry {name} has no file {path}", "add the patch file or remove its entry")
+        out.append(parse_patch(path))
+    return out
+
+
+def checked_series(line: ReleaseLine, *, messages: bool = True, numstat: bool = True) -> list[Patch]:
+    """The line's patches in series order, each parsed once by the lint (:func:`lint_series`), which refuses a bad
+    series: for a command that acts on it (build, vendor, refresh, rebase, export, the upstream matrix).
+    ``messages=False``: messages and trailers not judged (vendor, refresh and new change the code of a patch whose
+    message is still being written); ``numstat=False``: what git reads is left to the caller (the build asks the git
+    that applies the series, :func:`apply.apply_series`)."""
+    problems, series = lint_series(line, messages=messages, numstat=numstat)
     if problems:
         raise PatchError(
             f"patch series {line.key} is not valid:\n  - " + "\n  - ".join(problems),
             "fix each point above; `nox -s lint` re-checks",
         )
     return series
-
-
-def parse_series(line: ReleaseLine) -> list[Patch]:
-    """The line's patches in series order, parsed, not linted (PatchError: a file is not a patch)."""
-    return [parse_patch(line.patch_dir / n) for n in series_names(line)]
 
 
 _MAILINFO_CUT = re.compile(r"^(---|diff -|Index: )", re.M)
@@ -409,12 +421,16 @@ def git_disagrees(patch: Patch) -> str | None:
 
 
 def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = True, numstat: bool = True) -> list[str]:
-    """Every problem of one release line's series, as readable strings (empty: clean); flags as in load_series."""
-    return _lint(line, root, messages=messages, numstat=numstat)[0]
+    """Every problem of one release line's series, as readable strings (empty: clean); flags as in checked_series."""
+    return lint_series(line, root, messages=messages, numstat=numstat)[0]
 
 
-def _lint(line: ReleaseLine, root: Path | None, *, messages: bool, numstat: bool) -> tuple[list[str], list[Patch]]:
-    """(every problem of the line's series, its patches parsed on the way)."""
+def lint_series(
+    line: ReleaseLine, root: Path | None = None, *, messages: bool = True, numstat: bool = True
+) -> tuple[list[str], list[Patch]]:
+    """(every problem of the line's series, its patches parsed on the way: each once); flags as in checked_series.
+    The lint: names and numbering, the files, where git am cuts a message, what git applies (one ``git apply
+    --numstat`` a patch), the trailers and the message, the paths against the wheel, files beside the series."""
     problems: list[str] = []
     try:
         names = series_names(line)

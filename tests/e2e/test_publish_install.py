@@ -33,7 +33,7 @@ USER, PASSWORD = "publisher", "s3cret-for-tests"
 sys.path.insert(0, str(ROOT / "src"))
 
 from patchwheel import config  # noqa: E402
-from patchwheel.series import load_series  # noqa: E402
+from patchwheel.series import parse_series  # noqa: E402
 from patchwheel.wheels.fetch import sha256_file  # noqa: E402
 from patchwheel.wheels.rewrite import wheel_names  # noqa: E402
 
@@ -194,7 +194,7 @@ def test_publish_refuses_overwrite_and_bad_credentials_then_pip_installs_fixed(s
         site = Path(subprocess.run([py, "-c", purelib], check=True, capture_output=True, text=True).stdout.strip())
         (site / "shared-torch.pth").write_text(torch_site + "\n")
     tline = project.line("transformers", project.sets[SET]["transformers"])
-    first = load_series(tline)[0]  # its proof runs in the consumer environment below
+    first = parse_series(tline)[0]  # its proof runs in the consumer environment below
     # --no-compile: pip would compile all of torch's 2 GB ahead (20 s here); the proof run below compiles what it
     # imports, once, as bytecode writing is on for it.
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--no-compile"]
@@ -239,7 +239,7 @@ def _builds_of(line, tmp_path: Path) -> Path:
     project = tmp_path / "project"
     for part in (f"overlay/{line.package}", f"patches/{line.package}", "tests/proof", "tests/guards"):
         shutil.copytree(ROOT / part, project / part)
-    last = project / "patches" / line.package / line.version / load_series(line)[-1].name
+    last = project / "patches" / line.package / line.version / parse_series(line)[-1].name
     text = last.read_text()
     subject_end = text.index("\n\n", text.index("\nSubject: ")) + 2
     last.write_text(

@@ -92,7 +92,7 @@ def test_verify_catches_a_tampered_wheel(demo_project, tmp_path):
             zf.writestr(e.info, e.data.replace(b'"hello, "', b'"hullo, "') if e.name == "demo/core.py" else e.data)
     line = demo_project.load().line("demo")
     with pytest.raises(PatchwheelError) as err:
-        verify(line, bad, demo_project.upstream, build_mod.load_series(line))
+        verify(line, bad, demo_project.upstream, build_mod.checked_series(line))
     assert "RECORD hash or size of demo/core.py is wrong" in str(err.value)
     assert "0001-greet-comma.patch is not present" in str(err.value)
 

@@ -15,7 +15,7 @@ import pytest
 from patchwheel import cli, gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.probes.manifest import NAME as FIXES_MANIFEST
-from patchwheel.series import load_series
+from patchwheel.series import parse_series
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import records, rewrite, undo
 from patchwheel.wheels.verify import verify
@@ -121,7 +121,7 @@ def test_one_git_process_per_line(demo_project, monkeypatch, tmp_path):
 
 def test_undo_proves_each_patch_present_and_git_decides_when_it_cannot(demo_project, monkeypatch, tmp_path):
     line, built = _build_line(demo_project, tmp_path)
-    series = load_series(line)
+    series = parse_series(line)
     with zipfile.ZipFile(tmp_path / built.filename) as zf:
         now = {"src/demo/core.py": zf.read("demo/core.py")}
     assert undo.undo_series(series, now) == {"src/demo/core.py": CORE}
@@ -145,8 +145,8 @@ def test_a_wheel_member_recompressed_is_compared_by_content(demo_project, tmp_pa
                 data = rewrite.inflated(wheel, e)
                 zf.writestr(e.info, data + change if e.name.endswith(".dist-info/WHEEL") else data)
         if not change:
-            verify(line, other, demo_project.upstream, load_series(line))
+            verify(line, other, demo_project.upstream, parse_series(line))
             continue
         with pytest.raises(PatchwheelError) as err:
-            verify(line, other, demo_project.upstream, load_series(line))
+            verify(line, other, demo_project.upstream, parse_series(line))
         assert "WHEEL is not upstream's with the Build line" in err.value.message

@@ -22,7 +22,7 @@ import pytest
 
 from patchwheel import cli
 from patchwheel.errors import PatchwheelError
-from patchwheel.series import load_series
+from patchwheel.series import parse_series
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import staging
 from patchwheel.wheels.rewrite import read, record_hash, wheel_names
@@ -187,7 +187,7 @@ def test_kept_wheel_changed_with_a_matching_build_json_is_refused(demo_project):
         line,
         dist / _name(demo_project, "1.1.0"),
         demo_project.upstream.parent / "demo-1.1.0-py3-none-any.whl",
-        load_series(line),
+        parse_series(line),
     )
     before = _snapshot(dist)
     with pytest.raises(PatchwheelError) as err:

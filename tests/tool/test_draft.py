@@ -63,7 +63,7 @@ def test_new_writes_every_file_the_later_steps_need_as_stubs(demo_project, capsy
         assert path.is_file(), rel
         assert draft.STUB_MARK in path.read_text(), f"{rel} is obviously a draft"
         assert f"wrote the stub {rel}" in out
-    patch = series.load_series(demo_project.load().line("demo"), messages=False)[1]
+    patch = series.parse_series(demo_project.load().line("demo"))[1]
     assert patch.trailers["Guard-Test"] == "tests/guards/test_add_swap.py", "the guard file the message names exists"
     assert "docs/adding-a-fix.md" in out
 
@@ -122,7 +122,7 @@ def test_a_draft_is_never_given_a_build_number(demo_project):
     with pytest.raises(PatchwheelError, match="is a draft: the message of 0002-add-swap.patch"):
         buildno.bump(demo_project.load(), line)
     with pytest.raises(PatchwheelError, match="TODO line"):  # publishing: what the suite's lint asks first
-        series.load_series(line)
+        series.checked_series(line)
 
 
 def test_the_number_after_the_message_is_the_next_one(demo_project, capsys):
@@ -151,7 +151,7 @@ def test_a_proof_selection_reads_a_draft_series():
     """The proof framework maps a test to its patch through the series: a draft's Proof-Test counts too."""
     conftest = (Path(__file__).resolve().parents[1] / "proof" / "conftest.py").read_text()
     series = conftest[conftest.index("def _series(") :].split("\ndef ", 1)[0]
-    assert "load_series(line, messages=False)" in series
+    assert "parse_series(line)" in series
 
 
 def test_status_reads_a_draft_series(demo_project):

@@ -466,7 +466,7 @@ def test_the_older_lines_proofs_run_beside_the_judge_s_once(monkeypatch, tmp_pat
     project: Any = SimpleNamespace(lines={"demo": lines}, line=lambda pkg: lines[-1], cache=tmp_path, root=tmp_path)
     wheel: Any = SimpleNamespace(filename="demo-1.1.0-py3-none-any.whl")
     env = tmp_path / "envs" / "demo-1.1.0"
-    monkeypatch.setattr(follow.series, "load_series", lambda line: series[line.name])
+    monkeypatch.setattr(follow.series, "parse_series", lambda line: series[line.name])
     monkeypatch.setattr(upstream, "companions", lambda project, line: [])
     monkeypatch.setattr(proofenv, "release_env", lambda cache, wheels: env)
     ran: list[list[str]] = []

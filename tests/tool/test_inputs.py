@@ -185,7 +185,7 @@ def test_git_messages_are_parsed_in_english(demo_project, tmp_path, monkeypatch)
     monkeypatch.setenv("LANGUAGE", "de")
     if _plain_git(tmp_path, "apply", "--check", "/nonexistent").stderr.startswith("error:"):
         pytest.skip("this git speaks no German here, so the language cannot be shown to matter")
-    patches = series.load_series(demo_project.load().line("demo"))
+    patches = series.parse_series(demo_project.load().line("demo"))
     (result,) = textcheck.classify(patches, FILES, {**FILES, "src/demo/core.py": b"# one\n# two\n" + CORE})
     assert (result.status, result.detail) == ("offset", "hunk #1 at 4 (+2)")
     hi = CORE.replace(b'"hello " + name', b'"hi " + name')
@@ -411,7 +411,7 @@ def test_non_ascii_subject_is_decoded(demo_project):
     patch = make_patch(FILES, edit_greet, SUBJECT, TRAILERS)
     assert b"Subject: =?UTF-8?q?Gr=C3=BC=C3=9Fe" in patch and b"\n =?UTF-8?q?" in patch  # encoded and folded
     demo_project.set_series(("0001-greet-comma.patch", patch))
-    (parsed,) = series.load_series(demo_project.load().line("demo"))
+    (parsed,) = series.parse_series(demo_project.load().line("demo"))
     assert parsed.subject == SUBJECT
     (carried,) = textcheck.classify([parsed], FILES, FILES)  # git am + format-patch (LC_ALL=C) keep the bytes
     assert (carried.status, carried.rebased) == ("clean", patch)

@@ -110,7 +110,7 @@ def test_malformed_patch_and_series(demo_project):
     (demo_project.patch_dir / "series").write_text("some/dir/0001.patch\n")
     assert "is not a plain patch file name" in _problems(demo_project)[0]
     with pytest.raises(PatchwheelError, match="patch series demo/1.0.0 is not valid"):
-        series.load_series(demo_project.load().line("demo"))
+        series.checked_series(demo_project.load().line("demo"))
 
 
 def test_patch_outside_the_package_is_rejected(demo_project):
@@ -240,9 +240,31 @@ def test_patchwheel_lint_reports_the_tree(demo_project, capsys):
     )
 
 
-def test_a_series_is_parsed_once_and_parsing_does_not_lint(demo_project, monkeypatch):
-    """load_series linted the line (parsing each patch) and then parsed every patch again; parse_series, for a
-    caller that has linted the line already, reads it without the lint's refusal."""
+def test_reading_a_series_does_not_lint_it(demo_project, monkeypatch):
+    """A command that only reads a series (status's known bugs, the matrix's rows, the watch's digest of a line)
+    parses it: no lint, so no `git apply --numstat` process a patch and no trailer judged. Reading linted on every
+    call (load_series); lint runs where a command acts on a series (checked_series) and in `patchwheel lint`."""
+    from patchwheel import knownbugs
+    from patchwheel.maint.upstream import watch
+    from patchwheel.matrix.table import series_lookup
+
+    def linted(*args, **kwargs):
+        raise AssertionError("a read of the series linted it")
+
+    project = demo_project.load()
+    line = project.line("demo")
+    monkeypatch.setattr(series, "git_disagrees", linted)
+    monkeypatch.setattr(series, "validate_trailers", linted)
+    assert [b["fix"] for b in knownbugs.for_package(project, None, "demo", "1.0.0")["bugs"]] == ["greet-comma"]
+    assert [p.name for p in series_lookup(project)(line.key) or []] == ["0001-greet-comma.patch"]
+    assert list(watch.series_digest(project, line.key)) == ["0001-greet-comma.patch"]
+    with pytest.raises(AssertionError, match="linted it"):
+        series.checked_series(line)  # the lint itself still asks git and judges the trailers
+
+
+def test_a_checked_series_is_parsed_once_and_a_plain_read_refuses_what_is_not_a_patch(demo_project, monkeypatch):
+    """checked_series lints the line and returns the patches the lint parsed (each once); parse_series reads a
+    series a lint would refuse, but not a file that is not a patch, nor an entry with no file."""
     trailers_without = {k: v for k, v in TRAILERS.items() if k != "Upstream-Status"}
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", TRAILERS)))
     line = demo_project.load().line("demo")
@@ -254,9 +276,16 @@ def test_a_series_is_parsed_once_and_parsing_does_not_lint(demo_project, monkeyp
         return real(path)
 
     monkeypatch.setattr(series, "parse_patch", counting)
-    assert [p.name for p in series.load_series(line)] == ["0001-x.patch"]
+    assert [p.name for p in series.checked_series(line)] == ["0001-x.patch"]
     assert parsed == ["0001-x.patch"], "each patch parsed once"
     demo_project.set_series(("0001-x.patch", make_patch(FILES, edit_greet, "X", trailers_without)))
-    with pytest.raises(PatchwheelError, match="missing trailer 'Upstream-Status:'"):
-        series.load_series(line)  # the refusal a command's user sees, unchanged
+    refused = "patch series demo/1.0.0 is not valid:\n  - 0001-x.patch: missing trailer"
+    with pytest.raises(PatchwheelError, match=refused):
+        series.checked_series(line)  # the refusal a command's user sees, unchanged
     assert [p.name for p in series.parse_series(line)] == ["0001-x.patch"]
+    (demo_project.patch_dir / "0001-x.patch").write_text("no patch at all\n")
+    with pytest.raises(PatchwheelError, match="0001-x.patch: not a git format-patch mbox"):
+        series.parse_series(line)
+    (demo_project.patch_dir / "0001-x.patch").unlink()
+    with pytest.raises(PatchwheelError, match="series entry 0001-x.patch has no file"):
+        series.parse_series(line)

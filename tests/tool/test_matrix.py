@@ -108,7 +108,7 @@ def test_drop_when_contradictions_are_flagged():
 def test_trailers_must_agree_with_the_matrix(demo_project):
     """`Fixed-In` and `Drop-When` contradicted the committed matrix (⚠ cells) and nothing said so."""
     line = demo_project.load().line("demo")
-    (patch,) = series.load_series(line)
+    (patch,) = series.parse_series(line)
     cell = {"text": "conflict", "behaviour": "fails", "behaviour_detail": "test_greet: BugSymptom: still wrong"}
     raw: dict[str, Any] = {
         "lines": [
@@ -133,7 +133,7 @@ def test_trailers_must_agree_with_the_matrix(demo_project):
         text = patch.path.read_text().replace("Upstream-Status: Pending", f"Upstream-Status: {status}")
         patch.path.write_text(text)
         raw["lines"][0]["patches"][0]["upstream_status"] = status
-        return series.load_series(line)[0]
+        return series.parse_series(line)[0]
 
     fixed = with_status("Fixed-In 1.1.0")
     problems = matrix_checks.problems(Matrix.from_json(raw), line.key, [fixed])

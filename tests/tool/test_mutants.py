@@ -58,7 +58,7 @@ def _series(demo, second_edit, first_trailers=None, second_trailers=None):
     p2 = make_patch(edit_two_far_hunks_and_a_file(dict(UP)), second_edit, "On top", second_trailers or TRAILERS)
     demo.set_series(("0001-two-hunks.patch", p1), ("0002-on-top.patch", p2))
     line = demo.load().line("demo")
-    return line, series.load_series(line)
+    return line, series.parse_series(line)
 
 
 def _apply(tree: ScratchTree, diff: bytes, *extra: str) -> subprocess.CompletedProcess:

@@ -61,7 +61,7 @@ def _patch_files(root: Path) -> dict[str, bytes]:
 
 def _regenerates(line) -> None:
     """git am + format-patch give every patch of the series its committed bytes (index lines included)."""
-    patches = series.load_series(line, messages=False)
+    patches = series.parse_series(line)
     with WorkRepo.of_line(line, patches) as work:
         for p in patches:
             assert gitops.format_patch(work.path, work.commits[p.name]) == p.raw, p.name
@@ -163,14 +163,14 @@ def test_folders_of_lines_no_longer_pinned_are_removed(demo_project):
 def test_refresh_changes_exactly_that_patch(demo_project):
     two_patches(demo_project, _util)  # 0002 adds another file
     before = _patch_files(demo_project.root)
-    old = series.load_series(demo_project.load().line("demo"))
+    old = series.parse_series(demo_project.load().line("demo"))
     number = demo_project.load().line("demo").build.number
     _edit(_module(demo_project), b'"hello, " + name', b'"hello, " + name.strip()')
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
     after = _patch_files(demo_project.root)
     assert [k for k in after if after[k] != before[k]] == ["patches/demo/1.0.0/0001-greet-comma.patch"]
     assert demo_project.load().line("demo").build.number == number + 1, "a changed series is the next build"
-    new = series.load_series(demo_project.load().line("demo"))
+    new = series.parse_series(demo_project.load().line("demo"))
     assert (new[0].subject, new[0].message, new[0].trailers) == (old[0].subject, old[0].message, old[0].trailers)
     assert b'+    return "hello, " + name.strip()' in new[0].raw
     assert vendored.check(demo_project.load()) == []
@@ -234,7 +234,7 @@ def test_refresh_a_new_file_into_a_patch(demo_project):
     extra = _module(demo_project, "demo/extra.py")
     extra.write_bytes(b"VALUE = 1\n")
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
-    patches = series.load_series(demo_project.load().line("demo"))
+    patches = series.parse_series(demo_project.load().line("demo"))
     assert patches[0].touched == ["src/demo/core.py", "src/demo/extra.py"]
     assert vendored.check(demo_project.load()) == []
 
@@ -278,7 +278,7 @@ def test_stray_files_and_pristine_copies_are_not_edits(demo_project):
     (folder / "__init__.py").write_bytes(INIT)  # copied from the wheel, not edited yet
     _edit(folder / "core.py", b'"hello, " + name', b'"hello, " + name.strip()')
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
-    patches = series.load_series(demo_project.load().line("demo"))
+    patches = series.parse_series(demo_project.load().line("demo"))
     assert patches[0].touched == ["src/demo/core.py"], "only the edit"
     problems = vendored.check(demo_project.load())
     assert len(problems) == 3 and all("is not a file the series of demo/1.0.0 makes" in p for p in problems)
@@ -313,7 +313,7 @@ def test_new_makes_a_patch_with_the_template_and_a_failing_stub(demo_project, ca
     assert cli.main(root + ["new", "demo", "1.0.0", "add-swap"]) == 0
     line = demo_project.load().line("demo")
     assert series.series_names(line) == ["0001-greet-comma.patch", "0002-add-swap.patch"]
-    patch = series.load_series(line, messages=False)[1]
+    patch = series.parse_series(line)[1]
     assert patch.subject.startswith("TODO") and patch.trailers["Proof-Test"] == "tests/proof/test_add_swap.py"
     assert patch.trailers["Drop-When"] == "proof-passes-upstream"
     stub = (demo_project.root / "tests" / "proof" / "test_add_swap.py").read_text()

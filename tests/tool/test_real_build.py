@@ -36,7 +36,7 @@ def built_dist():
 def test_series_regenerates_byte_for_byte(line):
     """git am the series in order onto upstream's files; format-patch with the pinned flags gives each patch's
     committed bytes (its `index` line names the blob the previous patches left)."""
-    patches = series.load_series(line)
+    patches = series.parse_series(line)
     touched = sorted({p for patch in patches for p in patch.touched})
     with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as zf:
         files = {p: zf.read(line.wheel_path(p)) for p in touched if line.wheel_path(p) in zf.namelist()}
@@ -56,7 +56,7 @@ def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
     subprocess.run(
         [sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path), str(wheel)], check=True, capture_output=True
     )  # an independent RECORD check
-    patches = series.load_series(line)
+    patches = series.parse_series(line)
     touched = {line.wheel_path(p) for s in patches for p in s.touched}
     with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as up, zipfile.ZipFile(wheel) as new:
         old = {n.replace(names.old_distinfo, names.new_distinfo): up.read(n) for n in up.namelist()}

@@ -33,7 +33,7 @@ def _files(core):
     ],
 )
 def test_text_classes(demo_project, new_core, status):
-    patches = series.load_series(demo_project.load().line("demo"))
+    patches = series.parse_series(demo_project.load().line("demo"))
     (result,) = textcheck.classify(patches, _files(CORE), _files(new_core))
     assert result.status == status, result
     if status in ("clean", "offset", "3-way"):

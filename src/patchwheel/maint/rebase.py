@@ -31,7 +31,7 @@ from ..config import Artifact, Project, ReleaseLine
 from ..configfiles import add_release
 from ..errors import ConfigError
 from ..reporter import CONSOLE
-from ..series import Patch, load_series, parse_patch, patch_name, slug_of
+from ..series import Patch, checked_series, parse_patch, patch_name, slug_of
 from ..wheels import buildno, fetch, vendored
 from .follow import waiting
 from .proving import proofenv
@@ -131,7 +131,7 @@ def carry_line(
             f"finish it with `{_continue(by, package, version)}`, or delete {work}",
         )
     wheel, sdist = release_artifacts(package, version)
-    series = load_series(source)
+    series = checked_series(source)
     dropped: dict[str, str] = {}
     if behaviour:
         if judge is None:
@@ -301,7 +301,7 @@ def reexport(project: Project, package: str, version: str, log=CONSOLE) -> None:
     patch edited by hand gets correct `index` lines (and the ones after it too). Nothing else changes."""
     _version(version)  # a clear error for a typo; the line itself is named as its pin names it
     line = project.line(package, version)
-    series = load_series(line, messages=False)
+    series = checked_series(line, messages=False)
     with WorkRepo.of_line(line, series) as work:
         for p in series:
             new = gitops.format_patch(work.path, work.commits[p.name])

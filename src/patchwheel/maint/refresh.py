@@ -32,7 +32,7 @@ from ..config import Project, ReleaseLine
 from ..errors import PatchError
 from ..names import path_problem
 from ..reporter import CONSOLE
-from ..series import HUNK_HEADER, SLUG, Patch, find, load_series, mailinfo_cut, parse_patch, test_refs
+from ..series import HUNK_HEADER, SLUG, Patch, checked_series, find, mailinfo_cut, parse_patch, test_refs
 from ..wheels import buildno, fetch, vendored
 from ..wheels.apply import ScratchTree, apply_line, explain_failure
 from . import stubs
@@ -60,7 +60,7 @@ def _edits(project: Project, line: ReleaseLine) -> Edits:
     """The edits of overlay/<pkg>/<version>/, refused when the folder is not a clean base for them: a module
     missing or out of date (the series changed since `nox -s vendor` wrote it: folding it back would undo that
     change)."""
-    series = load_series(line, messages=False)
+    series = checked_series(line, messages=False)
     want = vendored.generate(line, series)
     states = vendored.classify(want)
     folder = line.vendor_dir

@@ -32,7 +32,7 @@ from packaging.version import Version
 
 from ..atomic import replace_text
 from ..errors import MatrixError
-from ..series import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, load_series, slug_of
+from ..series import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, parse_series, slug_of
 
 SCHEMA = 1
 #: Where the committed matrix lives, for messages (the path itself is ``Project.status_json``).
@@ -388,7 +388,7 @@ def _merge_line(prev: LineMatrix, new: LineMatrix) -> None:
 def series_lookup(project) -> Callable[[str], list[Patch] | None]:
     """``line key -> its series`` for :meth:`Matrix.rerendered` (None for a line no longer pinned)."""
     known = {line.key: line for line in project.all_lines()}
-    return lambda key: load_series(known[key]) if key in known else None
+    return lambda key: parse_series(known[key]) if key in known else None
 
 
 #: The text results and the behaviour verdicts, as one character each in the tables (the keys are the matrix's

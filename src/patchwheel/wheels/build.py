@@ -30,7 +30,7 @@ from ..errors import DistError, PatchwheelError
 from ..names import DIST_RECORD
 from ..probes import manifest as fixes
 from ..reporter import CONSOLE
-from ..series import Patch, load_series, series_names
+from ..series import Patch, checked_series, series_names
 from . import buildno, records, rewrite, staging, vendored
 from . import fetch as fetch_mod
 from .apply import apply_line
@@ -73,13 +73,13 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     first build from that pinned wheel audits whole (:mod:`records`; until then every member is inflated once)."""
     t0 = time.perf_counter()
     if drafts := buildno.drafts(line):  # new's template: built for the proofs, named as a draft, never recorded
-        patches = load_series(line, messages=False, numstat=False)
+        patches = checked_series(line, messages=False, numstat=False)
         log(
             f"a draft: the message of {drafts[0]} is the template `nox -s new` wrote; built for the proofs as "
             f"{buildno.tag(line)}, left out of the index and pins; `nox -s lint` refuses it until it is written"
         )
     else:
-        patches = load_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
+        patches = checked_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
         buildno.check(line)  # the wheel's name must be the series' own
     upstream_wheel, blob = fetch_mod.fetch_verified(line.package, line.wheel, log=log)  # fetch
     names = rewrite.wheel_names(line)
@@ -238,7 +238,7 @@ def _outdated(w: DistWheel, line: ReleaseLine, path: Path) -> bool:
     records it, or as the wheel's own manifest does (it has each patch's sha256, so a patch edited under its name
     counts too). A manifest that cannot be read tells nothing: the rebuild then finds that the wheel differs."""
     try:
-        series = load_series(line, messages=False)
+        series = checked_series(line, messages=False)
     except PatchwheelError:  # that line's series is broken: its own build will say how
         return True
     if (

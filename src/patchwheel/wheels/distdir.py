@@ -19,7 +19,7 @@ from ..config import ReleaseLine
 from ..errors import ConfigError, DistError
 from ..names import DIST_RECORD, SHA256, wheel_name_version
 from ..probes import manifest as fixes
-from ..series import load_series
+from ..series import parse_series
 from . import rewrite
 
 #: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
@@ -223,7 +223,7 @@ def current_wheel(line: ReleaseLine, dist: Path, hint: str) -> Path:
         raise DistError(f"{path} does not exist", hint)
     built = [(p["name"], p["sha256"]) for p in wheel_manifest(path)["patches"]]
     # (the series as the build read it: a draft's message is not judged, its wheel is for the proofs)
-    if built != [(p.name, p.sha256) for p in load_series(line, messages=False)]:
+    if built != [(p.name, p.sha256) for p in parse_series(line)]:
         raise DistError(f"{path} was built from other patches than patches/{line.key}/ holds now", hint)
     return path
 

@@ -32,7 +32,7 @@ from ..config import Project, ReleaseLine
 from ..errors import OverlayError
 from ..names import VENDOR_RECORD, path_problem
 from ..reporter import CONSOLE
-from ..series import Patch, load_series
+from ..series import Patch, checked_series
 from . import fetch, rewrite, zipwrite
 from .apply import apply_line
 
@@ -80,7 +80,7 @@ def _license(entries: list[zipwrite.Entry]) -> tuple[bytes | None, str]:
 
 def generate(line: ReleaseLine, series: list[Patch] | None = None) -> Vendored:
     """pristine wheel + series -> the line's vendored files (the wheel is fetched and sha256-verified)."""
-    series = load_series(line, messages=False) if series is None else series
+    series = checked_series(line, messages=False) if series is None else series
     entries = rewrite.read(fetch.fetch(line.package, line.wheel))
     patched = apply_line(line, series, {e.name: e.data for e in entries})
     modules = {w: d for w, d in sorted(patched.items()) if d is not None}

@@ -34,7 +34,7 @@ from ...config import Artifact, Project, ReleaseLine
 from ...errors import PatchError
 from ...matrix.table import Matrix
 from ...reporter import CONSOLE
-from ...series import Patch, load_series, matches, proposed_in
+from ...series import Patch, checked_series, matches, parse_series, proposed_in
 from ...wheels import fetch
 from ..proving import proofenv
 from ..upstream.textcheck import carry
@@ -60,11 +60,11 @@ class Carried:
 def find(project: Project, slug: str) -> tuple[ReleaseLine, list[Patch]]:
     """The newest line carrying a patch with this slug (or file name), and its series up to that patch."""
     for line in reversed([ln for pkg in project.packages() for ln in project.lines[pkg]]):
-        series = load_series(line)
+        series = checked_series(line)
         for i, p in enumerate(series):
             if matches(p, slug):
                 return line, series[: i + 1]
-    known = sorted({p.slug for ln in project.all_lines() for p in load_series(ln)})
+    known = sorted({p.slug for ln in project.all_lines() for p in parse_series(ln)})
     raise PatchError(f"no patch {slug!r}", f"known patches: {', '.join(known)}")
 
 
@@ -266,7 +266,7 @@ def _measured(project: Project, line: ReleaseLine, patch: Patch, version: str) -
             if row.slug == patch.slug:
                 for v, cell in row.cells.items():
                     {"fails": shows, "passes": fixed}.get(cell.behaviour or "", []).append(v)
-    shows += [ln.version for ln in project.lines[line.package] if any(q.slug == patch.slug for q in load_series(ln))]
+    shows += [ln.version for ln in project.lines[line.package] if any(q.slug == patch.slug for q in parse_series(ln))]
     return sorted(set(shows), key=Version), sorted(set(fixed), key=Version)  # 1.9 < 1.10, .post1
 
 

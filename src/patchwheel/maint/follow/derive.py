@@ -355,10 +355,10 @@ def _judge_others(
 ) -> tuple[list[Verdict], Stop | None]:
     """The proofs of the fixes the other lines carry and ``source`` does not (by slug; features are capabilities,
     not bugs), on the pristine release: a bug still there stops it, as does a proof that cannot judge."""
-    carried = {p.slug for p in series.load_series(source)}
+    carried = {p.slug for p in series.parse_series(source)}
     others: dict[str, tuple[ReleaseLine, series.Patch]] = {}
     for line in project.lines[done.package]:
-        for p in series.load_series(line):
+        for p in series.parse_series(line):
             if not p.is_feature and p.slug not in carried:
                 others[p.test_module] = (line, p)  # the newest line's patch of a module names it
     if not others:

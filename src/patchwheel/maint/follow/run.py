@@ -182,8 +182,8 @@ def _ahead(project: Project, pkg: str, artifact: Artifact, judged: upstream.Judg
     pytest runs share the cores; the matrix step then finds their verdicts (the proving step their cases) in
     ``judged``. Where it cannot run (no environment), the matrix step meets that again, and says so."""
     newest = project.line(pkg)
-    judge_runs = {p.test_module for p in series.load_series(newest)}
-    older = {p.test_module for ln in project.lines[pkg][:-1] for p in series.load_series(ln) if not p.is_feature}
+    judge_runs = {p.test_module for p in series.parse_series(newest)}
+    older = {p.test_module for ln in project.lines[pkg][:-1] for p in series.parse_series(ln) if not p.is_feature}
     if older - judge_runs:
         try:
             env = proofenv.release_env(project.cache, [(pkg, artifact)] + upstream.companions(project, newest))
@@ -265,7 +265,7 @@ def judge(
     verdicts: list[Verdict] = []
     problems: list[str] = []
     unjudged: list[str] = []
-    for row, patch in zip(judged_line.patches, series.load_series(line), strict=True):
+    for row, patch in zip(judged_line.patches, series.parse_series(line), strict=True):
         cell = row.cells[version]
         v = Verdict(patch.name, cell.text, cell.behaviour or "", cell.behaviour_detail or "")
         decision = decide(cell, patch.is_feature)

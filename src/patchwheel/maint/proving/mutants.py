@@ -27,7 +27,7 @@ from ...config import Project, ReleaseLine
 from ...errors import PatchError
 from ...gitops import git_env
 from ...reporter import CONSOLE
-from ...series import HUNK_HEADER, Patch, load_series, matches
+from ...series import HUNK_HEADER, Patch, checked_series, matches
 from ...wheels import fetch, rewrite
 from ...wheels.apply import ScratchTree, apply_line
 from ...wheels.distdir import current_wheel
@@ -375,7 +375,7 @@ def run(
     """Judge every hunk of every patch of the selected release lines (default: all; ``patch``: only the patch it
     names, in each line); report the table (and to ``out``). :func:`exit_code` says whether the check passed."""
     t0 = time.perf_counter()
-    plan = [(line, load_series(line)) for line in project.select(lines_selected)]
+    plan = [(line, checked_series(line)) for line in project.select(lines_selected)]
     chosen = {line.key: next((p for p in series if matches(p, patch)), None) for line, series in plan} if patch else {}
     if patch and not (plan := [(line, series) for line, series in plan if chosen[line.key]]):
         raise PatchError(

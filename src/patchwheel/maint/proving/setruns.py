@@ -107,7 +107,7 @@ def prove(
         wheels = [current_wheel(line, dist, "build them first (nox -s build)") for line in lines]
         fixed = proofenv.fixed_env(project.cache, wheels, purpose="follow", at=options.fixed_env)
     chosen = [line for line in lines if not options.packages or line.package in options.packages]
-    guards = sorted({m for line in chosen for p in series.load_series(line, messages=False) for m in guard_modules(p)})
+    guards = sorted({m for line in chosen for p in series.parse_series(line) for m in guard_modules(p)})
     envs = {"pristine": pristine, "fixed": fixed}
     with tempfile.TemporaryDirectory(prefix="patchwheel-prove-") as tmp:
         runner = _Runner(project.root, Path(tmp), options, log)

@@ -36,7 +36,7 @@ from ...matrix.table import (
     series_lookup,
 )
 from ...reporter import CONSOLE, Progress, Reporter
-from ...series import load_series
+from ...series import checked_series
 from ...wheels import fetch
 from ..proving import proofenv
 from ..workrepo import release_files, touched
@@ -118,7 +118,7 @@ def check_line(
     selected releases older than the line count too (what `derive` asks of a line it carries backwards; the
     committed matrix has only newer ones)."""
     judged = judged if judged is not None else Judged()
-    series = load_series(line)
+    series = checked_series(line)
     releases = [
         (v, a, y)
         for v, a, y in fetch.releases(line.package)

@@ -29,7 +29,7 @@ from ...errors import MatrixError
 from ...matrix.checks import decide
 from ...matrix.table import FEATURE, TEXT_CODE, VERDICTS, Cell, LineMatrix, Matrix, Row, drop_when_met, flags
 from ...reporter import CONSOLE, Reporter
-from ...series import Patch, load_series
+from ...series import Patch, parse_series
 from ...wheels import fetch
 from ..proving import proofenv
 from . import run as upstream
@@ -115,7 +115,7 @@ def read_cells(project: Project, path: Path) -> dict[tuple[str, str], dict[str, 
 def series_digest(project: Project, key: str) -> dict[str, str]:
     """patch name -> sha256 of its file, for the line ``key`` (``pkg/version``)."""
     pkg, version = key.split("/")
-    return {p.name: hashlib.sha256(p.path.read_bytes()).hexdigest() for p in load_series(project.line(pkg, version))}
+    return {p.name: hashlib.sha256(p.path.read_bytes()).hexdigest() for p in parse_series(project.line(pkg, version))}
 
 
 def write_fragment(
@@ -225,7 +225,7 @@ def read_fragment(project: Project, path: Path, cells: dict[tuple[str, str], dic
             raise _forged(
                 path, f"line.releases[0].{field}", f"{_short(release[field])} is not the listed {listed[field]}"
             )
-    series = load_series(line)
+    series = parse_series(line)
     names = [p.get("name") if type(p) is dict else None for p in data["patches"]]
     if names != [p.name for p in series]:
         raise _forged(path, "line.patches", f"{_short(names)} are not the series of {key}")
