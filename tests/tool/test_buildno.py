@@ -98,7 +98,7 @@ def test_bump_writes_the_first_record_and_keeps_every_other_line(demo_project):
     assert line.build is None
     assert "records no build number for its inputs" in (buildno.problem(line) or "")
     with pytest.raises(PatchwheelError, match="records no build number"):
-        buildno.check(line)
+        buildno.require_number(line)
     record = buildno.bump(demo_project.load(), line, log=lambda m: None)
     assert record == BuildRecord(1, buildno.inputs_digest(line))
     assert pins.read_text() == (

@@ -104,10 +104,10 @@ def test_vendor_keeps_an_edit_unless_forced(demo_project):
     new_module.write_bytes(b"VALUE = 1\n")
     vendored.write(demo_project.load(), log=lambda m: None)
     assert b"hi, " in module.read_bytes() and new_module.is_file(), "nothing lost"
-    assert len(vendored.check(demo_project.load())) == 2, "still reported until refreshed"
+    assert len(vendored.overlay_problems(demo_project.load())) == 2, "still reported until refreshed"
     vendored.write(demo_project.load(), force=True, log=lambda m: None)
     assert module.read_bytes() == COMMA and not new_module.exists()
-    assert vendored.check(demo_project.load()) == []
+    assert vendored.overlay_problems(demo_project.load()) == []
 
 
 def test_an_edit_of_a_file_the_series_changed_since_is_not_folded_back(demo_project):
@@ -115,7 +115,7 @@ def test_an_edit_of_a_file_the_series_changed_since_is_not_folded_back(demo_proj
     _edit(_module(demo_project), b"return a + b", b"return a + b  # edited")
     patch = demo_project.patch_dir / "0001-greet-comma.patch"
     patch.write_bytes(patch.read_bytes().replace(b'+    return "hello, " + name', b'+    return "hey, " + name'))
-    problems = vendored.check(demo_project.load())
+    problems = vendored.overlay_problems(demo_project.load())
     assert any("demo/core.py was edited, and the series changed it since" in p for p in problems), problems
     with pytest.raises(PatchwheelError, match=r"demo/core.py \(edited-stale\)"):
         refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma")
@@ -136,10 +136,10 @@ def test_a_patch_changed_by_hand_makes_the_overlay_stale_and_refresh_waits_for_v
 
 def test_a_series_change_makes_the_overlay_stale_and_vendor_rewrites_it(demo_project):
     two_patches(demo_project, _swap)  # set_series vendors: in step
-    assert vendored.check(demo_project.load()) == []
+    assert vendored.overlay_problems(demo_project.load()) == []
     (demo_project.patch_dir / "series").write_text("0001-greet-comma.patch\n")
     (demo_project.patch_dir / "0002-second.patch").unlink()
-    problems = vendored.check(demo_project.load())
+    problems = vendored.overlay_problems(demo_project.load())
     assert any("demo/core.py is out of date: the series changed" in p for p in problems), problems
     vendored.write(demo_project.load(), log=lambda m: None)  # not an edit: no --force needed
     assert _module(demo_project).read_bytes() == COMMA
@@ -148,13 +148,14 @@ def test_a_series_change_makes_the_overlay_stale_and_vendor_rewrites_it(demo_pro
 def test_folders_of_lines_no_longer_pinned_are_removed(demo_project):
     stale = demo_project.root / "overlay" / "demo" / "0.9.0" / "demo"
     shutil.copytree(demo_project.root / "overlay" / "demo" / "1.0.0", stale.parent)  # as vendor wrote it
-    assert vendored.check(demo_project.load()) == ["overlay/demo/0.9.0/ belongs to no pinned line: run `nox -s vendor`"]
+    said = vendored.overlay_problems(demo_project.load())
+    assert said == ["overlay/demo/0.9.0/ belongs to no pinned line: run `nox -s vendor`"]
     (stale / "core.py").write_bytes(b"# edited\n")
     with pytest.raises(PatchwheelError, match=r"overlay/demo/0.9.0/demo/core.py \(its line is no longer pinned\)"):
         vendored.write(demo_project.load(), log=lambda m: None)
     vendored.write(demo_project.load(), force=True, log=lambda m: None)
     assert not stale.parent.exists()
-    assert vendored.check(demo_project.load()) == []
+    assert vendored.overlay_problems(demo_project.load()) == []
 
 
 # --- refresh ---------------------------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def test_refresh_changes_exactly_that_patch(demo_project):
     new = series.parse_series(demo_project.load().line("demo"))
     assert (new[0].subject, new[0].message, new[0].trailers) == (old[0].subject, old[0].message, old[0].trailers)
     assert b'+    return "hello, " + name.strip()' in new[0].raw
-    assert vendored.check(demo_project.load()) == []
+    assert vendored.overlay_problems(demo_project.load()) == []
     _regenerates(demo_project.load().line("demo"))
     built = build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
     with zipfile.ZipFile(demo_project.root / "dist" / built[0].filename) as zf:
@@ -189,7 +190,7 @@ def test_a_later_patch_of_the_same_file_keeps_its_change(demo_project):
     new_second = (demo_project.patch_dir / "0002-second.patch").read_bytes()
     assert new_second != old_second, "its index line and line numbers move with the edit"
     assert refresh._change(new_second) == refresh._change(old_second)
-    assert vendored.check(demo_project.load()) == []
+    assert vendored.overlay_problems(demo_project.load()) == []
     _regenerates(demo_project.load().line("demo"))
 
 
@@ -205,7 +206,7 @@ def test_refresh_refuses_an_edit_of_lines_another_patch_wrote(demo_project):
     assert b"(b + a)" in _module(demo_project).read_bytes(), "the edit is kept"
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "second", log=lambda m: None)  # where it belongs
     assert b"+    return (b + a)" in (demo_project.patch_dir / "0002-second.patch").read_bytes()
-    assert vendored.check(demo_project.load()) == []
+    assert vendored.overlay_problems(demo_project.load()) == []
 
 
 def test_refresh_refuses_an_edit_of_the_context_a_later_patch_needs(demo_project):
@@ -236,7 +237,7 @@ def test_refresh_a_new_file_into_a_patch(demo_project):
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
     patches = series.parse_series(demo_project.load().line("demo"))
     assert patches[0].touched == ["src/demo/core.py", "src/demo/extra.py"]
-    assert vendored.check(demo_project.load()) == []
+    assert vendored.overlay_problems(demo_project.load()) == []
 
 
 def test_refresh_refuses_an_insertion_into_another_patchs_lines(demo_project):
@@ -280,7 +281,7 @@ def test_stray_files_and_pristine_copies_are_not_edits(demo_project):
     refresh.refresh(demo_project.load(), "demo", "1.0.0", "greet-comma", log=lambda m: None)
     patches = series.parse_series(demo_project.load().line("demo"))
     assert patches[0].touched == ["src/demo/core.py"], "only the edit"
-    problems = vendored.check(demo_project.load())
+    problems = vendored.overlay_problems(demo_project.load())
     assert len(problems) == 3 and all("is not a file the series of demo/1.0.0 makes" in p for p in problems)
 
 
@@ -322,7 +323,7 @@ def test_new_makes_a_patch_with_the_template_and_a_failing_stub(demo_project, ca
     assert any("TODO line(s)" in p for p in problems), "a template cannot land or be published"
     (built,) = build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
     assert "-0_draft_" in built.filename, "built for its proof, as a draft (test_draft.py)"
-    assert vendored.check(demo_project.load()) == []
+    assert vendored.overlay_problems(demo_project.load()) == []
     _regenerates(line)
     capsys.readouterr()
     _edit(_module(demo_project), b"return b + a", b"return b + a  # commutes")  # keep working on it
@@ -361,7 +362,7 @@ def real_root(tmp_path) -> Path:
 def test_the_committed_overlay_is_pristine_plus_series():
     from patchwheel import config
 
-    assert vendored.check(config.load(ROOT)) == []
+    assert vendored.overlay_problems(config.load(ROOT)) == []
 
 
 def test_refresh_on_a_real_line(real_root, capsys):
@@ -385,7 +386,7 @@ def test_refresh_on_a_real_line(real_root, capsys):
     project = config.load(real_root)
     line = project.line("transformers", newest)
     assert series.lint_line(line, real_root) == [], "message and trailers kept"
-    assert vendored.check(project) == []
+    assert vendored.overlay_problems(project) == []
     _regenerates(line)
 
 

@@ -163,7 +163,7 @@ def test_vendor_does_not_read_through_a_link_in_the_overlay(demo_project, tmp_pa
     assert err.value.message == f"overlay/demo/1.0.0/{rel} is a symbolic link: vendor does not read through links"
     assert module.is_symlink()
     vendored.write(demo_project.load(), force=True, log=lambda m: None)  # --force replaces it by what vendor makes
-    assert not module.is_symlink() and vendored.check(demo_project.load()) == []
+    assert not module.is_symlink() and vendored.overlay_problems(demo_project.load()) == []
 
 
 # --- item 3: what lint reads is what git applies -----------------------------------------------------------------

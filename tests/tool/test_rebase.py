@@ -62,7 +62,7 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
     assert series.lint_line(project.line("demo", "1.1.0"), demo_project.root) == []
     assert project.line("demo", "1.1.0").build.number == 1, "a new line starts at its first build"
     assert (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").is_file(), "rebase vendors"
-    assert vendored.check(project) == []
+    assert vendored.overlay_problems(project) == []
     built = build_mod.build(project, demo_project.root / "dist", log=lambda m: None)  # both lines build
     assert [b.filename for b in built] == [rewrite.wheel_names(line).filename for line in project.all_lines()]
     assert [b.filename.split("-")[2][:2] for b in built] == ["1_", "1_"]

@@ -64,7 +64,7 @@ def overlay_part(project: Project, lines: list[ReleaseLine] | None) -> Part:
     None): lint's last part, and all of `vendor --check`."""
     n = len(project.all_lines() if lines is None else lines)
     note = f"{n} release line(s) compared with pristine + series"
-    return Part("overlay/", note, vendored.check(project, lines), problems_first=True)
+    return Part("overlay/", note, vendored.overlay_problems(project, lines), problems_first=True)
 
 
 def problems(project: Project) -> list[str]:

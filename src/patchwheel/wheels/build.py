@@ -80,7 +80,7 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
         )
     else:
         patches = checked_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
-        buildno.check(line)  # the wheel's name must be the series' own
+        buildno.require_number(line)  # the wheel's name must be the series' own
     upstream_wheel, blob = fetch_mod.fetch_verified(line.package, line.wheel, log=log)  # fetch
     names = rewrite.wheel_names(line)
     record = f"{names.old_distinfo}/RECORD"

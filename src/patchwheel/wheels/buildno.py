@@ -164,7 +164,7 @@ def history_problem(line: ReleaseLine, root: Path) -> str | None:
     )
 
 
-def check(line: ReleaseLine) -> None:
+def require_number(line: ReleaseLine) -> None:
     """:func:`problem` as an error (what the build calls before it names a wheel)."""
     if why := problem(line):
         raise ConfigError(

@@ -12,7 +12,8 @@ series applied by the build's own apply step. Upstream's license headers stay as
 
 - :func:`write` (``nox -s vendor``) writes every line and removes the folders of lines no longer pinned; it
   refuses to overwrite an edit that was not refreshed into its patch (``--force`` discards it);
-- :func:`check` (``nox -s lint``) fails when the committed files differ from pristine + series, naming each file;
+- :func:`overlay_problems` (``nox -s lint``) fails when the committed files differ from pristine + series,
+  naming each file;
 - :func:`check_wheel` (the build's verify step) reads the rewritten wheel's patched files back and compares them
   with the overlay's bytes: a second check, independent of the reverse-apply.
 """
@@ -352,7 +353,7 @@ def write(
     return changed
 
 
-def check(project: Project, lines: list[ReleaseLine] | None = None) -> list[str]:
+def overlay_problems(project: Project, lines: list[ReleaseLine] | None = None) -> list[str]:
     """Every difference between the committed overlay and pristine + series (empty: all equal)."""
     every = lines is None
     made = [generate(line) for line in (project.all_lines() if lines is None else lines)]

@@ -194,7 +194,7 @@ def _feature_message(patch: Patch, sub: submission.Submission) -> str:
 def _style(line: ReleaseLine, version: str, before: dict, after: dict) -> str:
     """Refuses a commit that ruff, with upstream's settings, does not pass; what was checked, for the texts."""
     pyproject = upstream_style.settings(line.package, version, sdist_of(line, version))
-    found = upstream_style.check(pyproject, after, upstream_style.changed_lines(before, after))
+    found = upstream_style.ruff_problems(pyproject, after, upstream_style.changed_lines(before, after))
     where = f"{line.package} {version}"
     if found:
         raise PatchError(

@@ -110,7 +110,7 @@ def _ruff(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return res
 
 
-def check(pyproject: bytes, after: Mapping[str, bytes | None], lines: dict[str, set[int] | None]) -> list[str]:
+def ruff_problems(pyproject: bytes, after: Mapping[str, bytes | None], lines: dict[str, set[int] | None]) -> list[str]:
     """ruff's findings (check, then format) on the lines the commit wrote; empty when it is in upstream's style."""
     if not lines:
         return []

@@ -81,7 +81,7 @@ def folder(root: Path, package: str, slug: str) -> Path:
 def load(root: Path, package: str, patch: Patch) -> Submission:
     """The submission of ``patch``; raises when it is missing or malformed, saying what to write."""
     where = folder(root, package, patch.slug)
-    problems = check(where, patch)
+    problems = folder_problems(where, patch)
     if problems:
         raise PatchError(
             f"{where.relative_to(root)} is not ready for upstream:\n  - " + "\n  - ".join(problems),
@@ -112,7 +112,7 @@ def _read(where: Path) -> Submission:
     )
 
 
-def check(where: Path, patch: Patch) -> list[str]:
+def folder_problems(where: Path, patch: Patch) -> list[str]:
     """What is missing or wrong in a patch's submission folder (empty: ready)."""
     stubs = [
         f"{patch.name}: {where}/{rel} is still the stub `nox -s new` wrote ({STUB_MARK}): write it as "
@@ -218,7 +218,7 @@ def line_problems(root: Path, line: ReleaseLine) -> list[str]:
     its series has passed)."""
     from ...series import parse_series
 
-    return [why for p in parse_series(line) for why in check(folder(root, line.package, p.slug), p)]
+    return [why for p in parse_series(line) for why in folder_problems(folder(root, line.package, p.slug), p)]
 
 
 def lint(project: Project) -> dict[str, list[str]]:
