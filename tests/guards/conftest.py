@@ -66,9 +66,8 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests" / "proof"))  # the proofs' tiny models, rank harness and DataParallel stand-in
 sys.path.insert(0, str(HERE))
 
-from patchwheel.probes import status  # noqa: E402  (standard library only)
-
 import guardkit  # noqa: E402
+from patchwheel.probes import status  # noqa: E402  (standard library only)
 
 #: The guards' own code, and the test helpers they use (tiny models, the rank harness, the DataParallel stand-in).
 GUARDS, HELPERS = str(HERE) + os.sep, str(ROOT / "tests" / "proof") + os.sep

@@ -23,10 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from conftest import CORE, INIT, make_wheel
 from patchwheel import cli
 from patchwheel.wheels import staging
-
-from conftest import CORE, INIT, make_wheel
 
 SETTINGS = settings(
     max_examples=40,

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, TRAILERS, make_patch, other_patch_set
 from patchwheel.config import BuildRecord
 from patchwheel.errors import PatchwheelError
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import buildno
 from patchwheel.wheels.rewrite import read
 from patchwheel.wheels.verify import verify
-
-from conftest import CORE, INIT, TRAILERS, make_patch, other_patch_set
 
 
 def _build(demo, dist=None, **kw):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, make_wheel
 from patchwheel import cli, gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.probes.manifest import NAME as FIXES_MANIFEST
@@ -19,8 +20,6 @@ from patchwheel.series import parse_series
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import records, rewrite, undo
 from patchwheel.wheels.verify import verify
-
-from conftest import CORE, INIT, make_wheel
 
 #: Members the series does not touch and the build does not read: copied raw.
 UNCHANGED = {f"demo/extra{i}.py": f"VALUE = {i}\n".encode() * 50 for i in range(4)}

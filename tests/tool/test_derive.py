@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
 from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import lintall, rebase
@@ -18,8 +19,6 @@ from patchwheel.maint.follow import derive
 from patchwheel.maint.follow import report as followreport
 from patchwheel.maint.proving.setruns import Run
 from patchwheel.wheels import buildno, vendored
-
-from conftest import CORE, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
 
 CONFLICTING = CORE.replace(b'"hello " + name', b'"hi " + name')
 KEPT = {**TRAILERS, "Drop-When": "proof-passes-upstream"}

@@ -15,16 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_derive import CONFLICTING, KEPT, kept_by_proof, second_line, work_tree
 
+from conftest import CORE, HANG, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, make_wheel, proofs, tree
 from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import rebase
 from patchwheel.maint.follow import derive, waiting
 from patchwheel.maint.proving.setruns import Run
 from patchwheel.wheels import buildno, vendored
-
-from conftest import CORE, HANG, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, make_wheel, proofs, tree
+from test_derive import CONFLICTING, KEPT, kept_by_proof, second_line, work_tree
 
 
 def add_package(demo, name: str = "extra") -> None:

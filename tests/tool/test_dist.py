@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, HANG, INIT, TRAILERS, edit_greet, make_patch, other_patch_set
 from patchwheel import cli
 from patchwheel.errors import PatchwheelError
 from patchwheel.series import parse_series
@@ -27,8 +28,6 @@ from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import staging
 from patchwheel.wheels.rewrite import read, record_hash, wheel_names
 from patchwheel.wheels.verify import verify
-
-from conftest import CORE, HANG, INIT, TRAILERS, edit_greet, make_patch, other_patch_set
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

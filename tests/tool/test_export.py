@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, RUFF_SETTINGS, TRAILERS, both_ways_ok, make_patch
 from patchwheel import gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.export import commit as export_commit
 from patchwheel.maint.export import run as export
 from patchwheel.maint.export import submission, upstream_test
 from patchwheel.maint.proving import proofenv
-
-from conftest import CORE, INIT, RUFF_SETTINGS, TRAILERS, both_ways_ok, make_patch
 
 JANE = "Jane Doe <jane@example.org>"
 FIX = b'"hello, " + name'

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HANG
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
 from patchwheel.wheels import fetch
-
-from conftest import HANG
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 MiB = 1 << 20

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from conftest import CORE, INIT, PROVEN, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
 from patchwheel import cli, config, gitops, lint, torchaxis
 from patchwheel.configfiles import add_set, remove_release, set_floor, set_member
 from patchwheel.errors import PatchwheelError
@@ -17,8 +18,6 @@ from patchwheel.maint import lintall
 from patchwheel.maint.follow import report as followreport
 from patchwheel.maint.follow import run as follow
 from patchwheel.maint.proving.setruns import Run
-
-from conftest import CORE, INIT, PROVEN, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
 
 FIX = b'"hello, " + name'
 TRAILERS_KEPT = {**TRAILERS, "Drop-When": "proof-passes-upstream"}

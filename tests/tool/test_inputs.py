@@ -17,14 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, make_wheel
 from patchwheel import gitops, names, series
 from patchwheel.config import Artifact, BuildRecord
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.upstream import textcheck
 from patchwheel.wheels import apply, distdir, fetch, rewrite
 from patchwheel.wheels import build as build_mod
-
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, make_wheel
 
 FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
 

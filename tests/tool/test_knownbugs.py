@@ -10,10 +10,9 @@ from pathlib import Path
 
 from uv import find_uv_bin
 
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 from patchwheel import knownbugs
 from patchwheel.matrix.table import Matrix
-
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 from patchwheel import config, lint, series
 from patchwheel.errors import PatchwheelError
-
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from conftest import CORE
 from patchwheel import cli, series
 from patchwheel.maint.upstream import run as upstream
 from patchwheel.maint.upstream.selection import Selection
@@ -12,8 +13,6 @@ from patchwheel.matrix import checks as matrix_checks
 from patchwheel.matrix.checks import Finding
 from patchwheel.matrix.table import LineMatrix, Matrix, flags, render
 from patchwheel.reporter import silent
-
-from conftest import CORE
 
 FIX = b'"hello, " + name'
 

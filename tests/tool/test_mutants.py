@@ -13,14 +13,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import CORE, INIT, TRAILERS, adopting_orphans, how_it_ended, make_patch, make_wheel
 from patchwheel import series
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.proving import mutants, proofenv
 from patchwheel.maint.proving.mutants import HunkRef, Outcome, Result
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels.apply import ScratchTree, git_env
-
-from conftest import CORE, INIT, TRAILERS, adopting_orphans, how_it_ended, make_patch, make_wheel
 
 LONG = CORE + b"".join(f"\n\ndef f{i}(x):\n    return x + {i}\n".encode() for i in range(12))
 UP = {"src/demo/core.py": LONG, "src/demo/__init__.py": INIT}

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 from patchwheel import cli, gitops, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import refresh
 from patchwheel.maint.workrepo import WorkRepo
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import vendored
-
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}

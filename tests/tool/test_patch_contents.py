@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, TRAILERS, edit_greet, git_patch, make_patch
 from patchwheel import gitops, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.wheels import apply, vendored
 from patchwheel.wheels import build as build_mod
-
-from conftest import CORE, INIT, TRAILERS, edit_greet, git_patch, make_patch
 
 FILES = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
 SECRET = b"the contents of a file outside the project\n"

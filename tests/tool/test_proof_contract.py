@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, GUARD, HANG, INIT, edit_greet, make_patch
 from patchwheel import config, series
 from patchwheel.maint.proving import proofenv
-
-from conftest import CORE, GUARD, HANG, INIT, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 # The contract under test; point it at another copy of tests/proof to judge an older conftest and harness.

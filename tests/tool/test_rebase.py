@@ -6,14 +6,13 @@ import zipfile
 
 import pytest
 
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 from patchwheel import gitops, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import rebase
 from patchwheel.maint.upstream import textcheck
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import rewrite, vendored
-
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
 FIX = b'"hello, " + name'
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, adopting_orphans, how_it_ended, stub_proof_runs
 from patchwheel import cli
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
@@ -25,8 +26,6 @@ from patchwheel.maint.upstream import run as upstream
 from patchwheel.maint.upstream.selection import Selection
 from patchwheel.reporter import silent
 from patchwheel.wheels import fetch, index
-
-from conftest import CORE, adopting_orphans, how_it_ended, stub_proof_runs
 
 # --- 1. shared environments and the verdict cache ------------------------------------------------------------------
 

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.proving import suite as us
-
-from conftest import ROOT
 
 
 def case(name: str, cls: str = "AcceleratorTester", file: str = "tests/test_accelerator.py", body: str = "") -> str:

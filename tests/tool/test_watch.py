@@ -17,13 +17,12 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, stub_proof_runs
 from patchwheel import cli
 from patchwheel.maint.proving import proofenv
 from patchwheel.maint.upstream import watch
 from patchwheel.matrix import checks as matrix_checks
 from patchwheel.matrix.table import TEXT_CODE, VERDICTS, LineMatrix, Matrix
-
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, stub_proof_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 
