@@ -214,7 +214,9 @@ def test_mutated_always_restores(tmp_path):
     (site / "demo" / "core.py").write_bytes(b"original\n")
     (site / "demo" / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"stale")
     with pytest.raises(RuntimeError):
-        with mutants.mutated(site, {"demo/core.py": b"mutant\n", "demo/new.py": b"x = 1\n", "demo/gone.py": None}):
+        with proofenv.installed_over(
+            site, {"demo/core.py": b"mutant\n", "demo/new.py": b"x = 1\n", "demo/gone.py": None}
+        ):
             assert (site / "demo" / "core.py").read_bytes() == b"mutant\n" and (site / "demo" / "new.py").is_file()
             assert not (site / "demo" / "__pycache__" / "core.cpython-311.pyc").exists()
             raise RuntimeError("the proof run broke")
@@ -229,12 +231,12 @@ def test_reset_puts_back_the_wheels_bytes(tmp_path):
     (site / "demo" / "__init__.py").write_bytes(INIT)
     (site / "demo" / "core.py").write_bytes(b"left mutated\n")
     (site / "demo" / "extra.py").write_bytes(b"not in the wheel\n")
-    assert mutants.reset(site, whl, ["demo/__init__.py", "demo/core.py", "demo/extra.py"]) == [
+    assert proofenv.restore_from_wheel(site, whl, ["demo/__init__.py", "demo/core.py", "demo/extra.py"]) == [
         "demo/core.py",
         "demo/extra.py",
     ]
     assert (site / "demo" / "core.py").read_bytes() == CORE and not (site / "demo" / "extra.py").exists()
-    assert mutants.reset(site, whl, ["demo/core.py"]) == []
+    assert proofenv.restore_from_wheel(site, whl, ["demo/core.py"]) == []
 
 
 def test_dist_wheel_must_be_built_from_the_current_series(demo_project):

@@ -20,7 +20,6 @@ from conftest import CORE, adopting_orphans, how_it_ended, stub_proof_runs
 from patchwheel import cli
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
-from patchwheel.maint import rebase
 from patchwheel.maint.proving import mutants, proofenv, torchsource
 from patchwheel.maint.upstream import run as upstream
 from patchwheel.maint.upstream.selection import Selection
@@ -255,7 +254,7 @@ def test_rebase_finds_the_wheel_of_a_hyphenated_project_and_a_post_release(monke
         ]
     }
     monkeypatch.setattr(fetch, "project_links", lambda package, index=None: links)
-    wheel, sdist = rebase.release_artifacts("foo-bar", "1.0.post1")
+    wheel, sdist = fetch.release_artifacts("foo-bar", "1.0.post1")
     assert wheel == Artifact("foo_bar-1.0.post1-py3-none-any.whl", "a" * 64)
     assert sdist == Artifact("foo_bar-1.0.post1.tar.gz", "b" * 64)
 

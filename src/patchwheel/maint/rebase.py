@@ -17,17 +17,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from packaging.utils import (
-    InvalidSdistFilename,
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_sdist_filename,
-    parse_wheel_filename,
-)
 from packaging.version import InvalidVersion, Version
 
 from .. import config, gitops
-from ..config import Artifact, Project, ReleaseLine
+from ..config import Project, ReleaseLine
 from ..configfiles import add_release
 from ..errors import ConfigError
 from ..reporter import CONSOLE
@@ -53,34 +46,6 @@ def _version(text: str) -> str:
         raise ConfigError(
             f"{text!r} is not a version", "give the upstream release as the package index lists it, e.g. 5.24.0"
         ) from exc
-
-
-def release_artifacts(package: str, version: str) -> tuple[Artifact, Artifact | None]:
-    """The new release's wheel and sdist, with the sha256 the index lists (one read of the index page). File
-    names are read as the wheel and sdist specs say: a project ``foo-bar`` publishes ``foo_bar-1.0-….whl``."""
-    links = fetch.project_links(package)
-    want = (canonicalize_name(package), _version(version))  # spelled alike: 1.1 is not taken for 1.1.0
-    wheel = sdist = None
-    for name, (_, sha) in links.items():
-        if not sha:
-            continue
-        try:
-            if name.endswith(".whl"):
-                project, release, _, tags = parse_wheel_filename(name)
-                if (project, str(release)) == want and any(str(t) == "py3-none-any" for t in tags):
-                    wheel = Artifact(name, sha)
-            else:
-                project, release = parse_sdist_filename(name)
-                if (project, str(release)) == want:
-                    sdist = Artifact(name, sha)
-        except (InvalidWheelFilename, InvalidSdistFilename):
-            continue  # not a file of any release: nothing to pick
-    if wheel is None:
-        raise ConfigError(
-            f"{package} {version} has no py3-none-any wheel on {fetch.index_url()}",
-            "pick a released version (see `patchwheel upstream --text-only`)",
-        )
-    return wheel, sdist
 
 
 def start(
@@ -130,7 +95,7 @@ def carry_line(
             f"a rebase onto {package} {version} is in progress in {work}",
             f"finish it with `{_continue(by, package, version)}`, or delete {work}",
         )
-    wheel, sdist = release_artifacts(package, version)
+    wheel, sdist = fetch.release_artifacts(package, version)
     series = checked_series(source)
     dropped: dict[str, str] = {}
     if behaviour:

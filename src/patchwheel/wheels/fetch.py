@@ -23,8 +23,17 @@ import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+
 from ..config import SHA256, Artifact, cache_dir
-from ..errors import FetchError, PatchwheelError
+from ..errors import ConfigError, FetchError, PatchwheelError
 from ..names import file_name_problem
 from ..reporter import CONSOLE
 from .staging import locked_tempfile, still_linked
@@ -363,3 +372,31 @@ def fetch(package: str, artifact: Artifact, *, index: str | None = None, cache: 
             os.unlink(tmp)
             raise
     return target
+
+
+def release_artifacts(package: str, version: str) -> tuple[Artifact, Artifact | None]:
+    """The new release's wheel and sdist, with the sha256 the index lists (one read of the index page). File
+    names are read as the wheel and sdist specs say: a project ``foo-bar`` publishes ``foo_bar-1.0-….whl``."""
+    links = project_links(package)
+    want = (canonicalize_name(package), str(Version(version)))  # spelled alike: 1.1 is not taken for 1.1.0
+    wheel = sdist = None
+    for name, (_, sha) in links.items():
+        if not sha:
+            continue
+        try:
+            if name.endswith(".whl"):
+                project, release, _, tags = parse_wheel_filename(name)
+                if (project, str(release)) == want and any(str(t) == "py3-none-any" for t in tags):
+                    wheel = Artifact(name, sha)
+            else:
+                project, release = parse_sdist_filename(name)
+                if (project, str(release)) == want:
+                    sdist = Artifact(name, sha)
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            continue  # not a file of any release: nothing to pick
+    if wheel is None:
+        raise ConfigError(
+            f"{package} {version} has no py3-none-any wheel on {index_url()}",
+            "pick a released version (see `patchwheel upstream --text-only`)",
+        )
+    return wheel, sdist

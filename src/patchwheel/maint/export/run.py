@@ -90,9 +90,8 @@ def sdist_of(line: ReleaseLine, version: str) -> Artifact | None:
     """The newest release's sdist: the line's pin, or as the index lists it."""
     if version == line.version:
         return line.sdist
-    from ..rebase import release_artifacts
 
-    return release_artifacts(line.package, version)[1]
+    return fetch.release_artifacts(line.package, version)[1]
 
 
 def export(

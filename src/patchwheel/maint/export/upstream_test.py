@@ -164,13 +164,11 @@ def both_ways(
 ) -> tuple[proofenv.ProofOutcome, proofenv.ProofOutcome]:
     """Upstream's test on the newest release as published, then with ``patched`` (wheel paths -> bytes, None:
     deleted) installed over it, in the export's own environment (no other check ever sees the patched files)."""
-    from ..proving.mutants import mutated, reset
-
     env = export_env(project, line, newest)
     site = proofenv.site_packages(env)
     # An export killed while the patched files were installed left them there: put the release's own bytes back.
-    reset(site, fetch.fetch(line.package, newest), sorted(patched))
+    proofenv.restore_from_wheel(site, fetch.fetch(line.package, newest), sorted(patched))
     before = judge_pristine(sub.expect, run(env / "bin" / "python", sub.tests))
-    with mutated(site, patched):
+    with proofenv.installed_over(site, patched):
         after = judge_patched(sub.expect, run(env / "bin" / "python", sub.tests))
     return before, after

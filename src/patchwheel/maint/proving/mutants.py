@@ -17,9 +17,6 @@ import io
 import re
 import subprocess
 import time
-import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -270,45 +267,6 @@ def dist_wheel(project: Project, line: ReleaseLine) -> Path:
     return current_wheel(line, project.dist, hint)
 
 
-def _read(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
-
-
-def _write(site: Path, files: dict[str, bytes | None]) -> None:
-    """Write (or, for None, delete) files under site-packages, dropping their cached bytecode."""
-    for rel, data in files.items():
-        target = site / rel
-        for pyc in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
-            pyc.unlink(missing_ok=True)
-        if data is None:
-            target.unlink(missing_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-
-
-@contextmanager
-def mutated(site: Path, files: dict[str, bytes | None]) -> Iterator[None]:
-    """Install a mutant into site-packages for the duration of the block; the original files come back always."""
-    originals = {rel: _read(site / rel) for rel in files}
-    try:
-        _write(site, files)
-        yield
-    finally:
-        _write(site, originals)
-
-
-def reset(site: Path, wheel: Path, paths: list[str]) -> list[str]:
-    """Put back the wheel's own bytes for ``paths`` (wheel paths) where site-packages differs, e.g. after a run
-    killed mid-mutant. Returns the paths it repaired."""
-    with zipfile.ZipFile(wheel) as zf:
-        names = set(zf.namelist())
-        installed = {p: rewrite.read_member(zf, p) if p in names else None for p in paths}
-    stale = {p: d for p, d in installed.items() if _read(site / p) != d}
-    _write(site, stale)
-    return sorted(stale)
-
-
 # --- the command ------------------------------------------------------------------------------------------------
 
 
@@ -319,7 +277,9 @@ def check_line(project: Project, line: ReleaseLine, series: list[Patch], record,
     env = proofenv.fixed_env(project.cache, [own] + others)
     site, python = proofenv._site(env), env / "bin" / "python"
     patched = patched_files(line, series)
-    if repaired := reset(site, own, sorted(w for p in patched if (w := line.wheel_path(p)) is not None)):
+    if repaired := proofenv.restore_from_wheel(
+        site, own, sorted(w for p in patched if (w := line.wheel_path(p)) is not None)
+    ):
         log(f"{line.key}: restored {', '.join(repaired)} in {env} (left mutated by an interrupted run)")
     baselines: dict[str, Outcome] = {}
 
@@ -351,7 +311,7 @@ def check_line(project: Project, line: ReleaseLine, series: list[Patch], record,
                 return Outcome("entangled", str(exc)), 0.0
             later = [p.name for p in series[i + 1 :] if hunk.path in p.touched]
             note = f"[{hunk.path} as of {series[i].name}: {', '.join(later)} rewrote these lines] "
-        with mutated(site, files):
+        with proofenv.installed_over(site, files):
             ran = prove(proof)
         found = judge(ran.cases, ran.detail)
         return Outcome(found.verdict, note + found.by), ran.seconds

@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 import venv
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from ...config import Artifact
 from ...errors import EnvironmentFailed
 from ...names import wheel_name_version
 from ...wheels import fetch
+from ...wheels.rewrite import read_member
 from . import torchsource
 
 MARKER = "patchwheel-env.json"
@@ -397,3 +399,46 @@ def judge(cases: list[dict]) -> ProofOutcome:
     if ran:
         return ProofOutcome("passes", f"{len(ran)} passed")
     return ProofOutcome("error", "no test ran")
+
+
+# --- files installed over an environment -----------------------------------------------------------------------
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def _write(site: Path, files: dict[str, bytes | None]) -> None:
+    """Write (or, for None, delete) files under site-packages, dropping their cached bytecode."""
+    for rel, data in files.items():
+        target = site / rel
+        for pyc in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
+            pyc.unlink(missing_ok=True)
+        if data is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+
+@contextmanager
+def installed_over(site: Path, files: dict[str, bytes | None]) -> Iterator[None]:
+    """``files`` (paths under site-packages -> bytes, None: deleted) installed over an environment for the duration of
+    the block (a mutant; a patch over upstream's release); the original files come back always."""
+    originals = {rel: _read(site / rel) for rel in files}
+    try:
+        _write(site, files)
+        yield
+    finally:
+        _write(site, originals)
+
+
+def restore_from_wheel(site: Path, wheel: Path, paths: list[str]) -> list[str]:
+    """Put back the wheel's own bytes for ``paths`` (wheel paths) where site-packages differs, e.g. after a run
+    killed mid-mutant. Returns the paths it repaired."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        installed = {p: read_member(zf, p) if p in names else None for p in paths}
+    stale = {p: d for p, d in installed.items() if _read(site / p) != d}
+    _write(site, stale)
+    return sorted(stale)
