@@ -7,10 +7,13 @@ command line. A package per verb, its entry in ``run.py``; what several verbs sh
   recorded in the matrix; the watch spreads that over CI workers (`patchwheel upstream`, `patchwheel watch`);
 - ``follow/``: a line carried onto upstream's newer releases, in a scratch copy written back in one step
   (`patchwheel follow`, `patchwheel derive`);
+- :mod:`.lintall`: the one lint, everything `patchwheel lint` checks (follow and derive ask it of what they write);
 - :mod:`.rebase`: a new release line; :mod:`.refresh`: a patch regenerated from its edited vendored module, and a
-  new patch from edits (`patchwheel rebase`, `refresh`, `new`);
+  new patch from edits, with the stubs of every file the later steps need (:mod:`.stubs`) (`patchwheel rebase`,
+  `refresh`, `new`);
 - ``export/``: a patch as an upstream pull request, with upstream's style and upstream's own test
   (`patchwheel export`);
-- ``proving/``: proofs in cached environments of pristine releases, a consumer set proven both ways, every hunk
+- ``proving/``: proofs in cached environments of pristine releases, a consumer set proven both ways (`patchwheel
+  prove`, which the nox proof and guards sessions run), every hunk
   needed (`patchwheel mutants`), upstream's own suite unchanged (`patchwheel upstream-suite`).
 """
