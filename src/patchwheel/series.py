@@ -158,7 +158,7 @@ class Patch:
         if not value:
             raise PatchError(
                 f"{self.name} has neither a Proof-Test nor a Feature-Test trailer",
-                "add the one that names its test (`patchwheel lint` checks)",
+                "add the one that names its test (`nox -s lint` checks)",
             )
         return test_refs(value)[0][0]
 

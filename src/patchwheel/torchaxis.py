@@ -84,7 +84,7 @@ def parse(sets_file: Path, raw: object, sets: dict[str, dict[str, str]]) -> Torc
     if missing := sorted(set(sets) - set(floors)):
         raise ConfigError(
             f"{sets_file}: [torch.floor] has no floor for the set(s) {', '.join(map(repr, missing))}",
-            "add the oldest torch their releases declare (`patchwheel lint` says which)",
+            "add the oldest torch their releases declare (`nox -s lint` says which)",
         )
     unproven = raw.get("unproven", {})
     if not isinstance(unproven, dict) or not all(isinstance(v, str) and v.strip() for v in unproven.values()):

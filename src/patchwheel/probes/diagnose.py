@@ -16,7 +16,7 @@ def main() -> int:
         print(
             "error: this environment's accelerate has no dispatch diagnosis\n"
             "  fix: install the +fixed build (pip install accelerate==<version>+fixed); "
-            "`patchwheel status --python ...` shows what is installed",
+            "`nox -s status -- --python ...` shows what is installed",
             file=sys.stderr,
         )
         return 2

@@ -68,7 +68,7 @@ def read_regular(root: Path, rel: str) -> bytes | None:
                 what = "" if here == rel else f"{rel} "
                 raise ApplyError(
                     f"{here} in the scratch tree is a symbolic link: refusing to read {what}through it",
-                    "a patch may only create regular files (`patchwheel lint` refuses links): report this",
+                    "a patch may only create regular files (`nox -s lint` refuses links): report this",
                 ) from None
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):

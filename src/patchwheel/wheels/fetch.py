@@ -397,6 +397,6 @@ def release_artifacts(package: str, version: str) -> tuple[Artifact, Artifact | 
     if wheel is None:
         raise ConfigError(
             f"{package} {version} has no py3-none-any wheel on {index_url()}",
-            "pick a released version (see `patchwheel upstream --text-only`)",
+            f"pick a version {package} has released (its files: {index_url()}/{package}/)",
         )
     return wheel, sdist
