@@ -257,3 +257,28 @@ def test_lint_has_one_entry_point():
             if called not in parts:
                 continue
             assert module in parts[called], f"{module} calls {ast.unparse(node)[:60]}: call maint.lintall instead"
+
+
+def test_advice_names_commands_a_fresh_clone_runs():
+    """What a message tells a user to run works from a fresh clone, where the README's commands made a venv with nox
+    alone: `nox -s <session>`, not `patchwheel <verb>` or `python -m patchwheel` (no such command there) for a verb
+    that has a session. (The watch's verbs run in CI's own environment; docstrings describe, they advise nothing.)"""
+    noxfile = (SRC.parents[1] / "noxfile.py").read_text()
+    sessions = set(re.findall(r"^def (\w+)\(session", noxfile, re.M))
+    # (a comment the tool writes into sets.toml, "Made by `patchwheel derive`", names what wrote it: no advice)
+    advice = re.compile(r"(?<!Made by )(?:`|\()(?:python3? -m )?patchwheel (\w[\w-]*)")
+    found = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                found += [f"{name}: {m[0]}" for m in advice.finditer(node.value) if m[1].replace("-", "_") in sessions]
+    assert sessions >= {"build", "lint", "status", "vendor", "new"} and found == [], found
