@@ -331,7 +331,8 @@ def _fake_fixed_env(site_root: Path):
     return make
 
 
-def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
+def _greet_and_f5_proofs(demo_project) -> Path:
+    """The demo's proofs of greet and f5, reporting each case; their folder."""
     proof = demo_project.root / "tests" / "proof"
     (proof / "conftest.py").write_text(REPORTING_CONFTEST)
     (proof / "test_demo.py").write_text(
@@ -339,6 +340,11 @@ def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
         "    assert greet('x') == 'hello, x'\n\n\ndef test_f5():\n"
         "    assert f5(1) == -4\n"
     )
+    return proof
+
+
+def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
+    proof = _greet_and_f5_proofs(demo_project)
     _series(
         demo_project,
         edit_f5,
@@ -387,13 +393,7 @@ def test_run_judges_every_hunk(demo_project, monkeypatch, tmp_path, capsys):
 
 def test_run_checks_one_patch_when_asked(demo_project, monkeypatch, tmp_path, capsys):
     """`--patch`: only the hunks of the patch it names (a new patch's, without judging every other hunk)."""
-    proof = demo_project.root / "tests" / "proof"
-    (proof / "conftest.py").write_text(REPORTING_CONFTEST)
-    (proof / "test_demo.py").write_text(
-        "from demo.core import f5, greet\n\n\ndef test_greet():\n"
-        "    assert greet('x') == 'hello, x'\n\n\ndef test_f5():\n"
-        "    assert f5(1) == -4\n"
-    )
+    _greet_and_f5_proofs(demo_project)
     _series(demo_project, edit_f5, TRAILERS, {**TRAILERS, "Mutant-Survives": "#1 a stale note"})
     project = demo_project.load()
     build_mod.build(project, demo_project.root / "dist", log=lambda m: None)
