@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from ...matrix.table import WHERE, md_code, md_text
 from .derive import Derived
-from .run import LATEST, Followed
+from .run import LATEST, Followed, Stop
 
 
 def summary(done: Followed) -> list[str]:
     """The closing lines of one package's follow."""
     if done.stop is not None:
-        out = [f"{done.package}: STOPPED on {done.line}, nothing of it written: {done.stop.why}"]
-        return out + ["  a maintainer takes it from here:"] + [f"    {c}" for c in done.stop.commands]
+        return _stopped(f"{done.package}: STOPPED on {done.line}, nothing of it written: {done.stop.why}", done.stop)
     if not done.releases:
         return []
     kept = sum(v.decision.startswith("carried") for v in done.verdicts[done.line])
@@ -27,11 +26,7 @@ def summary(done: Followed) -> list[str]:
     parts.append(f"{kept} patch(es) kept, {dropped} dropped")
     if done.moved:
         parts.append(done.moved)
-    if done.retired:
-        parts.append("retired " + ", ".join(done.retired))
-    parts.append("proofs and guards passed both ways" if done.runs else "nothing to prove")
-    parts.append(f"{len(done.written)} file(s) written")
-    return ["; ".join(parts), "next: review and commit them (git status); `nox -s build` puts the wheels into dist/"]
+    return _closing(parts, done.retired, bool(done.runs), len(done.written))
 
 
 def markdown(done: Followed) -> str:
@@ -95,14 +90,23 @@ def derived(done: Derived) -> list[str]:
     what = f"{done.package} {done.version}"
     if done.stop is not None:
         where = f"; the work repository waits in {done.waiting}" if done.waiting else ""
-        out = [f"{what}: STOPPED, nothing of the project written{where}: {done.stop.why}"]
-        return out + ["  a maintainer takes it from here:"] + [f"    {c}" for c in done.stop.commands]
+        return _stopped(f"{what}: STOPPED, nothing of the project written{where}: {done.stop.why}", done.stop)
     kept = sum(not v.decision.startswith("dropped") for v in done.verdicts)
     parts = [f"{what}+fixed derived from the line {done.source} in {done.seconds:.0f} s"]
     parts.append(f"{kept} patch(es) kept, {len(done.verdicts) - kept} dropped")
     parts.append(done.set_change)
-    if done.retired:
-        parts.append("retired " + ", ".join(done.retired))
-    parts.append("proofs and guards passed both ways" if done.runs else "nothing to prove")
-    parts.append(f"{len(done.written)} file(s) written")
+    return _closing(parts, done.retired, bool(done.runs), len(done.written))
+
+
+def _stopped(head: str, stop: Stop) -> list[str]:
+    """The closing lines of a stopped follow or derive: why, and the maintainer's commands."""
+    return [head, "  a maintainer takes it from here:"] + [f"    {c}" for c in stop.commands]
+
+
+def _closing(parts: list[str], retired: list[str], proven: bool, written: int) -> list[str]:
+    """The closing lines of a follow or derive that wrote its line: ``parts`` and what both say after them."""
+    if retired:
+        parts.append("retired " + ", ".join(retired))
+    parts.append("proofs and guards passed both ways" if proven else "nothing to prove")
+    parts.append(f"{written} file(s) written")
     return ["; ".join(parts), "next: review and commit them (git status); `nox -s build` puts the wheels into dist/"]
