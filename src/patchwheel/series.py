@@ -16,6 +16,12 @@ The trailers, their vocabulary and their checks:
     Feature-Test:    tests/proof/test_x.py             instead, for a capability the patch adds
     Guard-Test:      tests/guards/test_x.py[, ...]     the differential guards of the bug's neighbourhood
     Drop-When:       transformers>=4.54.0 | proof-passes-upstream (fixes only) | pr-released <url or pending>
+    API-Change:      <module>.<qualified name>: <why>   an upstream signature or module-level name the patch changes
+                     (one trailer per name; lint refuses any other change of what the patch touches)
+
+Each trailer is given once, except ``API-Change`` (one per name) and ``Mutant-Survives`` (one per hunk): a key given
+twice would keep one value and lose the other, so lint refuses it. :attr:`Patch.trailers` holds each key's value,
+:attr:`Patch.trailer_lines` every trailer in order (:func:`api_changes` reads the repeated one).
 
 A feature cannot be judged by behaviour on a release without it (its test has nothing to call there), so it is
 dropped by release or PR, never by ``proof-passes-upstream``. ``Fixed-In`` is a claim the committed matrix can
@@ -128,6 +134,8 @@ class Patch:
     trailers: dict[str, str]
     files: tuple[FileDiff, ...]
     raw: bytes = field(repr=False)
+    #: Every trailer as (key, value), in the message's order: a repeated key (``API-Change``) once per line.
+    trailer_lines: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -316,12 +324,14 @@ def parse_patch(path: Path) -> Patch:
     message, diff = rest[: m.start()].rstrip("\n"), rest[m.end() :]
     paragraphs = [p for p in re.split(r"\n\s*\n", message.strip()) if p.strip()]
     trailers: dict[str, str] = {}
+    trailer_lines: list[tuple[str, str]] = []
     if paragraphs:
         last = paragraphs[-1].splitlines()
         if all(_TRAILER.match(line) for line in last):
             for line in last:
                 k, v = _TRAILER.match(line).groups()  # type: ignore[union-attr]
-                trailers[k] = v.strip()
+                trailers[k] = v.strip()  # (a repeated key: its last value; lint refuses all but REPEATABLE)
+                trailer_lines.append((k, v.strip()))
     files: list[FileDiff] = []
     blocks = re.split(r"^(?=diff --git )", diff, flags=re.M)
     first_line = text[: len(text) - len(diff)].count("\n") + 1
@@ -334,7 +344,7 @@ def parse_patch(path: Path) -> Patch:
         raise PatchError(f"{path}: malformed diff: {exc}", hint) from exc
     if not files:
         raise PatchError(f"{path}: the diff is empty", "a patch must change at least one file")
-    return Patch(path, subject, message, trailers, tuple(files), raw)
+    return Patch(path, subject, message, trailers, tuple(files), raw, tuple(trailer_lines))
 
 
 def series_names(line: ReleaseLine) -> list[str]:
@@ -487,6 +497,11 @@ DROP_BY_BEHAVIOUR = "proof-passes-upstream"
 #: Drop-When prefix for a capability: dropped once upstream releases the PR that carries it.
 DROP_BY_PR = "pr-released"
 GUARD_TRAILER = "Guard-Test"
+#: An upstream signature or module-level name a patch changes on purpose: ``API-Change: <module>.<name>: <why>``.
+API_TRAILER = "API-Change"
+#: The trailers a patch may give more than once: one per name changed, one per hunk a mutant of survives.
+REPEATABLE = (API_TRAILER, "Mutant-Survives")
+_API_CHANGE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):\s+(\S.*)\Z")
 REQUIRED_TRAILERS = ("Upstream-Issue", "Upstream-Status", "Drop-When", GUARD_TRAILER)
 TEST_TRAILERS = ("Proof-Test", "Feature-Test")
 _PROPOSED_IN = "Fix-Proposed-In"
@@ -505,8 +520,46 @@ def proposed_in(patch: Patch) -> str | None:
     return None
 
 
-def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> list[str]:
+def api_changes(patch: Patch) -> list[tuple[str, str]]:
+    """The ``API-Change`` trailers of a patch as (dotted name, why), in order; a value that is not
+    ``<name>: <why>`` is left out (lint says so, :func:`validate_trailers`)."""
+    return [
+        (m.group(1), m.group(2).strip())
+        for key, value in patch.trailer_lines
+        if key == API_TRAILER and (m := _API_CHANGE.match(value))
+    ]
+
+
+def _repeat_problems(patch: Patch) -> list[str]:
+    """A trailer given twice (its first value would be lost: only :data:`REPEATABLE` ones repeat), an
+    ``API-Change`` that is not ``<module>.<name>: <why>``, or that names a name twice."""
     out = []
+    counts: dict[str, int] = {}
+    for key, _ in patch.trailer_lines:
+        counts[key] = counts.get(key, 0) + 1
+    for key, n in counts.items():
+        if n > 1 and key not in REPEATABLE:
+            out.append(f"{patch.name}: trailer '{key}:' is given {n} times: give it once")
+    seen: set[str] = set()
+    for key, value in patch.trailer_lines:
+        if key != API_TRAILER:
+            continue
+        m = _API_CHANGE.match(value)
+        if m is None or "." not in m.group(1):
+            out.append(
+                f"{patch.name}: {API_TRAILER} {value!r} must be '<module>.<name>: <why>', the name as upstream's "
+                "import path spells it (transformers.modeling_utils.caching_allocator_warmup, "
+                "accelerate.accelerator.Accelerator.prepare_model), one trailer per name"
+            )
+        elif m.group(1) in seen:
+            out.append(f"{patch.name}: {API_TRAILER} names {m.group(1)} twice: one trailer per name")
+        else:
+            seen.add(m.group(1))
+    return out
+
+
+def validate_trailers(patch: Patch, line: ReleaseLine, root: Path | None) -> list[str]:
+    out = _repeat_problems(patch)
     t = patch.trailers
     for key in REQUIRED_TRAILERS:
         if key not in t:
