@@ -25,7 +25,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
 
@@ -55,6 +55,9 @@ class Vendored:
     modules: dict[str, bytes]  # path in the package -> fixed bytes (a file the series deletes is not here)
     license: bytes | None
     record: bytes
+    #: Each file the series touches, by its path in the wheel, as the pinned wheel has it (None: not there).
+    pristine: dict[str, bytes | None] = field(default_factory=dict)
+    series: tuple[Patch, ...] = ()  # the series it was made from
 
     @property
     def files(self) -> dict[str, bytes]:
@@ -65,7 +68,7 @@ class Vendored:
 def _license(entries: list[zipwrite.Entry]) -> tuple[bytes | None, str]:
     """The wheel's license file (METADATA's first License-File, under .dist-info/ or .dist-info/licenses/) and
     the license as METADATA names it."""
-    by_name = {e.name: e.data for e in entries}
+    by_name = {e.name: c for e in entries if (c := e.content) is not None}  # (the .dist-info files are)
     meta_name = next((n for n in by_name if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
     if meta_name is None:
         return None, "not stated"
@@ -80,10 +83,14 @@ def _license(entries: list[zipwrite.Entry]) -> tuple[bytes | None, str]:
 
 
 def generate(line: ReleaseLine, series: list[Patch] | None = None) -> Vendored:
-    """pristine wheel + series -> the line's vendored files (the wheel is fetched and sha256-verified)."""
+    """pristine wheel + series -> the line's vendored files (the wheel is fetched and sha256-verified; only the
+    members the series touches and the .dist-info files are inflated)."""
     series = checked_series(line, messages=False) if series is None else series
-    entries = rewrite.read(fetch.fetch(line.package, line.wheel))
-    patched = apply_line(line, series, {e.name: e.data for e in entries})
+    touched = {w for p in series for t in p.touched if (w := line.wheel_path(t))}
+    path, blob = fetch.fetch_verified(line.package, line.wheel)
+    entries = rewrite.scan(path, blob, lambda name: name in touched or _in_distinfo(name))
+    upstream = {e.name: e.content for e in entries if e.content is not None}
+    patched = apply_line(line, series, upstream)
     modules = {w: d for w, d in sorted(patched.items()) if d is not None}
     license, stated = _license(entries)
     record = {
@@ -96,7 +103,14 @@ def generate(line: ReleaseLine, series: list[Patch] | None = None) -> Vendored:
         "series": [{"name": p.name, "sha256": p.sha256} for p in series],
         "files": {w: _sha(d) for w, d in modules.items()},
     }
-    return Vendored(line, modules, license, (json.dumps(record, indent=1) + "\n").encode())
+    record_bytes = (json.dumps(record, indent=1) + "\n").encode()
+    pristine = {w: upstream.get(w) for w in sorted(patched)}
+    return Vendored(line, modules, license, record_bytes, pristine, tuple(series))
+
+
+def _in_distinfo(name: str) -> bool:
+    """A member of the wheel's top-level .dist-info folder (METADATA and the license files :func:`_license` reads)."""
+    return name.split("/", 1)[0].endswith(".dist-info")
 
 
 def _on_disk(folder: Path) -> dict[str, Path]:
@@ -353,10 +367,15 @@ def write(
     return changed
 
 
-def overlay_problems(project: Project, lines: list[ReleaseLine] | None = None) -> list[str]:
-    """Every difference between the committed overlay and pristine + series (empty: all equal)."""
+def overlay_problems(
+    project: Project,
+    lines: list[ReleaseLine] | None = None,
+    generated: Callable[[ReleaseLine], Vendored] = generate,
+) -> list[str]:
+    """Every difference between the committed overlay and pristine + series (empty: all equal). ``generated``: what
+    :func:`generate` makes of a line (lint hands in what it made for the signature check)."""
     every = lines is None
-    made = [generate(line) for line in (project.all_lines() if lines is None else lines)]
+    made = [generated(line) for line in (project.all_lines() if lines is None else lines)]
     problems = [p for v in made for p in differences(project, v)]
     if every:
         problems += [
