@@ -1,8 +1,9 @@
 """`patchwheel lint`: every problem of a release line that the suite refuses, in one list.
 
 The series and its patch files (names, trailers, what git applies: :func:`series.lint_line`), the committed
-matrix against the trailers (:meth:`Matrix.problems`), and the build record (:func:`buildno.problem`). `follow`
-asks the same of the tree it is about to write."""
+matrix against the trailers (:meth:`Matrix.problems`), and the build record (:func:`buildno.problem`); the
+upstream signatures the series keeps (:func:`signature_problems`). `follow` asks the same of the tree it is about
+to write."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import draft, series, torchaxis
+from . import draft, series, signatures, torchaxis
 from .config import LATEST, Project, ReleaseLine
 from .errors import PatchwheelError
 from .matrix import checks as matrix_checks
 from .matrix.table import Matrix
 from .names import VENDOR_RECORD
 from .series import PATCH_NAME
-from .wheels import buildno, fetch, rewrite
+from .wheels import buildno, fetch, rewrite, vendored
 
 
 def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
@@ -31,6 +32,13 @@ def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) ->
     if not problems and (why := buildno.problem(line) or buildno.history_problem(line, project.root)):
         problems = [why]
     return problems
+
+
+def signature_problems(made: vendored.Vendored, reader: signatures.ApiReader | None = None) -> list[str]:
+    """The upstream signatures and names the line's series changes or removes without its patch declaring it
+    (``API-Change``), and declarations of changes it does not make (:mod:`signatures`): ``made`` is the line's
+    pristine + series (:func:`vendored.generate`, which the overlay check compares with overlay/)."""
+    return signatures.series_problems(made.line, list(made.series), made.pristine, made.modules, reader)
 
 
 def stub_problems(project: Project, line: ReleaseLine) -> list[str]:

@@ -242,7 +242,8 @@ def test_environment_names_are_made_in_one_place():
 def test_lint_has_one_entry_point():
     """Lint was four functions (patches.lint_line, lint.line_problems, submission.lint_line, follow.lint) and
     `patchwheel lint` checked more than follow's: maint.lintall is the one entry point, which `patchwheel lint`,
-    `vendor --check`, follow and derive call; the parts are called from there (the series' from lint.py)."""
+    `vendor --check`, follow and derive call; the parts are called from there (the series' from lint.py), the
+    signature check too (issue 44), so that every line gets it wherever lint runs."""
     parts = {
         "lint_line": {"lint"},
         "line_problems": {"maint.lintall", "maint.export.submission"},
@@ -250,6 +251,7 @@ def test_lint_has_one_entry_point():
         "torch_problems": {"maint.lintall"},
         "tree_problems": {"maint.lintall"},
         "overlay_problems": {"maint.lintall"},
+        "signature_problems": {"maint.lintall"},
     }
     for module, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text())):

@@ -12,6 +12,9 @@ dist/ cannot write.
   the wheel's sha256 and the tool's code. Later builds copy the unchanged members raw and take their RECORD rows
   from upstream's RECORD, checked against the pinned wheel's central directory, without inflating them.
 
+(Lint's signature check keeps what it read of each upstream module, by the module's sha256, beside these, in
+``<cache>/records/api/``: :mod:`patchwheel.signatures`.)
+
 A record that is missing, damaged or for other inputs is no match: the build then does the full work, as it did
 before records existed. Records are written atomically (a reader finds the old file or the new one).
 """
