@@ -38,6 +38,7 @@ def _write_message(demo) -> None:
     text = re.sub(r"Subject: TODO[^\n]*(\n [^\n]*)*", "Subject: Add with the operands swapped", text)
     text = re.sub(r"\nTODO: the problem[^\n]*", "\nadd() takes its operands in the wrong order.", text)
     text = re.sub(r"\nTODO: the root cause[^\n]*", "\nSwap them. Nothing else changes.", text)
+    text = re.sub(r"\nTODO: keep each upstream signature[^\n]*", "", text)  # add(a, b) keeps its signature
     text = re.sub(r"Upstream-Issue: TODO [^\n]*", "Upstream-Issue: https://github.com/example/demo/issues/2", text)
     assert "TODO" not in text
     path.write_text(text)

@@ -284,6 +284,7 @@ TODO: the subject, what the fix does (imperative)
 TODO: the problem: what fails, where, with the exception and message it raises.
 
 TODO: the root cause, and how this change fixes it. What changes for users who never hit the bug.
+TODO: keep each upstream signature it touches (lint checks), or declare the change: API-Change: <module>.<name>: <why>
 
 Upstream-Issue: TODO https://github.com/huggingface/{package}/issues/<N>
 Upstream-Status: Pending

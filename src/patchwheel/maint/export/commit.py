@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ... import gitops
 from ...errors import ConfigError
-from ...series import GUARD_TRAILER, Patch
+from ...series import API_TRAILER, GUARD_TRAILER, Patch
 from ..workrepo import WorkRepo
 
 #: This project's trailers: none of them reaches upstream.
@@ -24,6 +24,7 @@ OUR_TRAILERS = (
     "Mutant-Survives",
     "Upstream-Status",
     "Upstream-Issue",
+    API_TRAILER,
 )
 #: Words that name this project or its tree: upstream cannot use them (our test paths, our tool, our trailers).
 OUR_WORDS = re.compile(
