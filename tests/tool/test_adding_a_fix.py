@@ -95,3 +95,28 @@ def test_every_patch_has_its_rows_in_the_readme_and_fixes_md():
                 if not re.search(rf"/\d{{4}}-{re.escape(slug)}\.patch\)", rows):
                     missing.append(f"{series.parent.relative_to(ROOT)}/{name.strip()}: no row in {doc}")
     assert missing == []
+
+
+def test_fixes_md_lists_every_declared_api_change():
+    """Each ``API-Change`` trailer (an upstream signature or module-level name a patch changes on purpose, which lint
+    accepts only declared) has its entry in docs/fixes.md's list "Upstream signatures the patches change": the name
+    in backticks, then a link to each patch that declares it; and the list holds nothing no trailer declares."""
+    from patchwheel import config, series
+
+    text = (ROOT / "docs" / "fixes.md").read_text()
+    section = text.split("\n**Upstream signatures the patches change.**", 1)[1].split("\n**", 1)[0]
+    listed = set()
+    for bullet in re.split(r"\n(?=- )", section)[1:]:
+        name = re.match(r"- `([\w.]+)`", bullet)
+        assert name is not None, bullet[:80]
+        links = re.findall(r"\]\(\.\./patches/([\w.-]+/[\w.]+/\d{4}-[\w.-]+\.patch)\)", bullet)
+        assert links, f"{name[1]}: no link to the patch that declares it"
+        listed |= {(name[1], link) for link in links}
+    project = config.load(ROOT)
+    declared = {
+        (name, f"{line.package}/{line.version}/{patch.name}")
+        for line in project.all_lines()
+        for patch in series.parse_series(line)
+        for name, _ in series.api_changes(patch)
+    }
+    assert listed == declared
