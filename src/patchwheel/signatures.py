@@ -248,7 +248,7 @@ def differences(module: str, before: Api | None, after: Api | None, *, every: bo
     out = {}
     for qual, defs in before.items():
         now = after.get(qual)
-        parent = qual.rpartition(".")[0]
+        parent = "" if qual.startswith("* from ") else qual.rpartition(".")[0]  # (a star import: a module's name)
         if now is None and not every and parent and parent not in after:
             continue
         if now is None or (defs and now != defs):
@@ -423,8 +423,13 @@ def series_problems(
             was, now = api(states[k - 1], p, f"before {patch.name}"), api(states[k], p, f"after {patch.name}")
             for name in differences(module_name(modules[p]), was, now, every=True):
                 made.setdefault(name, []).append(patch)
+
+    def touching(name: str) -> list[Patch]:  # (every difference has a step that made it: this is a safety net)
+        owners = {p for p, w in modules.items() if f"{name}.".startswith(f"{module_name(w)}.")}
+        return [q for q in series if owners & set(q.touched)]
+
     for name, change in sorted(net.items()):
-        makers = made.get(name) or [q for q in series if any(p in modules for p in q.touched)]
+        makers = made.get(name) or touching(name)
         problems += [_problem(q, change, where) for q in makers if (q.name, name) not in declared]
     for patch in series:
         mine = sorted(n for n, ps in made.items() if patch in ps and n in net)

@@ -444,6 +444,11 @@ def test_a_dataclass_field_added_changes_its_init():
     assert change.name == "m.P" and signatures.what_differs(change) == "its dataclass fields (its __init__)"
 
 
+def test_a_star_import_removed_is_a_module_level_name_removed():
+    (change,) = signatures.differences("m", signatures.module_api(b"from .x.y import *\n"), {}).values()
+    assert change.name == "m.* from .x.y" and not change.member and change.after is None
+
+
 def test_a_member_of_a_removed_class_is_left_to_the_class():
     before = signatures.module_api(b"class C:\n    def m(self): ...\n")
     assert list(signatures.differences("m", before, {})) == ["m.C"]
