@@ -140,10 +140,11 @@ def _compiled(accelerator):
     }
 
 
-def _subclass_keeps_modules(accelerator_class):
-    """``accelerator_class``'s prepare keeps modules as they are and hands the rest to ``Accelerator.prepare``."""
+def _subclass_keeps_modules():
+    """A subclass whose prepare keeps modules as they are and hands the rest to ``Accelerator.prepare``."""
+    from accelerate import Accelerator
 
-    class KeepsModules(accelerator_class):
+    class KeepsModules(Accelerator):
         def __init__(self, *args, **kwargs):
             kwargs.setdefault("device_placement", False)
             super().__init__(*args, **kwargs)
@@ -172,20 +173,22 @@ def _subclass_keeps_modules(accelerator_class):
     }
 
 
-def _around(accelerator_class, how):
+def _around(how):
     """Code around ``prepare_model``: a subclass overriding it and calling super, or an instance attribute that
     wraps the original; both record what they were given, as public wrappers inspect it."""
+    from accelerate import Accelerator
+
     calls = []
     if how == "subclass":
 
-        class Around(accelerator_class):
+        class Around(Accelerator):
             def prepare_model(self, model, device_placement=None, evaluation_mode=False):
                 calls.append([type(model).__name__, device_placement, evaluation_mode])
                 return super().prepare_model(model, device_placement=device_placement, evaluation_mode=evaluation_mode)
 
         accelerator = Around()
     else:
-        accelerator = accelerator_class()
+        accelerator = Accelerator()
         original = accelerator.prepare_model
 
         def wrapper(model, device_placement=None, evaluation_mode=False):
@@ -211,9 +214,9 @@ def _scenario(rank, world_size, name):
         from accelerate import Accelerator
 
         if name.startswith("around-"):
-            values = _around(Accelerator, name.split("-", 1)[1])
+            values = _around(name.split("-", 1)[1])
         elif name == "subclass-keeps-modules":
-            values = _subclass_keeps_modules(Accelerator)
+            values = _subclass_keeps_modules()
         else:
             accelerator = Accelerator()
             values = {"all-in-one": _all_in_one, "evaluation": _for_evaluation, "alone": _alone, "compiled": _compiled}[

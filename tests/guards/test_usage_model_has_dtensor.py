@@ -13,7 +13,8 @@ function in three ways, each a guard here (pristine and +fixed must agree):
   site-packages as ``model_has_dtensor(model)``; such a script runs unchanged when the same job is started with
   several processes;
 - it wraps it, keeping ``__wrapped__`` (``functools.wraps``), in all three namespaces and delegates with the model
-  alone (``unslothai/unsloth``, ``unsloth/import_fixes.py``: ``fix_accelerate_dtensor_check_without_torch_distributed``).
+  alone (``unslothai/unsloth``, ``unsloth/import_fixes.py``:
+  ``fix_accelerate_dtensor_check_without_torch_distributed``).
 
 Each scenario runs on real gloo ranks of a CPU job (tests/proof/harness.py), or as one plain process, and records
 the answers, what ``prepare`` returned, each step's loss, the weights' norms, errors, warnings and log records.
@@ -77,7 +78,10 @@ def _direct_calls(rank, world_size):
 
         function = other.model_has_dtensor
         values = {
-            "one_function": [accelerate.utils.model_has_dtensor is function, accelerate.accelerator.model_has_dtensor is function],
+            "one_function": [
+                accelerate.utils.model_has_dtensor is function,
+                accelerate.accelerator.model_has_dtensor is function,
+            ],
             "parameters": list(inspect.signature(function).parameters),
             "answers": {name: function(model) for name, model in _kinds(world_size).items()},
             "keyword": function(model=_model()),
@@ -96,9 +100,9 @@ def _install(how):
     import accelerate.utils
     import accelerate.utils.other as other
 
+    targets: tuple = (other, accelerate.accelerator)
     if how == "replaced":  # the function of a script or a rewritten site-packages module: one parameter
         replacement = _one_argument
-        targets = (other, accelerate.accelerator)
     else:  # a wrapper that keeps `__wrapped__` and delegates with the model alone
         original = other.model_has_dtensor
 
@@ -106,7 +110,7 @@ def _install(how):
         def replacement(model):
             return original(model)
 
-        targets = (other, accelerate.utils, accelerate.accelerator)
+        targets += (accelerate.utils,)
     for module in targets:
         module.model_has_dtensor = replacement
 

@@ -83,8 +83,14 @@ def _accelerator(rank, world_size, how, sizes, variables, plain_process):
 
 def _observe_ranks(observe, how, sizes=None, variables=None, world_size=2, plain_process=False):
     results = run_ranks(
-        _accelerator, world_size, how, sizes or {}, variables or {}, plain_process,
-        env=CPU_JOB, init_group=not plain_process,
+        _accelerator,
+        world_size,
+        how,
+        sizes or {},
+        variables or {},
+        plain_process,
+        env=CPU_JOB,
+        init_group=not plain_process,
     )
     for rank, (values, _) in enumerate(results):
         observe(f"rank{rank}", values)

@@ -164,8 +164,9 @@ def test_trainer_on_a_cpu_job(observe, tmp_path):
 
 @pytest.mark.intended(
     "*",
-    reason="the feature's reach: a CPU job with ACCELERATE_USE_TP=true and TP_SIZE=2 (what TrainingArguments(tp_size=2) "
-    "leaves in the process) failed on pristine building a CUDA mesh; the patch leaves such a job on DDP",
+    reason="the feature's reach: a CPU job with ACCELERATE_USE_TP=true and TP_SIZE=2 (what "
+    "TrainingArguments(tp_size=2) leaves in the process) failed on pristine building a CUDA mesh; the patch leaves "
+    "such a job on DDP",
 )
 def test_environment_left_by_training_arguments_tp_size(observe):
     """``ACCELERATE_USE_TP=true`` and ``TP_SIZE=2`` in the environment, then ``Accelerator()`` of the script's own on
