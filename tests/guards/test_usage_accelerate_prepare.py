@@ -20,11 +20,12 @@ agree; none of these models holds a DTensor.
   ``prepare_model`` and hands everything else to ``super().prepare`` (``kvcache-ai/ktransformers``,
   ``kt-sft/ktransformers/util/trainer_utils.py``, ``KAccelerator``);
 - a subclass that overrides ``prepare_model`` with upstream's signature and calls ``super().prepare_model`` with
-  the same arguments, and an instance whose ``prepare_model`` is replaced by a wrapper that calls the original:
-  the two ways public training scripts put code around it (found by exact-string search of public code, in scripts
-  whose repository the index does not name: Trainer subclasses that assign ``self.accelerator.prepare_model`` in
-  ``create_accelerator_and_postprocess``, a DPO script that wraps ``Accelerator.prepare_model`` to clear
-  ``hf_device_map`` around the original call, an ``Accelerator`` subclass ``RepreparableAccelerator``);
+  the same arguments, an instance whose ``prepare_model`` is replaced by a wrapper that calls the original, and the
+  class's ``prepare_model`` replaced by such a function: the ways public training scripts put code around it
+  (found by exact-string search of public code, in scripts whose repository the index does not name: Trainer
+  subclasses that assign ``self.accelerator.prepare_model`` in ``create_accelerator_and_postprocess``, a DPO script
+  that wraps ``Accelerator.prepare_model`` to clear ``hf_device_map`` around the original call, an ``Accelerator``
+  subclass ``RepreparableAccelerator``);
 - a model compiled with ``torch.compile`` before ``prepare`` (``huggingface/accelerate``,
   ``tests/test_accelerator.py``, ``test_can_unwrap_distributed_compiled_model_*``).
 """
@@ -187,6 +188,15 @@ def _around(how):
                 return super().prepare_model(model, device_placement=device_placement, evaluation_mode=evaluation_mode)
 
         accelerator = Around()
+    elif how == "class":  # assigned on the class (this rank's process only), taking `self` as the method did
+        original_method = Accelerator.prepare_model
+
+        def method(self, model, device_placement=None, evaluation_mode=False):
+            calls.append([type(model).__name__, device_placement, evaluation_mode])
+            return original_method(self, model, device_placement=device_placement, evaluation_mode=evaluation_mode)
+
+        Accelerator.prepare_model = method
+        accelerator = Accelerator()
     else:
         accelerator = Accelerator()
         original = accelerator.prepare_model
@@ -259,12 +269,14 @@ def test_subclass_that_keeps_modules_out_of_prepare(observe):
     _observe_ranks(observe, "subclass-keeps-modules")
 
 
-@pytest.mark.parametrize("how", ["subclass", "instance"])
+@pytest.mark.parametrize("how", ["subclass", "instance", "class"])
 def test_code_around_prepare_model(observe, how):
     """``prepare_model`` overridden in a subclass that calls ``super().prepare_model(model, device_placement=...,
-    evaluation_mode=...)``, or replaced on the instance by a wrapper that calls the original the same way (Trainer
-    subclasses that assign ``self.accelerator.prepare_model``): what it is called with, and what it returns, for a
-    model prepared with its optimizer and one prepared for evaluation."""
+    evaluation_mode=...)``, replaced on the instance by a wrapper that calls the original the same way (Trainer
+    subclasses that assign ``self.accelerator.prepare_model``), or replaced on the class by a function of the
+    method's signature that calls the original (training scripts that assign ``Accelerator.prepare_model``): what
+    it is called with, and what it returns, for a model prepared with its optimizer and one prepared for
+    evaluation."""
     _observe_ranks(observe, f"around-{how}")
 
 
