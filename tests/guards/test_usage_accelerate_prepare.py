@@ -26,6 +26,8 @@ agree; none of these models holds a DTensor.
   subclasses that assign ``self.accelerator.prepare_model`` in ``create_accelerator_and_postprocess``, a DPO script
   that wraps ``Accelerator.prepare_model`` to clear ``hf_device_map`` around the original call, an ``Accelerator``
   subclass ``RepreparableAccelerator``);
+- a tensor-parallel model kept out of DDP by a script that makes accelerate's shared state say one process (a TP+SP
+  trainer on sd-scripts' ``prepare_accelerator``; repository not named by the index);
 - a model compiled with ``torch.compile`` before ``prepare`` (``huggingface/accelerate``,
   ``tests/test_accelerator.py``, ``test_can_unwrap_distributed_compiled_model_*``).
 """
@@ -141,6 +143,40 @@ def _compiled(accelerator):
     }
 
 
+def _spoofed_single_process():
+    """A tensor-parallel model kept out of DDP by making the shared state say one process of no distributed type,
+    then prepared with its optimizer and trained on the same batch on every rank (what tensor parallelism needs)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from a1_models import shard
+
+    accelerator = Accelerator()
+    spoof = {"distributed_type": DistributedType.NO, "process_index": 0, "local_process_index": 0, "num_processes": 1}
+    PartialState._shared_state.update(spoof)
+    AcceleratorState._shared_state.update(spoof)
+    model = shard(_model(), init_device_mesh("cpu", (2,)), "parameters")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    prepared, optimizer = accelerator.prepare(model, optimizer)
+    losses = []
+    for step in range(STEPS):
+        loss = prepared(_x() + step).pow(2).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return {
+        "distributed_type": accelerator.distributed_type.value,
+        "types": [type(prepared).__name__, type(prepared.up.weight).__name__],
+        "losses": losses,
+        "norms": {
+            k: float(v.full_tensor().norm()) for k, v in prepared.state_dict().items() if hasattr(v, "full_tensor")
+        },
+    }
+
+
 def _subclass_keeps_modules():
     """A subclass whose prepare keeps modules as they are and hands the rest to ``Accelerator.prepare``."""
     from accelerate import Accelerator
@@ -227,6 +263,8 @@ def _scenario(rank, world_size, name):
             values = _around(name.split("-", 1)[1])
         elif name == "subclass-keeps-modules":
             values = _subclass_keeps_modules()
+        elif name == "spoofed":
+            values = _spoofed_single_process()
         else:
             accelerator = Accelerator()
             values = {"all-in-one": _all_in_one, "evaluation": _for_evaluation, "alone": _alone, "compiled": _compiled}[
@@ -278,6 +316,16 @@ def test_code_around_prepare_model(observe, how):
     it is called with, and what it returns, for a model prepared with its optimizer and one prepared for
     evaluation."""
     _observe_ranks(observe, f"around-{how}")
+
+
+def test_tensor_parallel_model_kept_out_of_ddp_by_a_spoofed_state(observe):
+    """Tensor parallelism around accelerate rather than through it: after ``Accelerator()``, the script sets
+    ``distributed_type=NO``, ``num_processes=1`` and the process indices in both ``PartialState._shared_state`` and
+    ``AcceleratorState._shared_state``, so that ``prepare`` wraps nothing in DDP, then prepares a
+    ``parallelize_module`` model and trains it on the same batch on every rank (a TP+SP DiT LoRA trainer built on
+    sd-scripts' ``train_util.prepare_accelerator``, found by exact-string search; the index does not name its
+    repository)."""
+    _observe_ranks(observe, "spoofed")
 
 
 def test_compiled_model(observe):
