@@ -1780,13 +1780,15 @@ class Accelerator:
         include_buffers = self.ddp_handler is None or self.ddp_handler.broadcast_buffers
         if not any(p.requires_grad for name, p in model.named_parameters() if name not in ignore):
             return
-        if not model_has_dtensor(model, include_buffers=include_buffers, ignore=ignore):
-            return
-
-        from torch.distributed.tensor import DTensor
+        if is_torch_version(">=", "2.5.0"):
+            from torch.distributed.tensor import DTensor
+        else:
+            from torch.distributed._tensor import DTensor
 
         tensors = list(model.named_parameters()) + (list(model.named_buffers()) if include_buffers else [])
         dtensors = {name: tensor for name, tensor in tensors if name not in ignore and isinstance(tensor, DTensor)}
+        if not dtensors:
+            return
         names = ", ".join(list(dtensors)[:3]) + (f" and {len(dtensors) - 3} more" if len(dtensors) > 3 else "")
         example = next(iter(dtensors.values()))
         message = (

@@ -20,7 +20,7 @@ from codecs import encode
 from collections import OrderedDict
 from functools import partial, reduce
 from types import MethodType
-from typing import Iterable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -228,20 +228,16 @@ def compile_regions_fsdp2(module: torch.nn.Module, **compile_kwargs) -> torch.nn
     return module
 
 
-def model_has_dtensor(model: torch.nn.Module, include_buffers: bool = False, ignore: Iterable[str] = ()) -> bool:
+def model_has_dtensor(model: torch.nn.Module) -> bool:
     """
-    Check if the model has DTensor parameters (and, with `include_buffers`, buffers).
+    Check if the model has DTensor parameters.
 
     Args:
         model (`torch.nn.Module`):
             The model to check.
-        include_buffers (`bool`, *optional*, defaults to `False`):
-            Whether to check the model's buffers too.
-        ignore (`Iterable[str]`, *optional*):
-            Names of parameters and buffers to leave out, e.g. the model's `_ddp_params_and_buffers_to_ignore`.
 
     Returns:
-        `bool`: Whether the model has DTensor parameters (or buffers).
+        `bool`: Whether the model has DTensor parameters.
     """
     if not torch.distributed.is_available():
         # DTensor lives in `torch.distributed`: a build without it cannot hold one, nor import the module.
@@ -252,9 +248,7 @@ def model_has_dtensor(model: torch.nn.Module, include_buffers: bool = False, ign
         # from torch 2.0.0 (oldest supported accelerate torch version), DTensor is in torch.distributed._tensor
         from torch.distributed._tensor import DTensor
 
-    ignore = set(ignore)
-    tensors = list(model.named_parameters()) + (list(model.named_buffers()) if include_buffers else [])
-    return any(isinstance(tensor, DTensor) for name, tensor in tensors if name not in ignore)
+    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def get_model_tp_size(model: torch.nn.Module) -> Optional[int]:
