@@ -25,6 +25,7 @@ import os
 import textwrap
 import traceback
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -167,8 +168,12 @@ def test_value_head_wrapper_classmethod_and_its_deep_copy(observe, checkpoint, d
         observe("values", wrapper(tiny_llama.INPUT))
     reference = copy.deepcopy(wrapper)
     observe("copy", _tensors(reference))
-    observe("copy_device_map", {k: str(v) for k, v in (reference.pretrained_model.hf_device_map or {}).items()}
-            if hasattr(reference.pretrained_model, "hf_device_map") else None)
+    observe(
+        "copy_device_map",
+        {k: str(v) for k, v in (reference.pretrained_model.hf_device_map or {}).items()}
+        if hasattr(reference.pretrained_model, "hf_device_map")
+        else None,
+    )
 
 
 def test_auto_class_wrapper_passes_revision_none(observe, checkpoint):
@@ -210,6 +215,28 @@ def test_keyword_only_load_of_a_training_framework(observe, checkpoint, form, tm
     init_kwargs["pretrained_model_name_or_path"] = checkpoint
     init_kwargs["torch_dtype"] = "auto"
     observe("model", _summary(AutoModelForCausalLM.from_pretrained(**init_kwargs)))
+
+
+@pytest.mark.parametrize("device_map", [None, "auto"], ids=["no-device_map", "device_map-auto"])
+def test_weights_given_as_a_state_dict_without_a_path(observe, checkpoint, device_map):
+    """Stands for the conversion scripts that build a model from weights they already hold: ``from_pretrained(None,
+    config=config, state_dict=state_dict)``, the form ``from_pretrained``'s own documentation gives for "both the
+    configuration and state dictionary" (huggingface/transformers src/transformers/modeling_utils.py, the
+    ``pretrained_model_name_or_path`` argument), here with weights read by ``safetensors`` and a ``device_map``."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    state_dict = load_file(str(Path(checkpoint) / "model.safetensors"))
+    kwargs = {**FLOAT32, **({} if device_map is None else {"device_map": device_map})}
+    config = AutoConfig.from_pretrained(checkpoint)
+    observe(
+        "model",
+        _load_or_raise(
+            lambda: AutoModelForCausalLM.from_pretrained(None, config=config, state_dict=state_dict, **kwargs)
+        ),
+    )
 
 
 def test_subclass_of_an_auto_class_calls_super_without_random_init(observe, checkpoint):
@@ -265,7 +292,7 @@ def test_from_pretrained_monkeypatched_to_fix_the_class_plan(observe, checkpoint
             return type("Out", (), {"logits": self.lm_head(self.model(input_ids).last_hidden_state)})()
 
     original = PreTrainedModel.from_pretrained.__func__
-    touched: list[type] = []
+    touched: list[Any] = []
 
     @classmethod  # type: ignore[misc]
     def _new_from_pretrained(cls, *args, **kwargs):
@@ -461,14 +488,17 @@ def _method_kind(owner: type, name: str) -> type:
 
 @pytest.mark.parametrize("method", ["_load_pretrained_model", "from_pretrained"])
 @pytest.mark.parametrize("device_map", [None, "auto"], ids=["no-device_map", "device_map-auto"])
-@pytest.mark.may_skip(reason="the pristine release's copy comes from the pristine run (--guard-exchange); a +fixed "
-                      "run without one has no copy to load")
+@pytest.mark.may_skip(
+    reason="the pristine release's copy comes from the pristine run (--guard-exchange); a +fixed "
+    "run without one has no copy to load"
+)
 def test_copy_of_the_pristine_method(observe, checkpoint, exchange, method, device_map):
-    """Stands for a project's own copy of the release's loading code installed over it: vipulSharma18/Getting-
-    Started-with-Quantization low_bit_inference/utils/modeling_utils.py (a copy of modeling_utils, from 31 Aug to 3
-    Sep 2025, whose ``_load_pretrained_model`` calls ``caching_allocator_warmup(model_to_load,
-    expanded_device_map, hf_quantizer)``), and the scripts that assign their copy of ``_load_pretrained_model`` to
-    ``PreTrainedModel`` (the method copied from 4.51.3 that Penguin-VL's loader carries). The copy is the pristine
+    """Stands for a project's own copy of the release's loading code installed over it:
+    vipulSharma18/Getting-Started-with-Quantization low_bit_inference/utils/modeling_utils.py (a copy of
+    modeling_utils from 31 Aug to 3 Sep 2025, d70a4dda, whose ``_load_pretrained_model`` calls
+    ``caching_allocator_warmup(model_to_load, expanded_device_map, hf_quantizer)``), and the scripts that assign
+    their own copy of ``_load_pretrained_model`` to ``PreTrainedModel`` (a Penguin-VL loader carries one written
+    for 4.51.3). The copy is the pristine
     release's own method, read at run time (``inspect.getsource``) on the pristine build and handed to the +fixed
     build through the exchange folder; on the +fixed build it replaces the method for one load, as the user's copy
     does. Nothing of upstream's code is kept in this repository."""
@@ -482,8 +512,11 @@ def test_copy_of_the_pristine_method(observe, checkpoint, exchange, method, devi
         except Exception as exc:  # noqa: BLE001 - no exchange: only the pristine run can make the copy
             pytest.skip(f"no copy of the pristine {method}: {exc}")
     else:
-        source = textwrap.dedent(inspect.getsource(getattr(PreTrainedModel, method).__func__
-                                                   if kind is classmethod else getattr(PreTrainedModel, method)))
+        source = textwrap.dedent(
+            inspect.getsource(
+                getattr(PreTrainedModel, method).__func__ if kind is classmethod else getattr(PreTrainedModel, method)
+            )
+        )
         (exchange.write("copy") / f"{method}.py").write_text(source)
     namespace = dict(vars(modeling_utils))
     exec(compile(source, f"<copy of the pristine {method}>", "exec"), namespace)  # noqa: S102 - the user's copy

@@ -49,7 +49,11 @@ def _observed(model) -> dict:
         "sharded": sharded,
         "tensors": {
             name: [t.device.type, str(t.dtype)]
-            + ([] if t.device.type == "meta" else [float(t.detach().double().sum()), float(t.detach().double().abs().sum())])
+            + (
+                []
+                if t.device.type == "meta"
+                else [float(t.detach().double().sum()), float(t.detach().double().abs().sum())]
+            )
             for name, t in sorted(whole.items())
         },
         "device_map": {k: str(v) for k, v in (getattr(model, "hf_device_map", None) or {}).items()},
@@ -319,8 +323,8 @@ def test_rank0_loads_on_cpu_the_others_on_meta(observe, group_loads):
 
 
 def test_class_plan_fixed_by_a_monkeypatch_under_a_group(observe, group_loads):
-    """Stands for ms-swift's "fix tp_plan" (modelscope/ms-swift fc859ae4, swift/llm/model/patcher.py; today
-    swift/model/patcher.py): ``PreTrainedModel.from_pretrained`` replaced by a classmethod that sets
+    """Stands for ms-swift's "fix tp_plan" (modelscope/ms-swift swift/llm/model/patcher.py, fc859ae4 of May 2025;
+    today swift/model/patcher.py): ``PreTrainedModel.from_pretrained`` replaced by a classmethod that sets
     ``cls._tp_plan = cls._tp_plan or {}`` before calling the original, which kept 4.50 - 4.53 from iterating a
     ``None`` plan; here for a remote-code-style class whose ``__init__`` skips ``post_init()``, loaded with
     ``device_map="cpu"`` on each of 2 ranks of an initialised gloo group."""
