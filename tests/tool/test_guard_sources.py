@@ -30,7 +30,8 @@ CITATION = re.compile(
     r"(?<![\w./-])(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)\s+"
     r"(?P<path>(?:[\w.-]+/)+[\w.-]+|[\w.-]+\.(?:py|md|rst|toml|ya?ml|sh|txt|json|ipynb))(?![\w/-])"
 )
-STANDS_FOR = "Stands for"
+#: The words that introduce the sources (any case): a repository/path pair elsewhere in a docstring is not a source.
+STANDS_FOR = re.compile(r"stands for", re.I)
 #: Patches whose guards are mined on other branches of issue 44 (T3: issue44-t3; accelerate: issue44-mineacc):
 #: each is listed until its guards cite public code, and an entry whose patch passes fails this test, so that the
 #: list only shrinks. (package, slug) -> why it is pending.
@@ -46,8 +47,8 @@ PENDING: dict[tuple[str, str], str] = {
 def citations(docstring: str | None) -> list[tuple[str, str]]:
     """The (repository, path) pairs a guard's docstring cites after "Stands for"; none without those words."""
     text = inspect.cleandoc(docstring or "")
-    _, said, after = text.partition(STANDS_FOR)
-    return [(m["repo"], m["path"]) for m in CITATION.finditer(after)] if said else []
+    said = STANDS_FOR.search(text)
+    return [(m["repo"], m["path"]) for m in CITATION.finditer(text, said.end())] if said else []
 
 
 def guard_tests(module: Path) -> dict[str, list[tuple[str, str]]]:
@@ -125,6 +126,10 @@ def test_pending_names_only_patches_that_exist():
             [("huggingface/accelerate", "src/accelerate/big_modeling.py")],
         ),
         ("A Llama loaded with device_map='auto' (huggingface/trl trl/trainer/utils.py).", []),  # no "Stands for"
+        (
+            "Ordinary loads; this one stands for PEFT's (huggingface/peft src/peft/auto.py).",
+            [("huggingface/peft", "src/peft/auto.py")],
+        ),
         ("Stands for what users do: a load with device_map='auto' and/or max_memory.", []),  # no source
         ("Stands for the scenario of tests/guards/test_t1_warmup.py.", []),  # a path alone is no repository
     ],
