@@ -189,18 +189,18 @@ def test_auto_class_wrapper_passes_revision_none(observe, checkpoint):
     observe("model", _summary(model))
 
 
-@pytest.mark.parametrize("form", ["train", "export", "infer"])
+@pytest.mark.parametrize("form", ["train-or-export", "infer"])
 def test_keyword_only_load_of_a_training_framework(observe, checkpoint, form, tmp_path):
     """Stands for LLaMA-Factory's ``load_model`` (hiyouga/LLaMA-Factory src/llamafactory/model/loader.py), which
     calls ``load_class.from_pretrained(**init_kwargs)``: the path as the keyword ``pretrained_model_name_or_path``,
     ``config=``, ``torch_dtype="auto"``, ``trust_remote_code``, ``cache_dir``, ``revision``, ``token`` and, from
     ``patch_config`` (src/llamafactory/model/patcher.py), ``low_cpu_mem_usage`` and the ``device_map`` that
-    src/llamafactory/hparams/parser.py chooses: ``{"": get_current_device()}`` to train (a ``torch.device``,
-    ``cpu`` here: src/llamafactory/extras/misc.py), ``{"": torch.device("cpu")}`` to export, ``"auto"`` with an
-    ``offload_folder`` to infer."""
+    src/llamafactory/hparams/parser.py chooses: ``{"": get_current_device()}`` to train (a ``torch.device``, the
+    CPU on this machine: src/llamafactory/extras/misc.py) and ``{"": torch.device("cpu")}`` to export, one
+    scenario here; ``"auto"`` with an ``offload_folder`` to infer."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    device_map = {"train": {"": torch.device("cpu")}, "export": {"": torch.device("cpu")}, "infer": "auto"}[form]
+    device_map = {"train-or-export": {"": torch.device("cpu")}, "infer": "auto"}[form]
     init_kwargs = {
         "trust_remote_code": False,
         "cache_dir": None,
