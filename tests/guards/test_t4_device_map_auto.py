@@ -54,7 +54,10 @@ def _rank_load(rank, world_size, ckpt, device_maps):
 
 
 def test_world_size_unset(observe, checkpoint, monkeypatch):
-    """A plain script, no launcher: ``device_map="auto"``."""
+    """A plain script, no launcher: ``device_map="auto"``. Stands for LLaMA-Factory's inference load
+    (hiyouga/LLaMA-Factory src/llamafactory/hparams/parser.py sets ``device_map="auto"``) and TRL's
+    ``create_model_from_path`` in a single process (huggingface/trl trl/trainer/utils.py: ``device_map`` defaults to
+    ``"auto"``)."""
     for name in guardkit.TORCHRUN:
         monkeypatch.delenv(name, raising=False)
     observe("loaded", _load(checkpoint, "auto"))
@@ -67,13 +70,19 @@ def test_world_size_unset(observe, checkpoint, monkeypatch):
     when="transformers<4.54",
 )
 def test_single_process_under_torchrun(observe, checkpoint):
-    """``torchrun --nproc-per-node 1`` (WORLD_SIZE=1), ``device_map="auto"``: one process, the only copy."""
+    """``torchrun --nproc-per-node 1`` (WORLD_SIZE=1), ``device_map="auto"``: one process, the only copy. Stands for
+    TRL's ``create_model_from_path`` (huggingface/trl trl/trainer/utils.py), whose ``device_map`` defaults to
+    ``"auto"``, run by ``accelerate launch`` or torchrun with one process."""
     (rank0,) = run_ranks(_rank_load, 1, checkpoint, ["auto"], init_group=False)
     observe("rank0", rank0)
 
 
 def test_two_processes_without_device_map_auto(observe, checkpoint):
-    """torchrun with 2 processes, no ``device_map``, then ``device_map="cpu"``: a replica each, as before."""
+    """torchrun with 2 processes, no ``device_map``, then ``device_map="cpu"``: a replica each, as before. Stands for
+    TRL's trainers, which set ``device_map=None`` for distributed training (huggingface/trl
+    trl/trainer/dpo_trainer.py, grpo_trainer.py: "Distributed training requires device_map=None"), and for NeMo's
+    ``HFAutoModelForCausalLM``, whose ``device_map`` defaults to ``"cpu"`` (NVIDIA/NeMo
+    nemo/collections/llm/gpt/model/hf_auto_model_for_causal_lm.py)."""
     for rank, result in enumerate(run_ranks(_rank_load, 2, checkpoint, [None, "cpu"], init_group=False)):
         observe(f"rank{rank}", result)
 
@@ -126,7 +135,9 @@ def test_fsdp_load_with_device_map_auto(observe, checkpoint):
 
 def test_tensor_parallel_config_with_device_map_auto(observe, checkpoint):
     """torchrun with 2 processes, tensor parallelism asked for next to ``device_map="auto"``: upstream refuses the
-    pair ("mutually exclusive") before loading anything."""
+    pair ("mutually exclusive") before loading anything. Stands for configurations that set both, which axolotl
+    guards against by deleting ``device_map`` when it sets ``tp_plan="auto"`` (axolotl-ai-cloud/axolotl
+    src/axolotl/loaders/model.py, ``_build_model``: "not compatible with `tp_plan`")."""
     for rank, result in enumerate(run_ranks(_rank_parallel_load, 2, checkpoint, "tp", init_group=False)):
         observe(f"rank{rank}", result)
 
@@ -175,7 +186,11 @@ _STARTS_TENSOR_PARALLELISM = {"rank_empty", "rank_not_a_number", "rank_only_as_l
     [pytest.param(name, marks=_IN_THE_BUG if name in _STARTS_TENSOR_PARALLELISM else []) for name in ODD_ENVIRONMENTS],
 )
 def test_odd_launcher_variables(observe, odd_loads, odd):
-    """Each value behaves as on pristine: nothing raised that pristine does not raise, nothing new said."""
+    """Each value behaves as on pristine: nothing raised that pristine does not raise, nothing new said. Stands for
+    launchers other than torchrun: SLURM sets ``LOCAL_RANK`` without torchrun's other variables (NVIDIA-NeMo/Automodel
+    nemo_automodel/components/launcher/interactive.py says so), and unsloth reads ``LOCAL_RANK``/``RANK`` and
+    ``WORLD_SIZE`` skipping values that are not numbers (unslothai/unsloth unsloth/models/loader_utils.py,
+    ``_get_env_int``)."""
     observe("process", odd_loads[odd])
 
 
