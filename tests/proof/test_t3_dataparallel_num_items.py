@@ -354,8 +354,8 @@ def test_int_count_from_get_batch_samples(tmp_path, monkeypatch):
 def test_compute_loss_override_that_passes_the_count(tmp_path, monkeypatch):
     """A Trainer subclass whose ``compute_loss`` hands ``num_items_in_batch`` to the model itself and returns the
     model's loss as it is, with ``average_tokens_across_devices=False``: no release scales the replicas' losses then,
-    so the replicas' mean must be the batch loss. The first batch holds an even count (16): the floor division by
-    ``n_gpu`` that 4.57.1 - 5.23.0 apply without averaging is exact there, and the last batch shows the bug. (With
+    so the replicas' mean must be the batch loss. Every row holds an even count: the floor division by ``n_gpu``
+    that 4.57.1 - 5.23.0 apply without averaging is exact on a full batch, and the last batch shows the bug. (With
     averaging, the releases since 4.57.1 multiply the replicas' losses by ``n_gpu`` in ``compute_loss``, and an override
     that does not is ``1/n_gpu`` of the batch loss on full batches by that contract: a guard, not a proof.)"""
     from transformers import Trainer
@@ -367,7 +367,7 @@ def test_compute_loss_override_that_passes_the_count(tmp_path, monkeypatch):
 
     model = _model()
     start = copy.deepcopy(model)
-    rows = _rows(5, supervised=[7, 3, 5, 1, 4])
+    rows = _rows(5, supervised=[6, 2, 4, 2, 4])
     not_averaged = {"average_tokens_across_devices": False}
     trainer = _train(model, rows, tmp_path, 2, monkeypatch, base=OwnLossTrainer, args_kw=not_averaged)
     _check_replicas(trainer.replica_log, [[2, 2], [1]])
