@@ -84,7 +84,11 @@ def _no_count_llama():
     return globals()["NoCountLlama"]
 
 
-def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, evaluate=False, **args_kw):
+def _train(
+    tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, evaluate=False, rows=ROWS, **args_kw
+):
+    """The real Trainer under the simulated DataParallel (``n_gpu`` > 1), or on one device; ``rows``: how many rows
+    it trains on (a number that is not a multiple of 4 leaves a last, smaller batch)."""
     from transformers import Trainer
 
     losses: list[float] = []
@@ -99,7 +103,7 @@ def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, 
     args = guardkit.trainer_args(
         str(tmp_path / "out"), n_gpu, BATCH, steps, per_device_eval_batch_size=BATCH // n_gpu, **args_kw
     )
-    trainer = Recording(model=model, args=args, train_dataset=_rows(), eval_dataset=_rows(BATCH))
+    trainer = Recording(model=model, args=args, train_dataset=_rows(rows), eval_dataset=_rows(BATCH))
     trainer.replica_log = log
     trainer.train()
     trainer.guard = {
@@ -321,7 +325,8 @@ def test_the_wrapper(observe, tmp_path, monkeypatch):
 @pytest.mark.intended(
     "copied.type",
     reason="a copy of Trainer's DataParallel wrapper is of its class, as a copy of any module is (pristine's wrapper "
-    "is nn.DataParallel itself); only its pickle names nn.DataParallel",
+    "is nn.DataParallel itself); only its pickle names nn.DataParallel (on 4.50 pristine's first step fails)",
+    when="transformers>=4.51",
 )
 @pytest.mark.parametrize("how", ["deepcopy", "copy"])
 def test_copies_of_the_wrapped_model(observe, tmp_path, monkeypatch, how):
