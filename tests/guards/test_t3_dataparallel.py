@@ -84,9 +84,7 @@ def _no_count_llama():
     return globals()["NoCountLlama"]
 
 
-def _train(
-    tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, evaluate=False, rows=ROWS, **args_kw
-):
+def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, evaluate=False, rows=ROWS, **args_kw):
     """The real Trainer under the simulated DataParallel (``n_gpu`` > 1), or on one device; ``rows``: how many rows
     it trains on (a number that is not a multiple of 4 leaves a last, smaller batch)."""
     from transformers import Trainer

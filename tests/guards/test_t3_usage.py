@@ -15,6 +15,8 @@ import functools
 import inspect
 import re
 import textwrap
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -128,7 +130,7 @@ def test_compute_loss_scaled_by_processes_only_on_a_last_smaller_batch(observe, 
     _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=trainer_cls, rows=5))
 
 
-def _recompiled_compute_loss():
+def _recompiled_compute_loss() -> Callable[..., Any]:
     """``Trainer.compute_loss`` compiled anew from the installed release's own source, with ``loss *=`` written as
     ``loss = loss *`` and the module's names as its globals: what unslothai/unsloth unsloth/models/_utils.py
     (``patch_gradient_accumulation_fix``) does to the installed Trainer before it trains."""
@@ -148,8 +150,10 @@ def test_compute_loss_recompiled_from_its_source(observe, tmp_path, monkeypatch)
     DataParallel, then evaluation: it runs as the release's method does on the same build."""
     from transformers import Trainer
 
+    recompiled = _recompiled_compute_loss()
+
     class Recompiled(Trainer):
-        compute_loss = _recompiled_compute_loss()
+        compute_loss = recompiled
 
     _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=Recompiled, evaluate=True))
 
@@ -183,7 +187,7 @@ def test_compute_loss_wrapped_on_the_instance(observe, tmp_path, monkeypatch):
     class Wrapped(Trainer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.compute_loss = notifying(self.compute_loss)
+            self.compute_loss = notifying(self.compute_loss)  # type: ignore[has-type]
 
     trainer = _train(tmp_path, monkeypatch, _model(), trainer_cls=Wrapped)
     _observe(observe, trainer)
@@ -317,7 +321,8 @@ def test_sources_that_patchers_check(observe):
         "get_batch_samples_ends_with_its_return",
         inspect.getsource(Trainer.get_batch_samples).strip().endswith("return batch_samples, num_items_in_batch"),
     )
-    observe("compute_loss_has_loss_times_equals", bool(re.search(r"loss\s*\*=", inspect.getsource(Trainer.compute_loss))))
+    compute_loss_source = inspect.getsource(Trainer.compute_loss)
+    observe("compute_loss_has_loss_times_equals", bool(re.search(r"loss\s*\*=", compute_loss_source)))
     observe(
         "signatures",
         {
