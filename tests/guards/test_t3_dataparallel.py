@@ -84,7 +84,9 @@ def _no_count_llama():
     return globals()["NoCountLlama"]
 
 
-def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, evaluate=False, **args_kw):
+def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, evaluate=False, rows=ROWS, **args_kw):
+    """The real Trainer under the simulated DataParallel (``n_gpu`` > 1), or on one device; ``rows``: how many rows
+    it trains on (a number that is not a multiple of 4 leaves a last, smaller batch)."""
     from transformers import Trainer
 
     losses: list[float] = []
@@ -99,7 +101,7 @@ def _train(tmp_path, monkeypatch, model, *, n_gpu=2, trainer_cls=None, steps=2, 
     args = guardkit.trainer_args(
         str(tmp_path / "out"), n_gpu, BATCH, steps, per_device_eval_batch_size=BATCH // n_gpu, **args_kw
     )
-    trainer = Recording(model=model, args=args, train_dataset=_rows(), eval_dataset=_rows(BATCH))
+    trainer = Recording(model=model, args=args, train_dataset=_rows(rows), eval_dataset=_rows(BATCH))
     trainer.replica_log = log
     trainer.train()
     trainer.guard = {
@@ -172,15 +174,76 @@ def _declared_scale(reason):
 
 
 @IN_THE_BUG
-@_declared_scale(
-    "with average_tokens_across_devices=True pristine multiplies the replicas' losses by n_gpu, so a model that "
-    "returns its own mean loss got n_gpu times it; each replica now divides by its share of the count, and the "
-    "replicas' mean is the loss, with either setting"
-)
 def test_mean_loss_model_averaging_tokens(observe, tmp_path, monkeypatch):
-    """A model that takes ``**kwargs`` and returns its own mean loss, ``average_tokens_across_devices=True`` (5.x's
-    default; 4.x turns it off in a single process, and says so)."""
+    """A model that takes ``**kwargs`` and returns its own mean loss, ``average_tokens_across_devices=True`` (the
+    default since 4.57; 4.x before it turns it off in a single process, and says so). ``compute_loss`` multiplies
+    the replicas' losses by ``n_gpu``, as for any model that takes loss kwargs (upstream's contract since 4.57.1): the
+    model never used the count, so its loss is ``n_gpu`` times the mean of its replicas' losses, on both builds."""
     _observe(observe, _train(tmp_path, monkeypatch, _mean_loss_model(), average_tokens_across_devices=True))
+
+
+def _passes_the_count_trainer(scales):
+    """A Trainer subclass whose ``compute_loss`` passes the count to the model itself; ``scales``: and multiplies the
+    loss by ``n_gpu`` with ``average_tokens_across_devices``, as the releases' own method does since 4.57.1 (public
+    code copies it: huggingface/transformers src/transformers/trainer.py, ``Trainer.compute_loss``)."""
+    from transformers import Trainer
+
+    class PassesTheCount(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            outputs = model(**inputs, num_items_in_batch=num_items_in_batch)
+            loss = outputs.loss
+            if scales and self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * (self.args.n_gpu if self.args.n_gpu > 1 else self.accelerator.num_processes)
+            return (loss, outputs) if return_outputs else loss
+
+    return PassesTheCount
+
+
+@IN_THE_BUG
+@SCALAR_LOSSES
+def test_copy_of_the_release_compute_loss(observe, tmp_path, monkeypatch):
+    """A ``compute_loss`` copied from the release's: it passes the count and multiplies the replicas' losses by
+    ``n_gpu`` (``average_tokens_across_devices``, the default since 4.57): the one-device loss on pristine's full
+    batches, and on +fixed's."""
+    trainer_cls = _passes_the_count_trainer(scales=True)
+    _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=trainer_cls, evaluate=True))
+
+
+@IN_THE_BUG
+@SCALAR_LOSSES
+def test_compute_loss_override_that_passes_the_count_without_scaling(observe, tmp_path, monkeypatch):
+    """A ``compute_loss`` override that passes the count but does not multiply by ``n_gpu``, with
+    ``average_tokens_across_devices=True``: by upstream's contract since 4.57.1 (``compute_loss`` scales the replicas'
+    losses), its loss is ``1/n_gpu`` of the batch's on full batches, on both builds. (Without averaging nothing
+    scales and the loss is the batch's: a proof.)"""
+    trainer_cls = _passes_the_count_trainer(scales=False)
+    _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=trainer_cls))
+
+
+@IN_THE_BUG
+@pytest.mark.parametrize("kind", ["numpy-int64", "numpy-0-d-array"])
+def test_numpy_count_from_get_batch_samples(observe, tmp_path, monkeypatch, kind):
+    """A ``get_batch_samples`` override that returns the count NumPy gives (``np.sum``: a ``numpy.int64``, or a 0-d
+    array), for a model that reads it with ``float()``: on full batches, the one-device loss on pristine since 4.57
+    (the replicas got it whole, and ``compute_loss`` multiplied their losses by ``n_gpu``), and on +fixed (a share
+    each). Before 4.57 (nothing scaled) pristine's loss was ``1/n_gpu`` of it: in the bug there."""
+    import numpy as np
+    from transformers import LlamaForCausalLM, Trainer
+
+    class FloatCountLlama(LlamaForCausalLM):
+        def forward(self, input_ids=None, labels=None, num_items_in_batch=None, **kwargs):
+            count = None if num_items_in_batch is None else float(num_items_in_batch)
+            return super().forward(input_ids=input_ids, labels=labels, num_items_in_batch=count, **kwargs)
+
+    class NumpyCount(Trainer):
+        def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
+            batches, count = super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
+            if count is None:
+                return batches, None
+            tokens = np.sum([int((b["labels"] != -100).sum()) for b in batches])
+            return batches, tokens if kind == "numpy-int64" else np.asarray(tokens)
+
+    _observe(observe, _train(tmp_path, monkeypatch, _model(FloatCountLlama), trainer_cls=NumpyCount))
 
 
 @IN_THE_BUG
@@ -251,6 +314,49 @@ def test_the_wrapper(observe, tmp_path, monkeypatch):
                 torch.equal(a, b)
                 for a, b in zip(wrapped.state_dict().values(), copy.state_dict().values(), strict=True)
             ),
+        },
+    )
+
+
+@IN_THE_BUG
+@SCALAR_LOSSES
+@pytest.mark.intended(
+    "copied.type",
+    reason="a copy of Trainer's DataParallel wrapper is of its class, as a copy of any module is (pristine's wrapper "
+    "is nn.DataParallel itself); only its pickle names nn.DataParallel (on 4.50 pristine's first step fails)",
+    when="transformers>=4.51",
+)
+@pytest.mark.parametrize("how", ["deepcopy", "copy"])
+def test_copies_of_the_wrapped_model(observe, tmp_path, monkeypatch, how):
+    """``copy.deepcopy`` and ``copy.copy`` of ``trainer.model_wrapped`` after a step (a copy to keep as a reference
+    or averaged model): the copy's class, and the loss of Trainer's own ``compute_loss`` through the copy and through
+    the wrapper, for the last batch and the count Trainer gave it."""
+    import copy
+
+    from transformers import Trainer
+
+    class Counting(Trainer):
+        def get_batch_samples(self, *args, **kwargs):
+            batches, count = super().get_batch_samples(*args, **kwargs)
+            self.last = (batches, count)
+            return batches, count
+
+    trainer = _train(tmp_path, monkeypatch, _model(), trainer_cls=Counting, steps=1)
+    wrapped = trainer.model_wrapped
+    copied = getattr(copy, how)(wrapped)
+    (batch, *_), count = trainer.last
+    inputs = trainer._prepare_inputs(batch)
+    with torch.no_grad():
+        through_copy = trainer.compute_loss(copied, dict(inputs), num_items_in_batch=count).mean().item()
+        through_wrapper = trainer.compute_loss(wrapped, dict(inputs), num_items_in_batch=count).mean().item()
+    observe(
+        "copied",
+        {
+            "type": type(copied).__name__,
+            "is_data_parallel": isinstance(copied, torch.nn.DataParallel),
+            "module_is_the_wrapped_module": copied.module is wrapped.module,
+            "loss": through_copy,
+            "loss_through_the_wrapper": through_wrapper,
         },
     )
 

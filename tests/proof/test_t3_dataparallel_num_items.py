@@ -81,9 +81,12 @@ def _rows(n, supervised=SUPERVISED):
     return rows
 
 
-def _train(model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS, args_kw=None, **trainer_kw):
+def _train(
+    model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS, args_kw=None, simulated=True, **trainer_kw
+):
     """The real Trainer (``base``, a Trainer subclass, if given) with ``n_gpu`` forced; records batches and losses.
-    ``args_kw``: more ``TrainingArguments``."""
+    ``args_kw``: more ``TrainingArguments``. ``simulated=False``: no stand-in, torch's own ``nn.DataParallel`` on a
+    machine without accelerators, which has no device to scatter to and runs the module itself."""
     from transformers import Trainer, TrainingArguments
 
     class RecordingTrainer(base or Trainer):  # type: ignore[misc]
@@ -99,7 +102,7 @@ def _train(model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS,
             self.eval_losses.append(loss.item())
             return loss, logits, labels
 
-    log = simulate(monkeypatch)
+    log = simulate(monkeypatch) if simulated else []
     args = TrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=BATCH // n_gpu,
@@ -125,7 +128,7 @@ def _train(model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS,
     trainer.train()
     if n_gpu > 1:
         assert isinstance(trainer.model_wrapped, torch.nn.DataParallel)
-        assert log, "the simulated DataParallel saw no forward"
+        assert log or not simulated, "the simulated DataParallel saw no forward"
     return trainer
 
 
@@ -349,7 +352,12 @@ def test_int_count_from_get_batch_samples(tmp_path, monkeypatch):
 
 
 def test_compute_loss_override_that_passes_the_count(tmp_path, monkeypatch):
-    """A Trainer subclass whose ``compute_loss`` hands ``num_items_in_batch`` to the model itself."""
+    """A Trainer subclass whose ``compute_loss`` hands ``num_items_in_batch`` to the model itself and returns the
+    model's loss as it is, with ``average_tokens_across_devices=False``: no release scales the replicas' losses then,
+    so the replicas' mean must be the batch loss. Every row holds an even count: the floor division by ``n_gpu``
+    that 4.57.1 - 5.23.0 apply without averaging is exact on a full batch, and the last batch shows the bug. (With
+    averaging, the releases since 4.57.1 multiply the replicas' losses by ``n_gpu`` in ``compute_loss``, and an override
+    that does not is ``1/n_gpu`` of the batch loss on full batches by that contract: a guard, not a proof.)"""
     from transformers import Trainer
 
     class OwnLossTrainer(Trainer):
@@ -359,9 +367,81 @@ def test_compute_loss_override_that_passes_the_count(tmp_path, monkeypatch):
 
     model = _model()
     start = copy.deepcopy(model)
-    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=OwnLossTrainer)
+    rows = _rows(5, supervised=[6, 2, 4, 2, 4])
+    not_averaged = {"average_tokens_across_devices": False}
+    trainer = _train(model, rows, tmp_path, 2, monkeypatch, base=OwnLossTrainer, args_kw=not_averaged)
     _check_replicas(trainer.replica_log, [[2, 2], [1]])
     assert all("num_items_in_batch" in r for step in trainer.replica_log for r in step)
+    _check_losses(trainer.losses, _reference(start, trainer.batches))
+    _assert_same_weights(model, start)
+
+
+def test_copy_of_the_release_compute_loss(tmp_path, monkeypatch):
+    """A Trainer subclass whose ``compute_loss`` does for the model's own loss what the release's does (public code
+    copies upstream's method): it passes the count to the model when the model takes loss kwargs and, with
+    ``average_tokens_across_devices``, multiplies the loss by ``n_gpu`` under DataParallel (by the number of
+    processes otherwise), as the releases do since 4.57.1. Transformers 4 before 4.57 turns the setting off in a
+    single process, so there the override scales nothing, as those releases' own method. It must give the one-device
+    loss, on a full batch and on the last, smaller one."""
+    from transformers import Trainer
+
+    class ReleaseLossTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            counted = self.model_accepts_loss_kwargs and num_items_in_batch is not None
+            outputs = model(**inputs, **({"num_items_in_batch": num_items_in_batch} if counted else {}))
+            loss = outputs.loss
+            if counted and self.args.average_tokens_across_devices:
+                loss = loss * (self.args.n_gpu if self.args.n_gpu > 1 else self.accelerator.num_processes)
+            return (loss, outputs) if return_outputs else loss
+
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=ReleaseLossTrainer)
+    _check_replicas(trainer.replica_log, [[2, 2], [1]])
+    assert all("num_items_in_batch" in r for step in trainer.replica_log for r in step)
+    _check_losses(trainer.losses, _reference(start, trainer.batches))
+    _assert_same_weights(model, start)
+
+
+@pytest.mark.parametrize("kind", ["numpy-int64", "numpy-0-d-array"])
+def test_numpy_count_from_get_batch_samples(tmp_path, monkeypatch, kind):
+    """A ``get_batch_samples`` override that counts the batch's tokens with NumPy (``np.sum``: a ``numpy.int64``,
+    or a 0-d array), for a model that reads its count with ``float()`` (which a 0-d array needs: torch cannot divide
+    by one). The count must be shared as any other number is: every replica's loss over its share, on a full batch
+    and on the last, smaller one."""
+    import numpy as np
+    from transformers import LlamaForCausalLM, Trainer
+
+    class FloatCountLlama(LlamaForCausalLM):
+        def forward(self, input_ids=None, labels=None, num_items_in_batch=None, **kwargs):
+            count = None if num_items_in_batch is None else float(num_items_in_batch)
+            return super().forward(input_ids=input_ids, labels=labels, num_items_in_batch=count, **kwargs)
+
+    class NumpyCountTrainer(Trainer):
+        def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
+            batches, count = super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
+            if count is None:
+                return batches, None
+            tokens = np.sum([int((b["labels"] != -100).sum()) for b in batches])
+            return batches, tokens if kind == "numpy-int64" else np.asarray(tokens)
+
+    model = _model(FloatCountLlama)
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=NumpyCountTrainer)
+    _check_replicas(trainer.replica_log, [[2, 2], [1]])
+    assert all("num_items_in_batch" in r for step in trainer.replica_log for r in step)
+    _check_losses(trainer.losses, _reference(start, trainer.batches))
+    _assert_same_weights(model, start)
+
+
+def test_dataparallel_without_devices_runs_the_module_as_one_replica(tmp_path, monkeypatch):
+    """``nn.DataParallel`` on a machine without accelerators (``n_gpu`` forced to 2, as upstream's tests do on CPU)
+    has no device to scatter to and runs the module itself on the whole batch: one replica. Its loss is the batch
+    loss, as for any batch that one replica runs."""
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(4), tmp_path, 1, monkeypatch, simulated=False)
+    assert not trainer.model_wrapped.device_ids, "this machine has an accelerator: DataParallel scatters here"
     _check_losses(trainer.losses, _reference(start, trainer.batches))
     _assert_same_weights(model, start)
 
@@ -438,16 +518,6 @@ def test_model_that_ignores_the_count_keeps_the_mean_of_its_replicas(tmp_path, m
     model = _mean_loss_llama()
     start = copy.deepcopy(model)
     trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, args_kw={"average_tokens_across_devices": False})
-    _check_replica_means(trainer, model, start)
-
-
-def test_model_that_ignores_the_count_averaging_tokens(tmp_path, monkeypatch):
-    """The same with ``average_tokens_across_devices=True``: 5.x multiplies the replicas' losses by ``n_gpu`` for a
-    model that takes loss kwargs, so this model's mean loss, which never used the count, is ``n_gpu`` times too
-    large. Its loss must be the mean of its replicas' losses, as with ``False``."""
-    model = _mean_loss_llama()
-    start = copy.deepcopy(model)
-    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, args_kw={"average_tokens_across_devices": True})
     _check_replica_means(trainer, model, start)
 
 

@@ -23,6 +23,7 @@ import importlib.metadata
 import inspect
 import json
 import math
+import numbers
 import os
 import random
 import re
@@ -297,17 +298,19 @@ class _DataParallelWithNumItems(nn.DataParallel):
     number to every replica whole, so each replica's loss would be its share of the batch loss, and the mean of the
     replicas' losses a fraction of it. Here every replica that runs gets the count divided by the number of replicas
     that run: its loss is then a mean over its share of the batch, and the mean of the replicas' losses, which the
-    Trainer takes, is the batch loss. Any other argument, and a count that is neither a number nor a 0-d tensor, is
-    scattered as `nn.DataParallel` scatters it.
+    Trainer takes, is the batch loss. Only a count that is a real number or a 0-d tensor or array is shared: any other
+    argument is scattered as `nn.DataParallel` scatters it.
     """
+
+    @staticmethod
+    def _is_count(value):
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            return value.ndim == 0
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
     def scatter(self, inputs, kwargs, device_ids):
         num_items_in_batch = (kwargs or {}).get("num_items_in_batch")
-        if isinstance(num_items_in_batch, torch.Tensor):
-            is_count = num_items_in_batch.dim() == 0
-        else:
-            is_count = isinstance(num_items_in_batch, (int, float)) and not isinstance(num_items_in_batch, bool)
-        if not is_count:
+        if not self._is_count(num_items_in_batch):
             return super().scatter(inputs, kwargs, device_ids)
         # `None` goes to every replica whole, as any non-tensor argument does; each replica's share replaces it
         inputs, kwargs = super().scatter(inputs, {**kwargs, "num_items_in_batch": None}, device_ids)
@@ -319,6 +322,17 @@ class _DataParallelWithNumItems(nn.DataParallel):
                 share = share.to(torch.device(self.src_device_obj.type, device_id))
             replica_kwargs["num_items_in_batch"] = share
         return inputs, kwargs
+
+    def __copy__(self):
+        # A copy keeps this class, as a copy of any module keeps its own; only the pickle names `nn.DataParallel`
+        copied = type(self).__new__(type(self))
+        copied.__setstate__(self.__getstate__())
+        return copied
+
+    def __deepcopy__(self, memo):
+        copied = memo[id(self)] = type(self).__new__(type(self))
+        copied.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return copied
 
     def __reduce_ex__(self, protocol):
         # Pickled as the `nn.DataParallel` it is apart from `scatter`, so that a saved model loads without this class

@@ -23,6 +23,7 @@ import importlib.metadata
 import inspect
 import json
 import math
+import numbers
 import os
 import random
 import re
@@ -290,37 +291,67 @@ class _DataParallelWithNumItems(nn.DataParallel):
     """
     `nn.DataParallel` that gives each replica its share of the Trainer's `num_items_in_batch`, the token count of the
     whole batch by which the model divides its summed loss. DataParallel cannot chunk a 0-d tensor, and hands a
-    number to every replica whole, so each replica's loss would be its share of the batch loss, and the mean of the
-    replicas' losses a fraction of it. Here every replica that runs gets the count divided by the number of replicas
-    that run: its loss is then a mean over its share of the batch, and the mean of the replicas' losses, which the
-    Trainer takes, is the batch loss. Any other argument, and a count that is neither a number nor a 0-d tensor, is
-    scattered as `nn.DataParallel` scatters it.
+    number to every replica whole. `compute_loss` multiplies the replicas' losses by `num_items_scale` (`n_gpu` with
+    `average_tokens_across_devices`, else 1) and `training_step` takes their mean, so here each of the replicas that
+    run gets the count times `num_items_scale` divided by their number (the count itself when the two are equal):
+    the loss is then that of the whole batch however many replicas run. Without devices, `nn.DataParallel` runs the
+    module itself, one replica. Only a count that is a real number or a 0-d tensor or array is shared: any other
+    argument is scattered as `nn.DataParallel` scatters it.
     """
+
+    def __init__(self, module, *args, num_items_scale=1, **kwargs):
+        super().__init__(module, *args, **kwargs)
+        self._num_items_scale = num_items_scale
+
+    @staticmethod
+    def _is_count(value):
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            return value.ndim == 0
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+    def _share(self, num_items_in_batch, replicas):
+        if replicas == self._num_items_scale:
+            return num_items_in_batch
+        return num_items_in_batch * self._num_items_scale / replicas
+
+    def forward(self, *inputs, **kwargs):
+        if not self.device_ids and self._is_count(kwargs.get("num_items_in_batch")):
+            kwargs["num_items_in_batch"] = self._share(kwargs["num_items_in_batch"], 1)
+        return super().forward(*inputs, **kwargs)
 
     def scatter(self, inputs, kwargs, device_ids):
         num_items_in_batch = (kwargs or {}).get("num_items_in_batch")
-        if isinstance(num_items_in_batch, torch.Tensor):
-            is_count = num_items_in_batch.dim() == 0
-        else:
-            is_count = isinstance(num_items_in_batch, (int, float)) and not isinstance(num_items_in_batch, bool)
-        if not is_count:
+        if not self._is_count(num_items_in_batch):
             return super().scatter(inputs, kwargs, device_ids)
         # `None` goes to every replica whole, as any non-tensor argument does; each replica's share replaces it
         inputs, kwargs = super().scatter(inputs, {**kwargs, "num_items_in_batch": None}, device_ids)
         # `DataParallel.forward` runs a replica on each of these devices
         devices = device_ids[: len(inputs)]
+        share = self._share(num_items_in_batch, len(devices))
         for device_id, replica_kwargs in zip(devices, kwargs):
-            share = num_items_in_batch / len(devices)
             if isinstance(share, torch.Tensor):
-                share = share.to(torch.device(self.src_device_obj.type, device_id))
-            replica_kwargs["num_items_in_batch"] = share
+                replica_kwargs["num_items_in_batch"] = share.to(torch.device(self.src_device_obj.type, device_id))
+            else:
+                replica_kwargs["num_items_in_batch"] = share
         return inputs, kwargs
 
+    def __copy__(self):
+        # A copy keeps this class, as a copy of any module keeps its own; only the pickle names `nn.DataParallel`
+        copied = type(self).__new__(type(self))
+        copied.__setstate__(self.__getstate__())
+        return copied
+
+    def __deepcopy__(self, memo):
+        copied = memo[id(self)] = type(self).__new__(type(self))
+        copied.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        return copied
+
     def __reduce_ex__(self, protocol):
-        # Pickled as the `nn.DataParallel` it is apart from `scatter`, so that a saved model loads without this class
-        # (protocol 1's form, `copyreg._reconstructor`, may name another class than the object's)
-        constructor, (_, *args), *state = super().__reduce_ex__(1)
-        return (constructor, (nn.DataParallel, *args), *state)
+        # Pickled as the `nn.DataParallel` it is apart from its sharing of the count, so that a saved model loads
+        # without this class (protocol 1's form, `copyreg._reconstructor`, may name another class than the object's)
+        constructor, (_, *args), state = super().__reduce_ex__(1)
+        del state["_num_items_scale"]
+        return constructor, (nn.DataParallel, *args), state
 
 
 if TYPE_CHECKING:
@@ -2112,7 +2143,9 @@ class Trainer:
 
         # Multi-gpu training (should be after apex fp16 initialization) / 8bit models does not support DDP
         if self.args.n_gpu > 1 and not getattr(model, "is_loaded_in_8bit", False):
-            model = _DataParallelWithNumItems(model)
+            # `compute_loss` multiplies the replicas' losses by `n_gpu` when it averages tokens across devices
+            num_items_scale = self.args.n_gpu if self.args.average_tokens_across_devices else 1
+            model = _DataParallelWithNumItems(model, num_items_scale=num_items_scale)
 
         if self.args.jit_mode_eval:
             start_time = time.time()
@@ -4188,7 +4221,10 @@ class Trainer:
             and (self.model_accepts_loss_kwargs or self.compute_loss_func)
             and num_items_in_batch is not None
         ):
-            loss *= self.accelerator.num_processes
+            # Under DataParallel the replicas' losses are summed (`training_step` takes their mean); a loss
+            # computed on the outputs it gathered (`compute_loss_func`, the label smoother) is the batch's already
+            on_gathered_outputs = self.compute_loss_func is not None or labels is not None
+            loss *= self.accelerator.num_processes if self.args.n_gpu <= 1 or on_gathered_outputs else self.args.n_gpu
 
         return (loss, outputs) if return_outputs else loss
 

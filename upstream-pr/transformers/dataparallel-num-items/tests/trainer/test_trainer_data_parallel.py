@@ -57,6 +57,18 @@ def rows(n):
     return out
 
 
+class CountScalingTrainer(Trainer):
+    """A `compute_loss` of its own, as subclasses write it from the Trainer's: it passes the count to the model and,
+    when averaging tokens across devices, multiplies the loss of the replicas by `n_gpu`."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(**inputs, num_items_in_batch=num_items_in_batch)
+        loss = outputs.loss
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * (self.args.n_gpu if self.args.n_gpu > 1 else self.accelerator.num_processes)
+        return (loss, outputs) if return_outputs else loss
+
+
 def token_mean_loss(outputs, labels, num_items_in_batch):
     """A `compute_loss_func` that reads the count as a number, as many do."""
     logits = outputs.logits[:, :-1].flatten(0, 1)
@@ -66,7 +78,7 @@ def token_mean_loss(outputs, labels, num_items_in_batch):
 
 @require_torch
 class TrainerDataParallelNumItemsTest(TestCasePlus):
-    def train(self, n_gpu, batch_size, use_cpu=True, **trainer_kwargs):
+    def train(self, n_gpu, batch_size, use_cpu=True, trainer_class=Trainer, **trainer_kwargs):
         """Train a tiny Llama on `batch_size + 1` rows, a batch of `batch_size` rows then one of the row left, with
         `n_gpu` replicas; the logged loss of each step."""
         args = TrainingArguments(
@@ -88,7 +100,7 @@ class TrainerDataParallelNumItemsTest(TestCasePlus):
         # device in a batch. On CPU, DataParallel has no device to scatter to and runs the module once on the whole
         # batch: a batch that fewer replicas run than `n_gpu`, as the last, smaller batch of an epoch can be.
         args._n_gpu = n_gpu
-        trainer = Trainer(model=tiny_llama(), args=args, train_dataset=rows(batch_size + 1), **trainer_kwargs)
+        trainer = trainer_class(model=tiny_llama(), args=args, train_dataset=rows(batch_size + 1), **trainer_kwargs)
         trainer.train()
         self.assertEqual(isinstance(trainer.model_wrapped, torch.nn.DataParallel), n_gpu > 1)
         return [log["loss"] for log in trainer.state.log_history if "loss" in log]
@@ -104,6 +116,10 @@ class TrainerDataParallelNumItemsTest(TestCasePlus):
     def test_compute_loss_func_gets_the_count_one_device_gets(self):
         losses = self.train(n_gpu=2, batch_size=4, compute_loss_func=token_mean_loss)
         self.assert_losses_of_one_device(losses, self.train(n_gpu=1, batch_size=4, compute_loss_func=token_mean_loss))
+
+    def test_compute_loss_override_that_scales_as_the_trainer_does(self):
+        losses = self.train(n_gpu=2, batch_size=4, trainer_class=CountScalingTrainer)
+        self.assert_losses_of_one_device(losses, self.train(n_gpu=1, batch_size=4, trainer_class=CountScalingTrainer))
 
     @require_torch_multi_accelerator
     def test_last_smaller_batch_on_accelerators(self):
