@@ -397,12 +397,13 @@ class Accelerator:
             if not is_torch_version(">=", FSDP2_PYTORCH_VERSION):
                 raise ImportError(f"FSDP2 requires PyTorch >= {FSDP2_PYTORCH_VERSION}")
 
-        # Only a plugin passed here makes a CPU job tensor-parallel (see `AcceleratorState`), not the variable alone.
-        tp_plugin_from_env = torch_tp_plugin is None and os.environ.get("ACCELERATE_USE_TP", "false") == "true"
         if torch_tp_plugin is None:
             torch_tp_plugin = (
                 TorchTensorParallelPlugin() if os.environ.get("ACCELERATE_USE_TP", "false") == "true" else None
             )
+            if torch_tp_plugin is not None:
+                # Only a plugin passed here makes a CPU job tensor-parallel (see `AcceleratorState`), not the variable
+                torch_tp_plugin._from_env = True
         else:
             if not isinstance(torch_tp_plugin, TorchTensorParallelPlugin):
                 raise TypeError("`torch_tp_plugin` must be a TorchTensorParallelPlugin object.")
@@ -470,7 +471,6 @@ class Accelerator:
             torch_tp_plugin=torch_tp_plugin,
             megatron_lm_plugin=megatron_lm_plugin,
             _from_accelerator=True,
-            _tp_plugin_from_env=tp_plugin_from_env,
             **kwargs,
         )
 

@@ -892,7 +892,6 @@ class AcceleratorState:
         torch_tp_plugin=None,
         megatron_lm_plugin=None,
         _from_accelerator: bool = False,
-        _tp_plugin_from_env: bool = False,
         **kwargs,
     ):
         self.__dict__ = self._shared_state
@@ -979,7 +978,7 @@ class AcceleratorState:
                 # ACCELERATE_USE_TP alone, which other libraries set for the whole process, leaves a CPU job on DDP
                 # (and its dataloaders on DDP's sharding).
                 if self.distributed_type == DistributedType.MULTI_CPU and self.torch_tp_plugin is not None:
-                    if _tp_plugin_from_env:
+                    if getattr(self.torch_tp_plugin, "_from_env", False):
                         self.torch_tp_plugin = None
                     else:
                         self.distributed_type = DistributedType.TP
