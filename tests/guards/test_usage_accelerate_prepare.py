@@ -280,30 +280,33 @@ def _observe_ranks(observe, name):
 
 
 def test_everything_prepared_in_one_call(observe):
-    """``accelerator.prepare(model, optimizer, train_dl, eval_dl, scheduler, None, [1, 2, 3])``, two steps and a
-    gathered evaluation (``huggingface/accelerate``: ``examples/nlp_example.py``; ``tests/test_accelerator.py``,
-    ``test_accelerator_none`` and ``test_is_accelerator_prepared``)."""
+    """Stands for accelerate's NLP example (huggingface/accelerate examples/nlp_example.py) and its tests
+    ``test_accelerator_none`` and ``test_is_accelerator_prepared`` (huggingface/accelerate
+    tests/test_accelerator.py): ``accelerator.prepare(model, optimizer, train_dl, eval_dl, scheduler, None, [1, 2,
+    3])``, two steps and a gathered evaluation."""
     _observe_ranks(observe, "all-in-one")
 
 
 def test_reference_and_reward_models_prepared_for_evaluation(observe):
-    """The policy with its optimizer, then a trainable reference model with ``prepare_model(ref,
-    evaluation_mode=True)`` and a reward model with ``evaluation_mode=True, device_placement=True``: not wrapped,
-    not frozen (``huggingface/trl``, ``trl/trainer/grpo_trainer.py``; also ``dpo_trainer.py``, ``rloo_trainer.py``)."""
+    """Stands for TRL's trainers (huggingface/trl trl/trainer/grpo_trainer.py; also huggingface/trl
+    trl/trainer/dpo_trainer.py and huggingface/trl trl/trainer/rloo_trainer.py): the policy with its optimizer,
+    then a trainable reference model with ``prepare_model(ref, evaluation_mode=True)`` and a reward model with
+    ``evaluation_mode=True, device_placement=True``: not wrapped, not frozen."""
     _observe_ranks(observe, "evaluation")
 
 
 def test_model_prepared_alone_and_twice(observe):
-    """A trainable model prepared alone with ``prepare_model(model)`` (DDP wraps it) and used for inference
-    (``huggingface/trl``, ``examples/scripts/bco.py``), then prepared again, which returns it as it is
-    (``huggingface/accelerate``, ``tests/test_accelerator.py``, ``test_prepare_model_twice_does_not_double_wrap``)."""
+    """Stands for the embedding model of TRL's BCO example (huggingface/trl examples/scripts/bco.py) and for
+    accelerate's ``test_prepare_model_twice_does_not_double_wrap`` (huggingface/accelerate
+    tests/test_accelerator.py): a trainable model prepared alone with ``prepare_model(model)`` (DDP wraps it) and
+    used for inference, then prepared again, which returns it as it is."""
     _observe_ranks(observe, "alone")
 
 
 def test_subclass_that_keeps_modules_out_of_prepare(observe):
-    """A subclass with ``device_placement=False`` by default whose ``prepare_model`` returns the model and whose
-    ``prepare`` hands optimizers to ``super().prepare`` (``kvcache-ai/ktransformers``,
-    ``kt-sft/ktransformers/util/trainer_utils.py``, ``KAccelerator``)."""
+    """Stands for ktransformers' ``KAccelerator`` (kvcache-ai/ktransformers
+    kt-sft/ktransformers/util/trainer_utils.py): a subclass with ``device_placement=False`` by default whose
+    ``prepare_model`` returns the model and whose ``prepare`` hands optimizers to ``super().prepare``."""
     _observe_ranks(observe, "subclass-keeps-modules")
 
 
@@ -329,7 +332,7 @@ def test_tensor_parallel_model_kept_out_of_ddp_by_a_spoofed_state(observe):
 
 
 def test_compiled_model(observe):
-    """A model compiled with ``torch.compile`` (the eager backend: no compiler needed) before ``prepare``, trained
-    and unwrapped without its compile wrapper (``huggingface/accelerate``, ``tests/test_accelerator.py``,
-    ``test_can_unwrap_distributed_compiled_model_remove_torch_compile``)."""
+    """Stands for accelerate's ``test_can_unwrap_distributed_compiled_model_remove_torch_compile``
+    (huggingface/accelerate tests/test_accelerator.py): a model compiled with ``torch.compile`` (the eager backend:
+    no compiler needed) before ``prepare``, trained and unwrapped without its compile wrapper."""
     _observe_ranks(observe, "compiled")

@@ -178,8 +178,9 @@ UNSET_AND_SET_WARNS = [
 
 @pytest.mark.parametrize("switch", UNSET_AND_SET_WARNS)
 def test_hand_written_map_of_cpu_and_disk(observe, tmp_path, switch):
-    """``dispatch_model(model, {"linear1": "disk", "batchnorm": "cpu", "linear2": "cpu"}, offload_dir=...)``
-    (``tests/test_big_modeling.py``, ``test_dispatch_model``, with "cpu" for GPU 0)."""
+    """Stands for accelerate's ``test_dispatch_model`` (huggingface/accelerate tests/test_big_modeling.py), with
+    "cpu" for GPU 0: ``dispatch_model(model, {"linear1": "disk", "batchnorm": "cpu", "linear2": "cpu"},
+    offload_dir=...)``."""
     _observe(observe, tmp_path, "cpu-and-disk", switch)
 
 
@@ -200,43 +201,48 @@ DISK_ONLY = [
 
 @pytest.mark.parametrize("switch", DISK_ONLY)
 def test_map_of_disk_only(observe, tmp_path, switch):
-    """Every entry on "disk" (``tests/test_big_modeling.py``, ``test_dispatch_model_disk_only``): 1.6.0 refuses it
-    (``ValueError: You are trying to offload the whole model to the disk``) before anything is dispatched, later
-    releases offload it."""
+    """Stands for accelerate's ``test_dispatch_model_disk_only`` (huggingface/accelerate
+    tests/test_big_modeling.py): every entry on "disk"; 1.6.0 refuses it (``ValueError: You are trying to offload
+    the whole model to the disk``) before anything is dispatched, later releases offload it."""
     _observe(observe, tmp_path, "disk-only", switch)
 
 
 @pytest.mark.parametrize("switch", UNSET_AND_SET_WARNS)
 def test_offload_buffers_with_a_non_persistent_buffer(observe, tmp_path, switch):
-    """``offload_buffers=True`` for a model with a non-persistent buffer (``tests/test_big_modeling.py``,
-    ``test_dispatch_model_with_non_persistent_buffers``, with "cpu" for GPU 0)."""
+    """Stands for accelerate's ``test_dispatch_model_with_non_persistent_buffers`` (huggingface/accelerate
+    tests/test_big_modeling.py), with "cpu" for GPU 0: ``offload_buffers=True`` for a model with a non-persistent
+    buffer."""
     _observe(observe, tmp_path, "offload-buffers", switch)
 
 
 @pytest.mark.parametrize("switch", UNSET_AND_SET_WARNS)
 def test_preload_module_classes(observe, tmp_path, switch):
-    """``preload_module_classes`` for a module that uses its submodule's weights without calling it
-    (``tests/test_big_modeling.py``, ``test_dispatch_model_with_unused_submodules``, with "cpu" for GPU 0)."""
+    """Stands for accelerate's ``test_dispatch_model_with_unused_submodules`` (huggingface/accelerate
+    tests/test_big_modeling.py), with "cpu" for GPU 0: ``preload_module_classes`` for a module that uses its
+    submodule's weights without calling it."""
     _observe(observe, tmp_path, "preload", switch)
 
 
 @pytest.mark.parametrize("switch", UNSET_AND_SET)
 def test_force_hooks_on_one_device(observe, tmp_path, switch):
-    """``dispatch_model(model, {"": "cpu"}, force_hooks=True)`` (``tests/test_big_modeling.py``,
-    ``test_dispatch_model_force_hooks``, with "cpu" for GPU 0): hooks on one device, nothing offloaded."""
+    """Stands for accelerate's ``test_dispatch_model_force_hooks`` (huggingface/accelerate
+    tests/test_big_modeling.py), with "cpu" for GPU 0: ``dispatch_model(model, {"": "cpu"}, force_hooks=True)``,
+    hooks on one device, nothing offloaded."""
     _observe(observe, tmp_path, "force-hooks", switch)
 
 
 @pytest.mark.parametrize("switch", UNSET_AND_SET_WARNS)
 def test_keywords_from_pretrained_passes(observe, tmp_path, switch):
-    """What ``from_pretrained`` passes (``src/transformers/modeling_utils.py``): ``offload_dir``, an
-    ``offload_index`` of weights already offloaded with ``offload_state_dict``, ``offload_buffers=False`` and, once
-    ``inspect.signature(dispatch_model)`` shows it, ``skip_keys``; here with ``main_device="cpu"`` too."""
+    """Stands for what transformers' ``from_pretrained`` passes (huggingface/transformers
+    src/transformers/modeling_utils.py): ``offload_dir``, an ``offload_index`` of weights already offloaded with
+    ``offload_state_dict``, ``offload_buffers=False`` and, once ``inspect.signature(dispatch_model)`` shows it,
+    ``skip_keys``; here with ``main_device="cpu"`` too."""
     _observe(observe, tmp_path, "from-pretrained-keywords", switch)
 
 
 @pytest.mark.parametrize("switch", UNSET_AND_SET_WARNS)
 def test_dispatched_again_after_its_hooks_are_removed(observe, tmp_path, switch):
-    """Dispatched, hooks removed with ``remove_hook_from_submodules``, dispatched again on another map
-    (``tests/test_big_modeling.py``, ``test_dispatch_model_and_remove_hook``): each dispatch is its own."""
+    """Stands for accelerate's ``test_dispatch_model_and_remove_hook`` (huggingface/accelerate
+    tests/test_big_modeling.py): dispatched, hooks removed with ``remove_hook_from_submodules``, dispatched again on
+    another map; each dispatch is its own."""
     _observe(observe, tmp_path, "twice", switch)

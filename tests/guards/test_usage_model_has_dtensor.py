@@ -138,30 +138,31 @@ def _observe_ranks(observe, fn, *args, world_size=2, init_group=True):
 
 
 def test_called_on_each_kind_of_model(observe):
-    """``model_has_dtensor(model)`` on a plain, a tensor-parallel, a buffer-only and an FSDP2 model (and by
-    keyword), its parameters, and that ``accelerate.utils``, ``accelerate.accelerator`` and
-    ``accelerate.utils.other`` name one function: what ``unslothai/unsloth``'s tests of ``unsloth/import_fixes.py``
-    rely on before they wrap it. 2 gloo ranks (the sharded models need a mesh)."""
+    """Stands for what unsloth's tests of its fix rely on before they wrap the function (unslothai/unsloth
+    unsloth/import_fixes.py): ``model_has_dtensor(model)`` on a plain, a tensor-parallel, a buffer-only and an
+    FSDP2 model (and by keyword), its parameters, and that ``accelerate.utils``, ``accelerate.accelerator`` and
+    ``accelerate.utils.other`` name one function. 2 gloo ranks (the sharded models need a mesh)."""
     _observe_ranks(observe, _direct_calls)
 
 
 def test_replaced_by_a_one_argument_function_under_ddp(observe):
-    """Replaced in ``accelerate.utils.other`` and ``accelerate.accelerator`` by a function of the release's one
-    parameter (Windows ROCm training scripts; ``zombiehausAI/LoRAMancer``, ``Utilities/Setup-AmdAiToolkit.ps1``,
-    "Patch H"), then ``prepare(model, optimizer)`` and two steps on 2 gloo ranks of a CPU job, where DDP wraps a
-    plain model."""
+    """Stands for the replacements of Windows ROCm training scripts, such as "Patch H" of LoRAMancer's setup
+    script (zombiehausAI/LoRAMancer Utilities/Setup-AmdAiToolkit.ps1): replaced in ``accelerate.utils.other`` and
+    ``accelerate.accelerator`` by a function of the release's one parameter, then ``prepare(model, optimizer)`` and
+    two steps on 2 gloo ranks of a CPU job, where DDP wraps a plain model."""
     _observe_ranks(observe, _prepare_with, "replaced", False)
 
 
 def test_wrapped_with_functools_wraps_under_ddp(observe):
-    """Wrapped in ``accelerate.utils.other``, ``accelerate.utils`` and ``accelerate.accelerator`` by a
-    ``functools.wraps`` wrapper that calls the original with the model alone (``unslothai/unsloth``,
-    ``unsloth/import_fixes.py``, ``fix_accelerate_dtensor_check_without_torch_distributed``), then
+    """Stands for unsloth's ``fix_accelerate_dtensor_check_without_torch_distributed`` (unslothai/unsloth
+    unsloth/import_fixes.py): wrapped in ``accelerate.utils.other``, ``accelerate.utils`` and
+    ``accelerate.accelerator`` by a ``functools.wraps`` wrapper that calls the original with the model alone, then
     ``prepare(model, optimizer)`` and two steps on 2 gloo ranks of a CPU job."""
     _observe_ranks(observe, _prepare_with, "wrapped", False)
 
 
 def test_replaced_in_a_single_process(observe):
-    """The same replacement in the process it was written for: a plain ``python train.py`` (no process group, no
-    DDP), ``prepare(model, optimizer)`` and two steps."""
+    """Stands for the same replacement ("Patch H" of zombiehausAI/LoRAMancer Utilities/Setup-AmdAiToolkit.ps1,
+    and the Windows ROCm training scripts like it) in the process it was written for: a plain ``python train.py``
+    (no process group, no DDP), ``prepare(model, optimizer)`` and two steps."""
     _observe_ranks(observe, _prepare_with, "replaced", True, world_size=1, init_group=False)

@@ -98,23 +98,29 @@ def _observe_ranks(observe, how, sizes=None, variables=None, world_size=2, plain
 
 
 def test_default_configuration_on_a_cpu_job(observe):
-    """``ParallelismConfig()`` with no ``PARALLELISM_CONFIG_*`` variable set, passed to the Accelerator (as
-    ``nd_parallel_trainer.py`` passes it to ``TrainingArguments``): accepted, DDP, two steps."""
+    """Stands for accelerate's ND-parallel Trainer example (huggingface/accelerate
+    examples/torch_native_parallelism/nd_parallel_trainer.py), which builds ``ParallelismConfig()`` from the
+    environment and passes it to ``TrainingArguments``: here with no ``PARALLELISM_CONFIG_*`` variable set, passed
+    to the Accelerator: accepted, DDP, two steps."""
     _observe_ranks(observe, "config", {})
 
 
 @pytest.mark.intended("refusals", reason=REWORDED)
 @pytest.mark.parametrize("sizes", [{"dp_replicate_size": 2}, {"dp_shard_size": 2}], ids=["dp-replicate", "dp-shard"])
 def test_data_parallel_configuration_on_a_cpu_job(observe, sizes):
-    """``nd_parallel.py --dp-replicate-size 2`` or ``--dp-shard-size 2`` on a CPU job: refused on either build (a
-    CPU job accepts tensor parallelism alone)."""
+    """Stands for accelerate's ND-parallel example (huggingface/accelerate
+    examples/torch_native_parallelism/nd_parallel.py), which builds ``ParallelismConfig(dp_replicate_size=...,
+    dp_shard_size=..., tp_size=...)`` from its arguments and passes it to ``Accelerator(parallelism_config=...)``:
+    ``nd_parallel.py --dp-replicate-size 2`` or ``--dp-shard-size 2`` on a CPU job, refused on either build (a CPU
+    job accepts tensor parallelism alone)."""
     _observe_ranks(observe, "config", sizes)
 
 
 @pytest.mark.intended("refusals", reason=REWORDED)
 def test_configuration_from_accelerate_launch(observe):
-    """``accelerate launch --parallelism_config_dp_replicate_size 2``: the variables it writes, read by
-    ``Accelerator()``; refused on a CPU job on either build."""
+    """Stands for ``accelerate launch --parallelism_config_dp_replicate_size 2`` (huggingface/accelerate
+    src/accelerate/utils/launch.py): the variables it writes, ``ACCELERATE_USE_PARALLELISM_CONFIG`` and
+    ``PARALLELISM_CONFIG_DP_REPLICATE_SIZE``, read by ``Accelerator()``; refused on a CPU job on either build."""
     variables = {"ACCELERATE_USE_PARALLELISM_CONFIG": "true", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE": "2"}
     _observe_ranks(observe, "environment", variables=variables)
 

@@ -130,29 +130,37 @@ def _observe_ranks(observe, fn, *args, world_size=2, init_group=True):
 
 
 def test_launch_use_tp_with_its_default_size(observe):
-    """``accelerate launch --use_tp`` without ``--tp_size``: ``ACCELERATE_USE_TP=true``, ``TP_SIZE=1``; the plugin
-    ``Accelerator()`` builds from them refuses the degree, on a CPU job as on any."""
+    """Stands for what ``accelerate launch --use_tp`` writes into each process's environment
+    (huggingface/accelerate src/accelerate/utils/launch.py, ``prepare_multi_gpu_env``), here without ``--tp_size``:
+    ``ACCELERATE_USE_TP=true``, ``TP_SIZE=1``; the plugin ``Accelerator()`` builds from them refuses the degree, on
+    a CPU job as on any."""
     _observe_ranks(observe, _accelerator, "env", {"ACCELERATE_USE_TP": "true", "TP_SIZE": "1"})
 
 
 def test_own_plugin_of_degree_one(observe):
-    """``Accelerator(torch_tp_plugin=TorchTensorParallelPlugin(tp_size=1))``: the plugin refuses the degree before it
-    builds a mesh (transformers' Trainer builds it only for ``tp_size > 1``)."""
+    """Stands for a plugin the script builds itself, as transformers 4.50's Trainer does for
+    ``TrainingArguments(tp_size=...)`` (huggingface/transformers src/transformers/trainer.py,
+    ``create_accelerator_and_postprocess``): ``Accelerator(torch_tp_plugin=TorchTensorParallelPlugin(tp_size=1))``,
+    whose plugin refuses the degree before it builds a mesh (transformers' Trainer builds it only for
+    ``tp_size > 1``)."""
     _observe_ranks(observe, _accelerator, "own-plugin-1", {})
 
 
 @pytest.mark.parametrize("how", ["own-plugin-2", "env"])
 def test_single_process_asking_for_tensor_parallelism(observe, how):
-    """A plain ``python train.py`` (no torchrun) that asks for a degree of 2: with a plugin of its own, or with
-    ``ACCELERATE_USE_TP=true`` and ``TP_SIZE=2`` (what ``TrainingArguments(tp_size=2)`` leaves in a notebook's
-    process): the mesh cannot be built without a process group, on either build."""
+    """Stands for a plugin built as transformers 4.50's Trainer builds it (huggingface/transformers
+    src/transformers/trainer.py) and for the environment ``TrainingArguments(tp_size=2)`` leaves in a notebook's
+    process (huggingface/transformers src/transformers/training_args.py): a plain ``python train.py`` (no torchrun)
+    that asks for a degree of 2, with a plugin of its own, or with ``ACCELERATE_USE_TP=true`` and ``TP_SIZE=2``:
+    the mesh cannot be built without a process group, on either build."""
     variables = {"ACCELERATE_USE_TP": "true", "TP_SIZE": "2"} if how == "env" else {}
     _observe_ranks(observe, _accelerator, how, variables, True, world_size=1, init_group=False)
 
 
 def test_partial_state_made_first(observe):
-    """``PartialState()`` first (``with PartialState().local_main_process_first():``), then ``Accelerator()`` with no
-    tensor parallelism: the state, the DDP wrapper and two steps."""
+    """Stands for TRL's PPO example (huggingface/trl examples/scripts/ppo/ppo.py), which makes ``PartialState()``
+    first (``with PartialState().local_main_process_first():``): then ``Accelerator()`` with no tensor parallelism,
+    the state, the DDP wrapper and two steps."""
     _observe_ranks(observe, _accelerator, "partial-state-first", {})
 
 
@@ -169,6 +177,7 @@ def test_trainer_on_a_cpu_job(observe, tmp_path):
     "such a job on DDP",
 )
 def test_environment_left_by_training_arguments_tp_size(observe):
-    """``ACCELERATE_USE_TP=true`` and ``TP_SIZE=2`` in the environment, then ``Accelerator()`` of the script's own on
-    a CPU job."""
+    """Stands for the environment ``TrainingArguments(tp_size=2)`` leaves in the whole process
+    (huggingface/transformers src/transformers/training_args.py): ``ACCELERATE_USE_TP=true`` and ``TP_SIZE=2``,
+    then ``Accelerator()`` of the script's own on a CPU job."""
     _observe_ranks(observe, _accelerator, "env", {"ACCELERATE_USE_TP": "true", "TP_SIZE": "2"})

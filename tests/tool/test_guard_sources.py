@@ -35,13 +35,7 @@ STANDS_FOR = re.compile(r"stands for", re.I)
 #: Patches whose guards are mined on other branches of issue 44 (T3: issue44-t3; accelerate: issue44-mineacc):
 #: each is listed until its guards cite public code, and an entry whose patch passes fails this test, so that the
 #: list only shrinks. (package, slug) -> why it is pending.
-PENDING: dict[tuple[str, str], str] = {
-    ("transformers", "dataparallel-num-items"): "T3's guards are mined on issue44-t3",
-    ("accelerate", "model-has-dtensor-without-distributed"): "accelerate's guards are mined on issue44-mineacc",
-    ("accelerate", "prepare-refuses-dtensor-ddp"): "accelerate's guards are mined on issue44-mineacc",
-    ("accelerate", "cpu-tensor-parallel"): "accelerate's guards are mined on issue44-mineacc",
-    ("accelerate", "diagnose-dispatch-stalls"): "accelerate's guards are mined on issue44-mineacc",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def citations(docstring: str | None) -> list[tuple[str, str]]:
