@@ -91,19 +91,29 @@ def _with_the_release_signature(body):
 
     release = _release(transformers.__version__)
     if release < (4, 51):
+        return _as_4_50(body)
+    if release < (4, 52):
+        return _as_4_51(body)
+    return _as_4_52(body)
 
-        def warmup(model, expanded_device_map):
-            return body(model, expanded_device_map)
 
-    elif release < (4, 52):
+def _as_4_50(body):
+    def warmup(model, expanded_device_map):
+        return body(model, expanded_device_map)
 
-        def warmup(model, expanded_device_map, factor=2):
-            return body(model, expanded_device_map, factor)
+    return warmup
 
-    else:
 
-        def warmup(model, expanded_device_map, hf_quantizer):
-            return body(model, expanded_device_map, hf_quantizer)
+def _as_4_51(body):
+    def warmup(model, expanded_device_map, factor=2):
+        return body(model, expanded_device_map, factor)
+
+    return warmup
+
+
+def _as_4_52(body):
+    def warmup(model, expanded_device_map, hf_quantizer):
+        return body(model, expanded_device_map, hf_quantizer)
 
     return warmup
 
@@ -275,11 +285,10 @@ def test_a_direct_call_with_the_release_arguments(observe, checkpoint):
     replicates it: ``init_empty_weights()``, ``infer_auto_device_map``, then ``caching_allocator_warmup(model,
     expand_device_map(device_map, keys), None)``; found by ``find_string`` on ``import caching_allocator_warmup``,
     the index does not name its repository). The call passes what the release's signature asks for."""
+    import transformers
     from accelerate import init_empty_weights
     from transformers import LlamaForCausalLM
     from transformers.modeling_utils import caching_allocator_warmup, expand_device_map
-
-    import transformers
 
     with init_empty_weights():
         model = LlamaForCausalLM(small_config())

@@ -8,10 +8,11 @@ accelerate's ``init_empty_weights()`` with no device to load onto, or before an 
 every parameter and buffer (device, dtype, sums), the device map, greedy tokens, and the warnings and log records.
 
 And every load under a meta default device that works on the pristine releases (tests/proof/test_t2_meta_errors.py
-has the table): a ``pytorch_model.bin``, ``use_safetensors=False`` or ``state_dict=`` load, with ``device_map="cpu"``
-or ``"auto"``, of a model without buffers that its ``__init__`` computes (OPT, T5), inside ``with torch.device("meta")``,
-after ``torch.set_default_device("meta")`` or inside ``init_empty_weights(include_buffers=True)``: torch.load reads
-onto the CPU, and the load gives the same model as outside the context. Recorded as well: the logits of a fixed input.
+has the table): a ``pytorch_model.bin``, ``use_safetensors=False`` or ``state_dict=`` load, with
+``device_map="cpu"`` or ``"auto"``, of a model without buffers that its ``__init__`` computes (OPT, T5), inside
+``with torch.device("meta")``, after ``torch.set_default_device("meta")`` or inside
+``init_empty_weights(include_buffers=True)``: torch.load reads onto the CPU, and the load gives the same model as
+outside the context. Recorded as well: the logits of a fixed input.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 import pytest
 
@@ -313,17 +314,15 @@ def test_tensor_parallel_warmup_reserves_each_rank_s_shards(tmp_path):
         )
 
 
-def _skipping_post_init(base):
+def _skipping_post_init(base: Any) -> Any:
     """A subclass of ``base`` whose instances never run ``post_init()``, as a model whose ``__init__`` does not call
     it: its ``_tp_plan`` is whatever its class declares (``LlamaForCausalLM``: ``{"lm_head": ...}``; ``LlamaModel``:
     None). Its submodules run their own ``post_init()`` as usual."""
 
-    class SkipsPostInit(base):
-        def post_init(self):
-            pass
+    def post_init(self):
+        pass
 
-    SkipsPostInit.__name__ = SkipsPostInit.__qualname__ = f"SkipsPostInit{base.__name__}"
-    return SkipsPostInit
+    return type(f"SkipsPostInit{base.__name__}", (base,), {"post_init": post_init})
 
 
 def _load_subclasses_tensor_parallel(rank, world_size, ckpt):
@@ -364,7 +363,7 @@ def test_tensor_parallel_load_of_a_subclass_that_skips_post_init(tmp_path):
             expected = reference if name == "LlamaForCausalLM" else _without_prefix(reference, "model.")
             _check_loaded(loaded, expected)
             if not loaded["class"]:
-                raise CouldNotObserve(f"rank {rank}: tp_plan=\"auto\" sharded no weight of {name} itself")
+                raise CouldNotObserve(f'rank {rank}: tp_plan="auto" sharded no weight of {name} itself')
             if loaded["subclass"] != loaded["class"]:
                 raise BugSymptom(
                     f'rank {rank}: tp_plan="auto" sharded {len(loaded["subclass"])} of the {len(loaded["class"])} '

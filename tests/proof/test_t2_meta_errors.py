@@ -190,7 +190,9 @@ def saved(tmp_path_factory) -> dict[str, tiny_models.Saved]:
     return {family: tiny_models.Saved(family, tmp_path_factory.mktemp(family)) for family in tiny_models.FAMILIES}
 
 
-def _loads_as_outside_the_context_or_refuses(saved: tiny_models.Saved, form: str, context: str, device_map: str) -> None:
+def _loads_as_outside_the_context_or_refuses(
+    saved: tiny_models.Saved, form: str, context: str, device_map: str
+) -> None:
     """The load inside ``context`` either equals the same load outside it (every parameter and buffer, the logits),
     or stops with an error that names the context and the remedy. The raw "Cannot copy out of meta tensor"
     propagates (the bug); a load that leaves tensors on meta without a word is the bug's symptom."""

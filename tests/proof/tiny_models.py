@@ -3,10 +3,11 @@ T2 (a meta default device): a Llama (its rotary ``inv_freq`` is a non-persistent
 ``tiny_llama.config``, with llama3 rope scaling), an OPT and a T5 (no buffers at all).
 
 Forms: ``safetensors`` (``save_pretrained``), ``bin`` (a folder with only ``pytorch_model.bin``, as older checkpoints
-are), ``use_safetensors=False`` (a folder with both, read with that argument) and ``state_dict`` (``from_pretrained(None,
-config=..., state_dict=...)``). The meta contexts: ``with torch.device("meta")``, ``torch.set_default_device("meta")``,
-accelerate's ``init_empty_weights(include_buffers=True)`` (a meta default device too) and its default form
-``init_empty_weights()`` (no default device; it moves every parameter assigned to a module to meta)."""
+are), ``use_safetensors=False`` (a folder with both, read with that argument) and ``state_dict``
+(``from_pretrained(None, config=..., state_dict=...)``). The meta contexts: ``with torch.device("meta")``,
+``torch.set_default_device("meta")``, accelerate's ``init_empty_weights(include_buffers=True)`` (a meta default device
+too) and its default form ``init_empty_weights()`` (no default device; it moves every parameter assigned to a module
+to meta)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ class Saved:
         if form == "use_safetensors=False":
             return self.model_class.from_pretrained(self.both, use_safetensors=False, **kwargs)
         if form == "state_dict":
-            return self.model_class.from_pretrained(None, config=self.config, state_dict=dict(self.state_dict), **kwargs)
+            state_dict = dict(self.state_dict)
+            return self.model_class.from_pretrained(None, config=self.config, state_dict=state_dict, **kwargs)
         raise ValueError(form)
 
 
