@@ -10,9 +10,9 @@ loaded weights away.
 What a fixed build may do, and what is checked for each (never the raw ``NotImplementedError``):
 
 - under a meta default device, with a ``device_map``: either stop with a ValueError that names the context, the
-  tensors no checkpoint can fill and the remedy (the 4.x fixes), or load as the device map says, the same model as
-  a normal load (the 5.23.0 fix); a load that keeps weights on meta without a word (the yanked 4.52.0) is the bug's
-  symptom;
+  tensors no checkpoint can fill and the remedy (the first 4.x fixes), or load as the device map says, the same
+  model as a normal load (the 5.23.0 fix, and the 4.x fixes since issue 44); a load that keeps weights on meta
+  without a word (the yanked 4.52.0) is the bug's symptom;
 - a tensor left on meta by the model's own code: either a ValueError naming it before dispatch (the 4.x fixes), or
   a load that leaves nothing on meta (5.x materializes missing tensors and non-persistent buffers itself).
 
