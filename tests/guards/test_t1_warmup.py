@@ -233,13 +233,14 @@ def _plain_and_distributed(observe, replacement, ckpt, no_post_init=False):
 
 
 def test_a_wrapper_with_the_release_signature_that_skips_mps(observe, checkpoint):
-    """Stands for the application code that skips the warm-up on Apple's MPS, which refuses a buffer that large
-    (``RuntimeError: Invalid buffer size``, huggingface/transformers#46239, QwenLM/Qwen3-VL#1508): a module-level
-    wrapper with the release's own parameters, ``def warmup(model, expanded_device_map, hf_quantizer)``, installed
-    on ``transformers.modeling_utils`` and calling the saved original. Found by ``find_string`` on
-    ``_warmup(model, expanded_device_map, hf_quantizer)`` in several public scripts (an lm-wrapper's Gemma backend,
-    an offloading demo, a Transformers-on-MPS loader); the index that holds them does not name their repositories.
-    Each load must call it as the release does."""
+    """Stands for the wrappers with the release's own parameters that skip the warm-up on a condition and call the
+    saved original otherwise: unsloth-zoo's ``guarded_caching_allocator_warmup(model, expanded_device_map,
+    hf_quantizer)``, which skips it for GPT-OSS 4-bit loads on small accelerators (unslothai/unsloth-zoo
+    unsloth_zoo/temporary_patches/gpt_oss.py, d66df48d, February 2026; later made ``*args, **kwargs``), and the
+    application code that skips it on Apple's MPS, which refuses a buffer that large (``RuntimeError: Invalid buffer
+    size``, huggingface/transformers#46239, QwenLM/Qwen3-VL#1508; found by ``find_string`` on
+    ``_warmup(model, expanded_device_map, hf_quantizer)`` in several scripts, whose repositories the index does not
+    name). The condition here is MPS; each load must call the wrapper as the release does."""
     _plain_and_distributed(observe, "skip_on_mps", checkpoint)
 
 
@@ -254,19 +255,19 @@ def test_a_wrapper_with_the_release_signature_that_skips_on_an_error(observe, ch
 
 
 def test_a_replacement_that_accepts_anything_and_does_nothing(observe, checkpoint):
-    """Stands for ``caching_allocator_warmup = lambda *args, **kwargs: None`` and its named forms: axolotl's
-    ``src/axolotl/monkeypatch/moe_quant.py`` (axolotl-ai-cloud/axolotl, a no-op ``(*args, **kwargs)`` so that
-    quantizing on load is not defeated by a bf16-sized reservation) and mindnlp's
-    ``src/mindnlp/patch/transformers/common.py`` (mindspore-lab/mindnlp), and many scripts found by ``find_string``
-    on ``modeling_utils.caching_allocator_warmup``. It sees whatever the release passes."""
+    """Stands for ``caching_allocator_warmup = lambda *args, **kwargs: None`` and its named forms: axolotl's no-op
+    ``(*args, **kwargs)``, so that quantizing on load is not defeated by a bf16-sized reservation
+    (axolotl-ai-cloud/axolotl src/axolotl/monkeypatch/moe_quant.py), mindnlp's ``empty_fn``
+    (mindspore-lab/mindnlp src/mindnlp/patch/transformers/common.py), and many scripts found by ``find_string`` on
+    ``modeling_utils.caching_allocator_warmup``. It sees whatever the release passes."""
     _plain_and_distributed(observe, "no_op", checkpoint)
 
 
 def test_a_pass_through_wrapper(observe, checkpoint):
-    """Stands for unsloth-zoo's ``guarded_caching_allocator_warmup(*args, **kwargs)`` (unslothai/unsloth-zoo,
-    ``unsloth_zoo/temporary_patches/gpt_oss.py`` at e69de6af, "Guard transformers caching_allocator_warmup on
-    low-memory GPUs"): it skips the warm-up on small accelerators and otherwise forwards the arguments unchanged.
-    The original must accept what the release passes it, through the wrapper."""
+    """Stands for unsloth-zoo's ``guarded_caching_allocator_warmup(*args, **kwargs)``, "Guard transformers
+    caching_allocator_warmup on low-memory GPUs" (unslothai/unsloth-zoo unsloth_zoo/temporary_patches/gpt_oss.py,
+    e69de6af, March 2026): it skips the warm-up on small accelerators and otherwise forwards the arguments
+    unchanged. The original must accept what the release passes it, through the wrapper."""
     _plain_and_distributed(observe, "pass_through", checkpoint)
 
 
