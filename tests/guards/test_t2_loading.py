@@ -6,6 +6,13 @@ default device, or a model that registers a buffer on meta). Next to it: an ordi
 without a ``device_map`` or with one onto meta (a meta model on purpose, which upstream handles itself), and
 accelerate's ``init_empty_weights()`` with no device to load onto, or before an ordinary load. Recorded:
 every parameter and buffer (device, dtype, sums), the device map, greedy tokens, and the warnings and log records.
+
+And every load under a meta default device that works on the pristine releases (tests/proof/test_t2_meta_errors.py
+has the table): a ``pytorch_model.bin``, ``use_safetensors=False`` or ``state_dict=`` load, with
+``device_map="cpu"`` or ``"auto"``, of a model without buffers that its ``__init__`` computes (OPT, T5), inside
+``with torch.device("meta")``, after ``torch.set_default_device("meta")`` or inside
+``init_empty_weights(include_buffers=True)``: torch.load reads onto the CPU, and the load gives the same model as
+outside the context. Recorded as well: the logits of a fixed input.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import pytest
 import torch
 
 import tiny_llama
+import tiny_models
 from proofkit import reset_default_device
 
 pytestmark = pytest.mark.guard(package="transformers")
@@ -109,3 +117,23 @@ def test_init_empty_weights_then_a_load_outside(observe, checkpoint):
         skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(checkpoint))
     observe("skeleton_devices", sorted({p.device.type for p in skeleton.parameters()}))
     _record(observe, AutoModelForCausalLM.from_pretrained(checkpoint, device_map="auto"))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, tiny_models.Saved]:
+    return {family: tiny_models.Saved(family, tmp_path_factory.mktemp(family)) for family in ("opt", "t5")}
+
+
+@pytest.mark.parametrize("device_map", ["cpu", "auto"])
+@pytest.mark.parametrize("context", tiny_models.META_DEFAULT_DEVICES)
+@pytest.mark.parametrize("form", ["bin", "use_safetensors=False", "state_dict"])
+@pytest.mark.parametrize("family", ["opt", "t5"])
+def test_a_meta_default_device_load_that_works(observe, saved, family, form, context, device_map):
+    """A load that every pristine release completes under a meta default device, with the weights and logits of the
+    same load outside it: a fix for the loads that fail there must not refuse it, nor change what it gives."""
+    with tiny_models.meta_context(context):
+        model = saved[family].load(form, device_map=device_map)
+    observe("tensors", _tensors(model))
+    observe("device_map", {k: str(v) for k, v in getattr(model, "hf_device_map", {}).items()})
+    logits = tiny_models.logits(model)
+    observe("logits", [float(logits.double().sum()), logits[0, -1, :4].tolist()])

@@ -28,6 +28,13 @@ On 4.57 the sharding code reads a ``None`` plan as empty, so ``tp_plan="auto"`` 
 ``post_init()`` no longer fails: it shards nothing and every rank holds the whole model, which
 ``test_tensor_parallel_load_of_a_model_that_skips_post_init`` reports as the bug's symptom (``BugSymptom``).
 
+A model's plan is set by ``post_init()`` (the config's ``base_model_tp_plan``, then its submodules' plans), not by
+its class: ``LlamaForCausalLM`` declares ``_tp_plan = {"lm_head": "colwise_rep"}`` at class level. A subclass whose
+``__init__`` skips ``post_init()`` therefore keeps that class plan, which is not None, and ``tp_plan="auto"``
+shards ``lm_head`` alone (1 of the 14 weights the normal model shards on 4.53 and 4.57); a ``LlamaModel`` subclass
+that skips it keeps ``None``. ``test_tensor_parallel_load_of_a_subclass_that_skips_post_init`` compares the weights
+such subclasses shard with those the classes themselves shard, on 2 gloo ranks (``BugSymptom`` when they differ).
+
 transformers 5 requires ``post_init()`` of every model: it sets up what loading reads (``all_tied_weights_keys``),
 so a class that skips it cannot load at all, even on one process and without tensor parallelism
 (``AttributeError: ... has no attribute 'all_tied_weights_keys'``), and every model that can load has a plan
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 import pytest
 
@@ -56,6 +64,8 @@ pytestmark = pytest.mark.proof(
         ("TypeError", r"^argument of type 'NoneType' is not iterable$"),
         # 4.57's sharding code reads a None plan as empty: tp_plan="auto" then shards nothing, silently
         ("BugSymptom", r"tp_plan=\"auto\" sharded none of the weights"),
+        # a class that skips post_init() is sharded by its class-level plan (lm_head alone) or by none
+        ("BugSymptom", r"tp_plan=\"auto\" sharded \d+ of the \d+ weights"),
     ],
 )
 POST_INIT_REQUIRED = "a release that requires post_init() of every model it loads (transformers 5)"
@@ -302,3 +312,67 @@ def test_tensor_parallel_warmup_reserves_each_rank_s_shards(tmp_path):
             f"rank {rank}: a tensor-parallel warm-up reserved {reserved} bytes, not the {shards} bytes of this rank's "
             f"shards ({planned} of the {whole}-byte model's bytes are planned)"
         )
+
+
+def _skipping_post_init(base: Any) -> Any:
+    """A subclass of ``base`` whose instances never run ``post_init()``, as a model whose ``__init__`` does not call
+    it: its ``_tp_plan`` is whatever its class declares (``LlamaForCausalLM``: ``{"lm_head": ...}``; ``LlamaModel``:
+    None). Its submodules run their own ``post_init()`` as usual."""
+
+    def post_init(self):
+        pass
+
+    return type(f"SkipsPostInit{base.__name__}", (base,), {"post_init": post_init})
+
+
+def _load_subclasses_tensor_parallel(rank, world_size, ckpt):
+    """On each rank: ``from_pretrained(ckpt, tp_plan="auto")`` of ``LlamaForCausalLM`` and ``LlamaModel`` and of their
+    subclasses that skip post_init(); return which weights each sharded (a DTensor with a ``Shard`` placement: 4.53
+    makes the weights it replicates DTensors too), and the subclasses' weights gathered whole."""
+    from torch.distributed.tensor import DTensor, Shard
+    from transformers import LlamaForCausalLM, LlamaModel
+
+    def sharded(tensor):
+        return isinstance(tensor, DTensor) and any(isinstance(p, Shard) for p in tensor.placements)
+
+    results = {}
+    for base in (LlamaForCausalLM, LlamaModel):
+        loaded = {}
+        for cls in (base, _skipping_post_init(base)):
+            state = cls.from_pretrained(ckpt, tp_plan="auto").state_dict()
+            loaded[cls is base] = (
+                sorted(name for name, tensor in state.items() if sharded(tensor)),
+                {n: (t.full_tensor() if isinstance(t, DTensor) else t).clone() for n, t in state.items()},
+            )
+        results[base.__name__] = {"class": loaded[True][0], "subclass": loaded[False][0], "state": loaded[False][1]}
+    return results
+
+
+@pytest.mark.may_skip(
+    reason="a release that cannot shard onto a CPU mesh (4.50 needs an accelerator), whose tensor-parallel load needs "
+    "a newer torch (5.x on torch 2.6), or " + POST_INIT_REQUIRED
+)
+def test_tensor_parallel_load_of_a_subclass_that_skips_post_init(tmp_path):
+    """A subclass of a model class that skips ``post_init()`` is sharded as the class itself is: the plan is gathered
+    as ``post_init()`` gathers it, not taken from the class attribute."""
+    reference = _tiny_checkpoint(tmp_path)
+    _skip_where_post_init_is_required(tmp_path)
+    results = _tensor_parallel_ranks(_load_subclasses_tensor_parallel, tmp_path)
+    for rank, result in enumerate(results):
+        for name, loaded in result.items():
+            expected = reference if name == "LlamaForCausalLM" else _without_prefix(reference, "model.")
+            _check_loaded(loaded, expected)
+            if not loaded["class"]:
+                raise CouldNotObserve(f'rank {rank}: tp_plan="auto" sharded no weight of {name} itself')
+            if loaded["subclass"] != loaded["class"]:
+                raise BugSymptom(
+                    f'rank {rank}: tp_plan="auto" sharded {len(loaded["subclass"])} of the {len(loaded["class"])} '
+                    f"weights that {name} itself shards, in a subclass that skips post_init() "
+                    f"({loaded['subclass'][:3]} instead of {loaded['class'][:3]}...): its plan was its class's, not "
+                    "the one post_init() gathers"
+                )
+
+
+def _without_prefix(state, prefix):
+    """The checkpoint's tensors as a base model loads them (its head's prefix stripped, the head left out)."""
+    return {name[len(prefix) :]: tensor for name, tensor in state.items() if name.startswith(prefix)}

@@ -10,14 +10,23 @@ loaded weights away.
 What a fixed build may do, and what is checked for each (never the raw ``NotImplementedError``):
 
 - under a meta default device, with a ``device_map``: either stop with a ValueError that names the context, the
-  tensors no checkpoint can fill and the remedy (the 4.x fixes), or load as the device map says, the same model as
-  a normal load (the 5.23.0 fix); a load that keeps weights on meta without a word (the yanked 4.52.0) is the bug's
-  symptom;
+  tensors no checkpoint can fill and the remedy (the first 4.x fixes), or load as the device map says, the same
+  model as a normal load (the 5.23.0 fix, and the 4.x fixes since issue 44); a load that keeps weights on meta
+  without a word (the yanked 4.52.0) is the bug's symptom;
 - a tensor left on meta by the model's own code: either a ValueError naming it before dispatch (the 4.x fixes), or
   a load that leaves nothing on meta (5.x materializes missing tensors and non-persistent buffers itself).
 
 Weights offloaded to disk stay on meta on purpose (their hooks load them): a regression guard checks that partial
 disk offload still loads and generates the same tokens.
+
+Which loads fail on the pristine releases (``tiny_models``: each checkpoint form x meta context x ``device_map`` of
+"cpu" and "auto"; the same on 4.50.3, 4.53.3 and 4.57.6): under a meta default device, every load of a model whose
+``__init__`` computes a non-persistent buffer (a Llama's ``inv_freq`` lands on meta), and every load of a safetensors
+checkpoint (4.x reads its tensors onto the default device); inside ``init_empty_weights()`` every load (4.x: "Cannot
+copy out of meta tensor"; 5.x: a model on meta, without an error). Each is a proof here. The other loads, of a
+``pytorch_model.bin``, ``use_safetensors=False`` or ``state_dict=`` into a model without such buffers (OPT, T5), work
+on every pristine release with the same weights and logits as outside the context: they are guards
+(tests/guards/test_t2_loading.py), which a fix must leave as they are.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import pytest
 import torch
 
 import tiny_llama
+import tiny_models
 from proofkit import BugSymptom, reset_default_device
 
 pytestmark = pytest.mark.proof(
@@ -173,3 +183,70 @@ def test_init_empty_weights_default_form_loads_or_gives_a_clear_error(checkpoint
         assert "still on the meta device after loading" not in message, f"not the cause: {message}"
         return
     _assert_same_as_a_normal_load(model, checkpoint)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, tiny_models.Saved]:
+    return {family: tiny_models.Saved(family, tmp_path_factory.mktemp(family)) for family in tiny_models.FAMILIES}
+
+
+def _loads_as_outside_the_context_or_refuses(
+    saved: tiny_models.Saved, form: str, context: str, device_map: str
+) -> None:
+    """The load inside ``context`` either equals the same load outside it (every parameter and buffer, the logits),
+    or stops with an error that names the context and the remedy. The raw "Cannot copy out of meta tensor"
+    propagates (the bug); a load that leaves tensors on meta without a word is the bug's symptom."""
+    reference = saved.load(form, device_map=device_map)
+    try:
+        with tiny_models.meta_context(context):
+            model = saved.load(form, device_map=device_map)
+    except (ValueError, RuntimeError) as err:
+        message = str(err)
+        if message.startswith("Cannot copy out of meta tensor"):
+            raise
+        assert "Please use torch.nn.Module.to_empty()" not in message, message
+        if context == "init_empty_weights":
+            assert "init_empty_weights()" in message and "from_config" in message, message
+        else:
+            assert "meta default device" in message and 'torch.device("meta")' in message, message
+        return
+    tensors = tiny_models.tensors(model)
+    on_meta = [name for name, tensor in tensors.items() if tensor.device.type == "meta"]
+    if on_meta:
+        raise BugSymptom(f"loaded without an error, with {len(on_meta)} tensor(s) left on the meta device: {on_meta}")
+    expected = tiny_models.tensors(reference)
+    assert set(tensors) == set(expected), set(tensors) ^ set(expected)
+    differ = [name for name, tensor in expected.items() if not torch.equal(tensors[name].cpu(), tensor.cpu())]
+    assert not differ, f"differ from the same load outside the context: {differ}"
+    assert torch.equal(tiny_models.logits(model), tiny_models.logits(reference))
+
+
+@pytest.mark.parametrize("device_map", ["cpu", "auto"])
+@pytest.mark.parametrize("context", tiny_models.META_DEFAULT_DEVICES)
+@pytest.mark.parametrize("form", tiny_models.FORMS)
+def test_a_model_that_computes_buffers_in_init_loads_under_a_meta_default_device(saved, form, context, device_map):
+    """A Llama computes its rotary ``inv_freq`` (a non-persistent buffer, in no checkpoint) in ``__init__``: under a
+    meta default device it is built on meta, whatever the checkpoint's form, and every pristine release fails (4.x in
+    ``.to()``, advising ``to_empty()``; 5.x in weight initialization). A fixed load gives the model a load outside the
+    context gives, or says why it cannot."""
+    _loads_as_outside_the_context_or_refuses(saved["llama"], form, context, device_map)
+
+
+@pytest.mark.parametrize("device_map", ["cpu", "auto"])
+@pytest.mark.parametrize("context", tiny_models.META_DEFAULT_DEVICES)
+@pytest.mark.parametrize("family", ["opt", "t5"])
+def test_a_safetensors_checkpoint_loads_under_a_meta_default_device(saved, family, context, device_map):
+    """A model without buffers (OPT, T5) from a safetensors checkpoint: 4.x reads each tensor onto the default device,
+    meta, and fails copying it to the map's device; the same load of a ``pytorch_model.bin`` works (a guard). On 5.x
+    it works (a regression guard there)."""
+    _loads_as_outside_the_context_or_refuses(saved[family], "safetensors", context, device_map)
+
+
+@pytest.mark.parametrize("device_map", ["cpu", "auto"])
+@pytest.mark.parametrize("form", tiny_models.FORMS)
+@pytest.mark.parametrize("family", tiny_models.FAMILIES)
+def test_init_empty_weights_default_form_with_every_checkpoint_form(saved, family, form, device_map):
+    """accelerate's ``init_empty_weights()`` moves every parameter assigned to a module to meta, the loaded weights
+    among them, whatever the checkpoint's form: no pristine release loads there (4.x fails in ``.to()``; 5.x returns
+    a model on meta). A fixed load says so before reading any weight."""
+    _loads_as_outside_the_context_or_refuses(saved[family], form, "init_empty_weights", device_map)

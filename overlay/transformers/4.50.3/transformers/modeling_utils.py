@@ -904,9 +904,9 @@ def _unfilled_meta_tensors(model: "PreTrainedModel", device_map: Optional[Dict] 
     ]
 
 
-def _meta_tensors_error(model: "PreTrainedModel", names: List[str], meta_default_device: bool) -> ValueError:
-    """A clear error about tensors left on meta: which ones, why, and what to do (never `to_empty()`, which would
-    throw the loaded weights away)."""
+def _meta_tensors_error(model: "PreTrainedModel", names: List[str]) -> ValueError:
+    """A clear error about tensors left on meta after loading: which ones, why, and what not to do (`to_empty()`
+    would throw the loaded weights away)."""
     in_checkpoint = set(model.state_dict().keys())
     never_saved = [n for n in names if n not in in_checkpoint]
 
@@ -914,13 +914,6 @@ def _meta_tensors_error(model: "PreTrainedModel", names: List[str], meta_default
         return ", ".join(items[:10]) + (f" and {len(items) - 10} more" if len(items) > 10 else "")
 
     cls = model.__class__.__name__
-    if meta_default_device:
-        return ValueError(
-            f"`{cls}.from_pretrained` cannot load weights under a meta default device (`with torch.device(\"meta\")` "
-            f"or `torch.set_default_device(\"meta\")`) or inside accelerate's `init_empty_weights()`: "
-            f"{listing(never_saved or names)} could never be filled. Call it outside that context; to build a model "
-            "without weights there, use `from_config`."
-        )
     if never_saved == names:
         detail = " (non-persistent buffers, which no checkpoint holds)"
     elif never_saved:
@@ -4455,6 +4448,17 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
 
         # Instantiate model.
         model_init_context = cls.get_init_context(_fast_init, is_quantized, _is_ds_init_called, low_cpu_mem_usage)
+        # Under a meta default device (`with torch.device("meta")` or `torch.set_default_device("meta")`), the
+        # `device_map` says where the weights go: build the empty model and load its weights as outside that
+        # context, so that the tensors created along the way (buffers that a model computes in `__init__`, tensors
+        # read from a safetensors file) hold data instead of landing on meta
+        load_contexts = []
+        if (
+            device_map is not None
+            and not _places_everything_on_meta(device_map)
+            and torch.empty(0).device.type == "meta"  # `with torch.device("meta")` or the default device
+        ):
+            load_contexts.append(torch.device("cpu"))
 
         config = copy.deepcopy(config)  # We do not want to modify the config inplace in from_pretrained.
         if not getattr(config, "_attn_implementation_autoset", False):
@@ -4462,22 +4466,20 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
                 config, use_flash_attention_2=use_flash_attention_2, torch_dtype=torch_dtype, device_map=device_map
             )
 
-        with ContextManagers(model_init_context):
+        with ContextManagers(model_init_context + load_contexts):
             # Let's make sure we don't run the init function of buffer modules
             model = cls(config, *model_args, **model_kwargs)
 
-        # Under a meta default device every tensor read from the checkpoint would land on meta too, and dispatching it
-        # to the `device_map` would fail later with a misleading "Cannot copy out of meta tensor": stop here with the
-        # cause. (Without a `device_map`, or with one that places the model on meta, nothing is loaded onto a device.)
-        meta_default = torch.empty(0).device.type == "meta"  # `with torch.device("meta")` or the default device
-        # The same holds inside accelerate's `init_empty_weights()`, which moves every parameter assigned to a module
-        # (each loaded weight among them) to meta without a meta default device.
-        if (
-            device_map is not None
-            and not _places_everything_on_meta(device_map)
-            and (meta_default or _parameters_land_on_meta())
-        ):
-            raise _meta_tensors_error(model, _unfilled_meta_tensors(model), meta_default_device=True)
+        # Inside accelerate's `init_empty_weights()` (without a meta default device), every parameter assigned to a
+        # module is moved to meta, the loaded weights too: refuse the load before reading them
+        if device_map is not None and not _places_everything_on_meta(device_map) and _parameters_land_on_meta():
+            raise RuntimeError(
+                "You are using `from_pretrained` inside a context that moves every new parameter to the meta device, "
+                "such as accelerate's `init_empty_weights()`: the loaded weights would be moved there too.\n"
+                "This is an anti-pattern as `from_pretrained` wants to load existing weights.\nIf you want to "
+                "initialize an empty model on the meta device, use the context manager with `from_config`, or "
+                "`ModelClass(config)`"
+            )
 
         # Make sure to tie the weights correctly
         model.tie_weights()
@@ -4486,14 +4488,21 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
         if device_mesh is not None and not model.supports_tp_plan:
             if config.base_model_tp_plan is None and config.get_text_config().base_model_tp_plan is None:
                 raise NotImplementedError("This model does not have a tensor parallel plan.")
-        if device_mesh is not None and model._tp_plan is None:
-            # `post_init()` gathers the submodules' plans into `_tp_plan`; a model whose `__init__` skips it (many
-            # remote-code models) would reach the sharding code with no plan at all. Gather them here instead.
-            model._tp_plan = {
-                f"{name}.{key}": style
-                for name, module in model.named_children()
-                for key, style in (getattr(module, "_tp_plan", None) or {}).items()
-            }
+        if device_mesh is not None and "_tp_plan" not in vars(model):
+            # `post_init()` sets the model's own plan: a base model's is the config's `base_model_tp_plan`, another's
+            # its class's plan and its submodules' plans. A model whose `__init__` skips it (many remote-code models)
+            # would be sharded by its class's plan alone, or by none at all. Gather the plan here, as `post_init()`
+            # would have.
+            if model.base_model is model:
+                model._tp_plan = dict(model.config.base_model_tp_plan or {})
+            else:
+                model._tp_plan = dict(model._tp_plan or {})
+                for name, module in model.named_children():
+                    if plan := getattr(module, "_tp_plan", None):
+                        model._tp_plan.update({f"{name}.{key}": style for key, style in plan.items()})
+        if device_mesh is not None:
+            # the allocator warm-up reserves each rank's part of the weights that the model's plan shards
+            model._device_mesh = device_mesh
 
         # make sure we use the model's config since the __init__ call might have copied it
         config = model.config
@@ -4532,32 +4541,33 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
             if dtype_orig is not None:
                 torch.set_default_dtype(dtype_orig)
 
-            (
-                model,
-                missing_keys,
-                unexpected_keys,
-                mismatched_keys,
-                offload_index,
-                error_msgs,
-            ) = cls._load_pretrained_model(
-                model,
-                state_dict,
-                checkpoint_files,
-                pretrained_model_name_or_path,
-                ignore_mismatched_sizes=ignore_mismatched_sizes,
-                sharded_metadata=sharded_metadata,
-                low_cpu_mem_usage=low_cpu_mem_usage,
-                device_map=device_map,
-                disk_offload_folder=offload_folder,
-                offload_state_dict=offload_state_dict,
-                dtype=torch_dtype,
-                hf_quantizer=hf_quantizer,
-                keep_in_fp32_modules=keep_in_fp32_modules,
-                device_mesh=device_mesh,
-                key_mapping=key_mapping,
-                weights_only=weights_only,
-                _fast_init=_fast_init,
-            )
+            with ContextManagers(load_contexts):
+                (
+                    model,
+                    missing_keys,
+                    unexpected_keys,
+                    mismatched_keys,
+                    offload_index,
+                    error_msgs,
+                ) = cls._load_pretrained_model(
+                    model,
+                    state_dict,
+                    checkpoint_files,
+                    pretrained_model_name_or_path,
+                    ignore_mismatched_sizes=ignore_mismatched_sizes,
+                    sharded_metadata=sharded_metadata,
+                    low_cpu_mem_usage=low_cpu_mem_usage,
+                    device_map=device_map,
+                    disk_offload_folder=offload_folder,
+                    offload_state_dict=offload_state_dict,
+                    dtype=torch_dtype,
+                    hf_quantizer=hf_quantizer,
+                    keep_in_fp32_modules=keep_in_fp32_modules,
+                    device_mesh=device_mesh,
+                    key_mapping=key_mapping,
+                    weights_only=weights_only,
+                    _fast_init=_fast_init,
+                )
 
         # make sure token embedding weights are still tied if needed
         model.tie_weights()
@@ -4619,7 +4629,7 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
             if not is_fsdp_enabled() and not is_deepspeed_zero3_enabled():
                 still_meta = _unfilled_meta_tensors(model, device_map)
                 if still_meta:
-                    raise _meta_tensors_error(model, still_meta, meta_default_device=False)
+                    raise _meta_tensors_error(model, still_meta)
                 dispatch_model(model, **device_map_kwargs)
 
         if hf_quantizer is not None:
@@ -4928,7 +4938,7 @@ class PreTrainedModel(nn.Module, ModuleUtilsMixin, GenerationMixin, PushToHubMix
         # Warmup cuda to load the weights much faster on devices
         if device_map is not None and hf_quantizer is None:
             expanded_device_map = expand_device_map(device_map, expected_keys)
-            caching_allocator_warmup(model_to_load, expanded_device_map, device_mesh)
+            caching_allocator_warmup(model_to_load, expanded_device_map)
 
         error_msgs = []
         mismatched_keys = []
@@ -5889,11 +5899,7 @@ def expand_device_map(device_map, param_names):
     return new_device_map
 
 
-def caching_allocator_warmup(
-    model: PreTrainedModel,
-    expanded_device_map: Dict,
-    device_mesh: Optional["torch.distributed.device_mesh.DeviceMesh"],
-):
+def caching_allocator_warmup(model: PreTrainedModel, expanded_device_map: Dict):
     """This function warm-ups the caching allocator based on the size of the model tensors that will reside on each
     device. It allows to have one large call to Malloc, instead of recursively calling it later when loading
     the model, which is actually the loading speed botteneck.
@@ -5919,14 +5925,14 @@ def caching_allocator_warmup(
     if not len(accelerator_device_map):
         return
 
-    # The plan shards weights only when the model is loaded with tensor parallelism (a `device_mesh` is set), not
-    # in every distributed run. `_tp_plan` is None on models whose __init__ skips post_init() (e.g. trust_remote_code
-    # models): treat it as empty. An empty plan shards nothing, so build no regex at all: "" would match every
-    # parameter and divide every warm-up size by the world size.
+    # The plan shards weights only when the model is loaded with tensor parallelism (`from_pretrained` has recorded
+    # its `_device_mesh`), not in every distributed run. `_tp_plan` is None on models whose __init__ skips post_init()
+    # (e.g. trust_remote_code models): treat it as empty. An empty plan shards nothing, so build no regex at all: ""
+    # would match every parameter and divide every warm-up size by the world size.
     tp_plan = getattr(model, "_tp_plan", None) or {}
     tp_plan_regex = (
         re.compile("|".join([re.escape(plan) for plan in tp_plan]))
-        if device_mesh is not None and len(tp_plan) > 0
+        if getattr(model, "_device_mesh", None) is not None and len(tp_plan) > 0
         else None
     )
 

@@ -905,9 +905,9 @@ def _unfilled_meta_tensors(model: "PreTrainedModel", device_map: Optional[dict] 
     ]
 
 
-def _meta_tensors_error(model: "PreTrainedModel", names: list[str], meta_default_device: bool) -> ValueError:
-    """A clear error about tensors left on meta: which ones, why, and what to do (never `to_empty()`, which would
-    throw the loaded weights away)."""
+def _meta_tensors_error(model: "PreTrainedModel", names: list[str]) -> ValueError:
+    """A clear error about tensors left on meta after loading: which ones, why, and what not to do (`to_empty()`
+    would throw the loaded weights away)."""
     in_checkpoint = set(model.state_dict().keys())
     never_saved = [n for n in names if n not in in_checkpoint]
 
@@ -915,13 +915,6 @@ def _meta_tensors_error(model: "PreTrainedModel", names: list[str], meta_default
         return ", ".join(items[:10]) + (f" and {len(items) - 10} more" if len(items) > 10 else "")
 
     cls = model.__class__.__name__
-    if meta_default_device:
-        return ValueError(
-            f"`{cls}.from_pretrained` cannot load weights under a meta default device (`with torch.device(\"meta\")` "
-            f"or `torch.set_default_device(\"meta\")`) or inside accelerate's `init_empty_weights()`: "
-            f"{listing(never_saved or names)} could never be filled. Call it outside that context; to build a model "
-            "without weights there, use `from_config`."
-        )
     if never_saved == names:
         detail = " (non-persistent buffers, which no checkpoint holds)"
     elif never_saved:
@@ -5027,35 +5020,44 @@ class PreTrainedModel(nn.Module, EmbeddingAccessMixin, ModuleUtilsMixin, PushToH
 
         config.name_or_path = pretrained_model_name_or_path
         model_init_context = cls.get_init_context(is_quantized, _is_ds_init_called)
-        config = copy.deepcopy(config)  # We do not want to modify the config inplace in from_pretrained.
-        with ContextManagers(model_init_context):
-            # Let's make sure we don't run the init function of buffer modules
-            model = cls(config, *model_args, **model_kwargs)
-
-        # Under a meta default device every tensor read from the checkpoint would land on meta too, and loading it onto
-        # the `device_map` would fail later with a misleading "Cannot copy out of meta tensor": stop here with the
-        # cause. (Without a `device_map`, the meta default device was refused above; a map onto meta loads nothing.)
-        meta_default = get_torch_context_manager_or_global_device() == torch.device("meta")
-        # The same holds inside accelerate's `init_empty_weights()`, which moves every parameter assigned to a module
-        # (each loaded weight among them) to meta without a meta default device.
+        # Under a meta default device (`with torch.device("meta")` or `torch.set_default_device("meta")`), the
+        # `device_map` says where the weights go: build the empty model and load its weights as outside that
+        # context, so that the tensors created along the way (buffers that a model computes in `__init__`, tensors
+        # read from a safetensors file) hold data instead of landing on meta
+        load_contexts = []
         if (
             device_map is not None
             and not _places_everything_on_meta(device_map)
-            and (meta_default or _parameters_land_on_meta())
+            and get_torch_context_manager_or_global_device() == torch.device("meta")
         ):
-            raise _meta_tensors_error(model, _unfilled_meta_tensors(model), meta_default_device=True)
+            load_contexts.append(torch.device("cpu"))
+        config = copy.deepcopy(config)  # We do not want to modify the config inplace in from_pretrained.
+        with ContextManagers(model_init_context + load_contexts):
+            # Let's make sure we don't run the init function of buffer modules
+            model = cls(config, *model_args, **model_kwargs)
+
+        # Inside accelerate's `init_empty_weights()` (without a meta default device), every parameter assigned to a
+        # module is moved to meta, the loaded weights too: refuse the load before reading them
+        if device_map is not None and not _places_everything_on_meta(device_map) and _parameters_land_on_meta():
+            raise RuntimeError(
+                "You are using `from_pretrained` inside a context that moves every new parameter to the meta device, "
+                "such as accelerate's `init_empty_weights()`: the loaded weights would be moved there too.\n"
+                "This is an anti-pattern as `from_pretrained` wants to load existing weights.\nIf you want to "
+                "initialize an empty model on the meta device, use the context manager with `from_config`, or "
+                "`ModelClass(config)`"
+            )
 
         # Make sure to tie the weights correctly
         model.tie_weights()
 
-        if device_mesh is not None and model._tp_plan is None:
-            # `post_init()` gathers the submodules' plans into `_tp_plan`; a model whose `__init__` skips it (many
-            # remote-code models) would reach the sharding code with no plan at all. Gather them here instead.
-            model._tp_plan = {
-                f"{name}.{key}": style
-                for name, module in model.named_children()
-                for key, style in (getattr(module, "_tp_plan", None) or {}).items()
-            }
+        if device_mesh is not None and "_tp_plan" not in vars(model):
+            # `post_init()` sets the model's own plan: the config's `base_model_tp_plan`, then its submodules' plans. A
+            # model whose `__init__` skips it (many remote-code models) would be sharded by its class's plan, or by
+            # none at all. Gather the plan here, as `post_init()` would have.
+            model._tp_plan = dict(model.config.base_model_tp_plan or {})
+            for name, module in model.named_children():
+                if plan := getattr(module, "_tp_plan", None):
+                    model._tp_plan.update({f"{name}.{key}": style for key, style in plan.items()})
 
         # make sure we use the model's config since the __init__ call might have copied it
         config = model.config
@@ -5122,29 +5124,30 @@ class PreTrainedModel(nn.Module, EmbeddingAccessMixin, ModuleUtilsMixin, PushToH
             if dtype_orig is not None:
                 torch.set_default_dtype(dtype_orig)
 
-            (
-                model,
-                missing_keys,
-                unexpected_keys,
-                mismatched_keys,
-                offload_index,
-                error_msgs,
-            ) = cls._load_pretrained_model(
-                model,
-                state_dict,
-                checkpoint_files,
-                pretrained_model_name_or_path,
-                ignore_mismatched_sizes=ignore_mismatched_sizes,
-                sharded_metadata=sharded_metadata,
-                device_map=device_map,
-                disk_offload_folder=offload_folder,
-                dtype=dtype,
-                hf_quantizer=hf_quantizer,
-                keep_in_fp32_regex=keep_in_fp32_regex,
-                device_mesh=device_mesh,
-                key_mapping=key_mapping,
-                weights_only=weights_only,
-            )
+            with ContextManagers(load_contexts):
+                (
+                    model,
+                    missing_keys,
+                    unexpected_keys,
+                    mismatched_keys,
+                    offload_index,
+                    error_msgs,
+                ) = cls._load_pretrained_model(
+                    model,
+                    state_dict,
+                    checkpoint_files,
+                    pretrained_model_name_or_path,
+                    ignore_mismatched_sizes=ignore_mismatched_sizes,
+                    sharded_metadata=sharded_metadata,
+                    device_map=device_map,
+                    disk_offload_folder=offload_folder,
+                    dtype=dtype,
+                    hf_quantizer=hf_quantizer,
+                    keep_in_fp32_regex=keep_in_fp32_regex,
+                    device_mesh=device_mesh,
+                    key_mapping=key_mapping,
+                    weights_only=weights_only,
+                )
         # make sure token embedding weights are still tied if needed
         model.tie_weights()
 
@@ -5223,7 +5226,7 @@ class PreTrainedModel(nn.Module, EmbeddingAccessMixin, ModuleUtilsMixin, PushToH
             if not is_fsdp_enabled() and not is_deepspeed_zero3_enabled():
                 still_meta = _unfilled_meta_tensors(model, device_map)
                 if still_meta:
-                    raise _meta_tensors_error(model, still_meta, meta_default_device=False)
+                    raise _meta_tensors_error(model, still_meta)
                 dispatch_model(model, **device_map_kwargs)
 
         if hf_quantizer is not None:
@@ -5516,7 +5519,7 @@ class PreTrainedModel(nn.Module, EmbeddingAccessMixin, ModuleUtilsMixin, PushToH
         # Warmup cuda to load the weights much faster on devices
         if device_map is not None and not is_hqq_or_quark:
             expanded_device_map = expand_device_map(device_map, expected_keys)
-            caching_allocator_warmup(model, expanded_device_map, hf_quantizer, device_mesh)
+            caching_allocator_warmup(model, expanded_device_map, hf_quantizer)
 
         # Prepare and compatabilize arguments for serial and parallel shard loading
         args_list = [
@@ -6109,12 +6112,7 @@ def is_accelerator_device(device: Union[str, int, torch.device]) -> bool:
         return torch.device(device).type not in ["meta", "cpu"]
 
 
-def caching_allocator_warmup(
-    model: PreTrainedModel,
-    expanded_device_map: dict,
-    hf_quantizer: Optional[HfQuantizer],
-    device_mesh: Optional["torch.distributed.device_mesh.DeviceMesh"] = None,
-):
+def caching_allocator_warmup(model: PreTrainedModel, expanded_device_map: dict, hf_quantizer: Optional[HfQuantizer]):
     """This function warm-ups the caching allocator based on the size of the model tensors that will reside on each
     device. It allows to have one large call to Malloc, instead of recursively calling it later when loading
     the model, which is actually the loading speed bottleneck.
@@ -6143,11 +6141,12 @@ def caching_allocator_warmup(
         return
 
     tp_plan = getattr(model, "_tp_plan", []) or []
-    # The plan shards weights only in a tensor-parallel load (a `device_mesh` is set), not in every distributed run;
-    # and an empty plan shards nothing: joining no patterns would give "", which matches every parameter name.
+    # The plan shards weights only in a tensor-parallel load (`distribute_model` has given the model its device mesh),
+    # not in every distributed run; and an empty plan shards nothing: joining no patterns would give "", which matches
+    # every parameter name.
     tp_plan_regex = (
         re.compile("|".join([re.escape(plan) for plan in tp_plan]))
-        if device_mesh is not None and tp_plan
+        if getattr(model, "_device_mesh", None) is not None and tp_plan
         else None
     )
     total_byte_count = defaultdict(lambda: 0)
