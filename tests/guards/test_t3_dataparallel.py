@@ -394,12 +394,15 @@ def _recording_llama():
 
 
 #: What a ``compute_loss`` override may pass to the model besides the batch, other than the 0-d token count (T3's
-#: bug, and an ``int`` count, which the proofs cover): each reaches the replicas as on pristine.
+#: bug, and an ``int`` count, which the proofs cover): each reaches the replicas as on pristine, on a full batch. The
+#: per-replica view (``expand``, as 4.57's ``_get_num_items_in_batch`` made it) is what Trainer's own ``compute_loss``
+#: passes on +fixed 4.57 and 5.x, which hands it on as ``nn.DataParallel`` scatters it when all replicas run.
 PASSED: dict[str, Callable[[torch.Tensor], dict[str, Any]]] = {
     "count-None": lambda n: {"num_items_in_batch": None},
     "count-bool": lambda n: {"num_items_in_batch": True},
     "count-one-element": lambda n: {"num_items_in_batch": n.reshape(1)},
     "count-per-replica": lambda n: {"num_items_in_batch": n.reshape(1).expand(2).contiguous()},
+    "count-per-replica-view": lambda n: {"num_items_in_batch": n.unsqueeze(0).expand(2, -1)},
     "other-0-d-tensor": lambda n: {"scale": torch.tensor(0.5)},
     "other-0-d-tensor-with-the-count": lambda n: {"num_items_in_batch": n, "scale": torch.tensor(0.5)},
 }
