@@ -30,7 +30,6 @@ pytestmark = pytest.mark.guard(package="transformers")
 
 
 @IN_THE_BUG
-@SCALAR_LOSSES
 def test_compute_loss_passed_through_to_the_trainer(observe, tmp_path, monkeypatch):
     """An override that hands every argument to ``super().compute_loss`` (``*args, **kwargs``), as
     hiyouga/LLaMA-Factory src/llamafactory/train/pt/trainer.py (``CustomTrainer.compute_loss``) and
@@ -45,7 +44,6 @@ def test_compute_loss_passed_through_to_the_trainer(observe, tmp_path, monkeypat
 
 
 @IN_THE_BUG
-@SCALAR_LOSSES
 def test_compute_loss_returning_outputs_for_metrics(observe, tmp_path, monkeypatch):
     """An override that calls ``super().compute_loss(..., return_outputs=True, num_items_in_batch=...)`` and reads
     the (gathered) logits for a token accuracy metric, as huggingface/trl trl/trainer/sft_trainer.py
@@ -144,7 +142,6 @@ def _recompiled_compute_loss() -> Callable[..., Any]:
 
 
 @IN_THE_BUG
-@SCALAR_LOSSES
 def test_compute_loss_recompiled_from_its_source(observe, tmp_path, monkeypatch):
     """Trainer's own ``compute_loss`` recompiled from its source (``_recompiled_compute_loss``), under
     DataParallel, then evaluation: it runs as the release's method does on the same build."""
@@ -159,13 +156,6 @@ def test_compute_loss_recompiled_from_its_source(observe, tmp_path, monkeypatch)
 
 
 @IN_THE_BUG
-@SCALAR_LOSSES
-@pytest.mark.intended(
-    "shapes",
-    reason="each replica's loss is 0-d again, as on one device, so the losses DataParallel gathers are one entry per "
-    "replica ([n_gpu]); pristine's replicas divided by a [1, 1] slice of the count, so it gathered [n_gpu, 1]",
-    when="transformers>=4.57",
-)
 def test_compute_loss_wrapped_on_the_instance(observe, tmp_path, monkeypatch):
     """``trainer.compute_loss`` replaced on the instance by a wrapper that calls the original and hands the loss to a
     callback, as axolotl-ai-cloud/axolotl src/axolotl/integrations/llm_compressor/plugin.py
@@ -220,7 +210,6 @@ def test_wrap_model_with_n_gpu_hidden(observe, tmp_path, monkeypatch):
 
 
 @IN_THE_BUG
-@SCALAR_LOSSES
 def test_wrap_model_delegating_to_the_trainer(observe, tmp_path, monkeypatch):
     """A ``_wrap_model`` override that returns the model it was given in some cases and otherwise calls
     ``super()._wrap_model(model, training=training)``, dropping ``dataloader``, as hiyouga/LLaMA-Factory
@@ -237,20 +226,10 @@ def test_wrap_model_delegating_to_the_trainer(observe, tmp_path, monkeypatch):
 
 
 _RAISED_FIRST = "+fixed raised in the first step (see raised): nothing it would have recorded or warned"
+_ONE_REPLICA = "transformers>=4.51,<4.57"
 
 
-@pytest.mark.intended(
-    "raised",
-    reason="NOT HANDLED: a _wrap_model of its own that builds a plain nn.DataParallel gets the 0-d count one device "
-    "gets, which nn.DataParallel cannot scatter (the bug's own error, as on 4.50); pristine 4.57 and 5.x reshaped the "
-    "count for it, and 4.51-4.56 ran one replica. Build the model through super()._wrap_model instead",
-    when="transformers>=4.51",
-)
-@pytest.mark.intended("losses", reason=_RAISED_FIRST, when="transformers>=4.51")
-@pytest.mark.intended("weights", reason=_RAISED_FIRST, when="transformers>=4.51")
-@pytest.mark.intended("grad_norms", reason=_RAISED_FIRST, when="transformers>=4.51")
-@pytest.mark.intended("warnings", reason=_RAISED_FIRST, when="transformers>=4.51")
-def test_wrap_model_building_its_own_data_parallel(observe, tmp_path, monkeypatch):
+def _own_data_parallel_trainer():
     """A copy of an older ``Trainer._wrap_model`` that wraps the model in ``nn.DataParallel`` itself when
     ``n_gpu > 1``, as huggingface/optimum optimum/onnxruntime/trainer.py (``ORTTrainer._wrap_model``) does."""
     from torch import nn
@@ -264,14 +243,55 @@ def test_wrap_model_building_its_own_data_parallel(observe, tmp_path, monkeypatc
                 model = nn.DataParallel(model)
             return model
 
-    _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=OwnDataParallel))
+    return OwnDataParallel
+
+
+def _built_its_own_data_parallel(test):
+    """Where pristine is in the bug (4.51-4.56: one replica runs), +fixed raises on the first step."""
+    test = pytest.mark.intended(
+        "raised",
+        reason="in the bug on pristine 4.51-4.56: the count, unsqueezed to [1], is chunked into one piece and only one "
+        "replica runs (the rest of the batch is dropped); +fixed hands it on as one device gets it, 0-d, which a "
+        "plain nn.DataParallel cannot scatter (the bug's own error, as on pristine 4.50). Build the model through "
+        "super()._wrap_model to have it shared",
+        when=_ONE_REPLICA,
+    )(test)
+    for key in ("losses", "weights", "grad_norms", "warnings", "eval_loss"):
+        test = pytest.mark.intended(key, reason=_RAISED_FIRST, when=_ONE_REPLICA)(test)
+    return test
+
+
+@_built_its_own_data_parallel
+def test_wrap_model_building_its_own_data_parallel(observe, tmp_path, monkeypatch):
+    """The trainer of ``_own_data_parallel_trainer``; training and evaluation both wrap through its ``_wrap_model``.
+    Trainer's own ``compute_loss`` passes the count to that plain ``nn.DataParallel``, which must scatter it as on
+    pristine."""
+    trainer_cls = _own_data_parallel_trainer()
+    _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=trainer_cls, evaluate=True))
+
+
+@_built_its_own_data_parallel
+def test_wrap_model_building_its_own_data_parallel_not_averaging(observe, tmp_path, monkeypatch):
+    """The same with ``average_tokens_across_devices=False``: then nothing multiplies the replicas' losses, and each
+    replica divides by its share of the count (pristine: ``num_items_in_batch // n_gpu``). Every batch holds an even
+    count, so that pristine's floor division, which is off for an odd count (the bug), is exact here."""
+    trainer_cls = _own_data_parallel_trainer()
+    trainer = _train(
+        tmp_path,
+        monkeypatch,
+        _model(),
+        trainer_cls=trainer_cls,
+        evaluate=True,
+        supervised=[6, 2, 4, 2, 4, 6, 2, 4],
+        average_tokens_across_devices=False,
+    )
+    _observe(observe, trainer)
 
 
 # --- the count: Trainer.get_batch_samples / Trainer._get_num_items_in_batch ---------------------------------------
 
 
 @IN_THE_BUG
-@SCALAR_LOSSES
 def test_get_batch_samples_of_the_trainer_called_by_a_subclass(observe, tmp_path, monkeypatch):
     """A subclass whose ``get_batch_samples(*args, **kwargs)`` calls ``Trainer.get_batch_samples(self, ...)`` by
     name (skipping its other parents'), as hiyouga/LLaMA-Factory src/llamafactory/train/kto/trainer.py and

@@ -376,13 +376,12 @@ def test_compute_loss_override_that_passes_the_count(tmp_path, monkeypatch):
     _assert_same_weights(model, start)
 
 
-def test_copy_of_the_release_compute_loss(tmp_path, monkeypatch):
+def _release_loss_trainer():
     """A Trainer subclass whose ``compute_loss`` does for the model's own loss what the release's does (public code
     copies upstream's method): it passes the count to the model when the model takes loss kwargs and, with
     ``average_tokens_across_devices``, multiplies the loss by ``n_gpu`` under DataParallel (by the number of
     processes otherwise), as the releases do since 4.57.1. Transformers 4 before 4.57 turns the setting off in a
-    single process, so there the override scales nothing, as those releases' own method. It must give the one-device
-    loss, on a full batch and on the last, smaller one."""
+    single process, so there the override scales nothing, as those releases' own method."""
     from transformers import Trainer
 
     class ReleaseLossTrainer(Trainer):
@@ -394,11 +393,28 @@ def test_copy_of_the_release_compute_loss(tmp_path, monkeypatch):
                 loss = loss * (self.args.n_gpu if self.args.n_gpu > 1 else self.accelerator.num_processes)
             return (loss, outputs) if return_outputs else loss
 
+    return ReleaseLossTrainer
+
+
+def test_copy_of_the_release_compute_loss(tmp_path, monkeypatch):
+    """The copy of the release's ``compute_loss`` of ``_release_loss_trainer``: it must give the one-device loss, on
+    a full batch and on the last, smaller one."""
     model = _model()
     start = copy.deepcopy(model)
-    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=ReleaseLossTrainer)
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=_release_loss_trainer())
     _check_replicas(trainer.replica_log, [[2, 2], [1]])
     assert all("num_items_in_batch" in r for step in trainer.replica_log for r in step)
+    _check_losses(trainer.losses, _reference(start, trainer.batches))
+    _assert_same_weights(model, start)
+
+
+def test_copy_of_the_release_compute_loss_without_devices(tmp_path, monkeypatch):
+    """The same copy under ``nn.DataParallel`` on a machine without accelerators, which runs the module itself on the
+    whole batch: one replica, given the count the copy passes. Its loss is the batch loss."""
+    model = _model()
+    start = copy.deepcopy(model)
+    trainer = _train(model, _rows(4), tmp_path, 1, monkeypatch, base=_release_loss_trainer(), simulated=False)
+    assert not trainer.model_wrapped.device_ids, "this machine has an accelerator: DataParallel scatters here"
     _check_losses(trainer.losses, _reference(start, trainer.batches))
     _assert_same_weights(model, start)
 

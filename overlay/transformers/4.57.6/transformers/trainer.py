@@ -289,14 +289,17 @@ def safe_globals():
 
 class _DataParallelWithNumItems(nn.DataParallel):
     """
-    `nn.DataParallel` that gives each replica its share of the Trainer's `num_items_in_batch`, the token count of the
-    whole batch by which the model divides its summed loss. DataParallel cannot chunk a 0-d tensor, and hands a
-    number to every replica whole. `compute_loss` multiplies the replicas' losses by `num_items_scale` (`n_gpu` with
-    `average_tokens_across_devices`, else 1) and `training_step` takes their mean, so here each of the replicas that
-    run gets the count times `num_items_scale` divided by their number (the count itself when the two are equal):
-    the loss is then that of the whole batch however many replicas run. Without devices, `nn.DataParallel` runs the
-    module itself, one replica. Only a count that is a real number or a 0-d tensor or array is shared: any other
-    argument is scattered as `nn.DataParallel` scatters it.
+    `nn.DataParallel` that gives each replica its share of the Trainer's `num_items_in_batch`, the token count by which
+    the model divides its summed loss, however many replicas run. `compute_loss` passes the count each of the `n_gpu`
+    replicas divides by on a full batch as one view per replica (`[n_gpu, 1]`, as `expand` makes it), which is
+    scattered as `nn.DataParallel` scatters it; when fewer replicas run (a batch with fewer rows than replicas), each
+    gets that count times `n_gpu` divided by their number. A count passed whole (a real number, or a 0-d tensor or
+    array, as a `compute_loss` of one's own may pass it; DataParallel cannot chunk a 0-d tensor, and hands a number to
+    every replica whole) is shared likewise: `compute_loss` multiplies the replicas' losses by `num_items_scale`
+    (`n_gpu` with `average_tokens_across_devices`, else 1) and `training_step` takes their mean, so each of the
+    replicas that run gets the count times `num_items_scale` divided by their number (the count itself when the two
+    are equal). Without devices, `nn.DataParallel` runs the module itself, one replica. Any other argument is
+    scattered as `nn.DataParallel` scatters it.
     """
 
     def __init__(self, module, *args, num_items_scale=1, **kwargs):
@@ -309,25 +312,42 @@ class _DataParallelWithNumItems(nn.DataParallel):
             return value.ndim == 0
         return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
-    def _share(self, num_items_in_batch, replicas):
-        if replicas == self._num_items_scale:
+    @staticmethod
+    def _is_count_per_replica(value):
+        # One count viewed once per replica, as `expand` makes it; a tensor of counts of their own is not
+        return isinstance(value, torch.Tensor) and value.ndim == 2 and value.shape[1] == 1 and value.stride(0) == 0
+
+    @staticmethod
+    def _share(num_items_in_batch, scale, replicas):
+        if replicas == scale:
             return num_items_in_batch
-        return num_items_in_batch * self._num_items_scale / replicas
+        return num_items_in_batch * scale / replicas
 
     def forward(self, *inputs, **kwargs):
-        if not self.device_ids and self._is_count(kwargs.get("num_items_in_batch")):
-            kwargs["num_items_in_batch"] = self._share(kwargs["num_items_in_batch"], 1)
+        num_items_in_batch = kwargs.get("num_items_in_batch")
+        if not self.device_ids and self._is_count_per_replica(num_items_in_batch):
+            kwargs["num_items_in_batch"] = self._share(num_items_in_batch, len(num_items_in_batch), 1)
+        elif not self.device_ids and self._is_count(num_items_in_batch):
+            kwargs["num_items_in_batch"] = self._share(num_items_in_batch, self._num_items_scale, 1)
         return super().forward(*inputs, **kwargs)
 
     def scatter(self, inputs, kwargs, device_ids):
         num_items_in_batch = (kwargs or {}).get("num_items_in_batch")
+        if self._is_count_per_replica(num_items_in_batch):
+            inputs, kwargs = super().scatter(inputs, kwargs, device_ids)
+            # `DataParallel.forward` runs a replica for each of `inputs`
+            for replica_kwargs in kwargs:
+                replica_kwargs["num_items_in_batch"] = self._share(
+                    replica_kwargs["num_items_in_batch"], len(num_items_in_batch), len(inputs)
+                )
+            return inputs, kwargs
         if not self._is_count(num_items_in_batch):
             return super().scatter(inputs, kwargs, device_ids)
         # `None` goes to every replica whole, as any non-tensor argument does; each replica's share replaces it
         inputs, kwargs = super().scatter(inputs, {**kwargs, "num_items_in_batch": None}, device_ids)
         # `DataParallel.forward` runs a replica on each of these devices
         devices = device_ids[: len(inputs)]
-        share = self._share(num_items_in_batch, len(devices))
+        share = self._share(num_items_in_batch, self._num_items_scale, len(devices))
         for device_id, replica_kwargs in zip(devices, kwargs):
             if isinstance(share, torch.Tensor):
                 replica_kwargs["num_items_in_batch"] = share.to(torch.device(self.src_device_obj.type, device_id))
@@ -4176,6 +4196,13 @@ class Trainer:
             kwargs = {}
             if num_items_in_batch is not None:
                 kwargs["num_items_in_batch"] = num_items_in_batch
+                if self.args.n_gpu > 1 and torch.is_tensor(num_items_in_batch) and num_items_in_batch.dim() == 0:
+                    # `nn.DataParallel` scatters along dim 0: one view per replica of the count it divides by on a
+                    # full batch (the whole count when the replicas' losses are multiplied by `n_gpu` below)
+                    per_replica = num_items_in_batch
+                    if not self.args.average_tokens_across_devices:
+                        per_replica = per_replica / self.args.n_gpu
+                    kwargs["num_items_in_batch"] = per_replica.unsqueeze(0).expand(self.args.n_gpu, -1)
             inputs = {**inputs, **kwargs}
         outputs = model(**inputs)
         # Save past state if it exists

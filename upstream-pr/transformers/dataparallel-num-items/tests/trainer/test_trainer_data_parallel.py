@@ -69,6 +69,16 @@ class CountScalingTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
 
+class OwnDataParallelTrainer(Trainer):
+    """A `_wrap_model` of its own that wraps the model in a plain `nn.DataParallel`, as subclasses written from older
+    releases do."""
+
+    def _wrap_model(self, model, training=True, dataloader=None):
+        if self.args.n_gpu > 1 and not isinstance(model, torch.nn.DataParallel):
+            model = torch.nn.DataParallel(model)
+        return model
+
+
 def token_mean_loss(outputs, labels, num_items_in_batch):
     """A `compute_loss_func` that reads the count as a number, as many do."""
     logits = outputs.logits[:, :-1].flatten(0, 1)
@@ -78,9 +88,9 @@ def token_mean_loss(outputs, labels, num_items_in_batch):
 
 @require_torch
 class TrainerDataParallelNumItemsTest(TestCasePlus):
-    def train(self, n_gpu, batch_size, use_cpu=True, trainer_class=Trainer, **trainer_kwargs):
-        """Train a tiny Llama on `batch_size + 1` rows, a batch of `batch_size` rows then one of the row left, with
-        `n_gpu` replicas; the logged loss of each step."""
+    def train(self, n_gpu, batch_size, use_cpu=True, trainer_class=Trainer, num_rows=None, **trainer_kwargs):
+        """Train a tiny Llama on `num_rows` rows (by default `batch_size + 1`: a batch of `batch_size` rows, then one
+        of the row left), with `n_gpu` replicas; the logged loss of each step."""
         args = TrainingArguments(
             output_dir=self.get_auto_remove_tmp_dir(),
             per_device_train_batch_size=batch_size // n_gpu,
@@ -100,7 +110,8 @@ class TrainerDataParallelNumItemsTest(TestCasePlus):
         # device in a batch. On CPU, DataParallel has no device to scatter to and runs the module once on the whole
         # batch: a batch that fewer replicas run than `n_gpu`, as the last, smaller batch of an epoch can be.
         args._n_gpu = n_gpu
-        trainer = trainer_class(model=tiny_llama(), args=args, train_dataset=rows(batch_size + 1), **trainer_kwargs)
+        train_dataset = rows(num_rows or batch_size + 1)
+        trainer = trainer_class(model=tiny_llama(), args=args, train_dataset=train_dataset, **trainer_kwargs)
         trainer.train()
         self.assertEqual(isinstance(trainer.model_wrapped, torch.nn.DataParallel), n_gpu > 1)
         return [log["loss"] for log in trainer.state.log_history if "loss" in log]
@@ -128,3 +139,12 @@ class TrainerDataParallelNumItemsTest(TestCasePlus):
         batch_size = 2 * n_gpu
         losses = self.train(n_gpu=n_gpu, batch_size=batch_size, use_cpu=False)
         self.assert_losses_of_one_device(losses, self.train(n_gpu=1, batch_size=batch_size, use_cpu=False))
+
+    @require_torch_multi_accelerator
+    def test_plain_data_parallel_of_a_subclass_on_accelerators(self):
+        """A subclass's own `nn.DataParallel` gets the count in the form it scatters: full batches as on one device."""
+        n_gpu = backend_device_count(torch_device)
+        batch_size = 2 * n_gpu
+        kwargs = {"batch_size": batch_size, "use_cpu": False, "num_rows": 2 * batch_size}
+        losses = self.train(n_gpu=n_gpu, trainer_class=OwnDataParallelTrainer, **kwargs)
+        self.assert_losses_of_one_device(losses, self.train(n_gpu=1, **kwargs))
