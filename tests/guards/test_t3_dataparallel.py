@@ -221,7 +221,7 @@ def _passes_the_count_trainer(scales):
 def test_copy_of_the_release_compute_loss(observe, tmp_path, monkeypatch):
     """A ``compute_loss`` copied from the release's: it passes the count and multiplies the replicas' losses by
     ``n_gpu`` (``average_tokens_across_devices``, the default since 4.57): the one-device loss on pristine's full
-    batches, and on +fixed's."""
+    batches, and on +fixed's. Stands for huggingface/transformers src/transformers/trainer.py."""
     trainer_cls = _passes_the_count_trainer(scales=True)
     _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=trainer_cls, evaluate=True))
 

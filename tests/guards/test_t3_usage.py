@@ -33,7 +33,7 @@ pytestmark = pytest.mark.guard(package="transformers")
 def test_compute_loss_passed_through_to_the_trainer(observe, tmp_path, monkeypatch):
     """An override that hands every argument to ``super().compute_loss`` (``*args, **kwargs``), as
     hiyouga/LLaMA-Factory src/llamafactory/train/pt/trainer.py (``CustomTrainer.compute_loss``) and
-    src/llamafactory/train/sft/trainer.py do."""
+    src/llamafactory/train/sft/trainer.py do. Stands for hiyouga/LLaMA-Factory src/llamafactory/train/pt/trainer.py."""
     from transformers import Trainer
 
     class PassThrough(Trainer):
@@ -47,7 +47,7 @@ def test_compute_loss_passed_through_to_the_trainer(observe, tmp_path, monkeypat
 def test_compute_loss_returning_outputs_for_metrics(observe, tmp_path, monkeypatch):
     """An override that calls ``super().compute_loss(..., return_outputs=True, num_items_in_batch=...)`` and reads
     the (gathered) logits for a token accuracy metric, as huggingface/trl trl/trainer/sft_trainer.py
-    (``SFTTrainer.compute_loss``) does."""
+    (``SFTTrainer.compute_loss``) does. Stands for huggingface/trl trl/trainer/sft_trainer.py."""
     from transformers import Trainer
 
     accuracies: list[float] = []
@@ -74,7 +74,7 @@ def test_compute_loss_without_the_count_scaled_for_accumulation(observe, tmp_pat
     """An override that calls ``super().compute_loss`` without the count and divides the loss by the gradient
     accumulation steps itself when Trainer gave a count and the model takes loss kwargs, as modelscope/ms-swift
     swift/trainers/trainer.py (``Trainer.compute_loss``) does; gradient accumulation 2. The count never reaches the
-    model, on any release."""
+    model, on any release. Stands for modelscope/ms-swift swift/trainers/trainer.py."""
     from transformers import Trainer
 
     class OwnAccumulation(Trainer):
@@ -110,7 +110,8 @@ def _process_scaled_trainer():
 @SCALAR_LOSSES
 def test_compute_loss_scaled_by_processes_only(observe, tmp_path, monkeypatch):
     """The override of ``_process_scaled_trainer`` on full batches: ``1/n_gpu`` of the batch loss on both builds
-    (upstream's contract since 4.57.1 is that ``compute_loss`` multiplies the replicas' losses by ``n_gpu``)."""
+    (upstream's contract since 4.57.1 is that ``compute_loss`` multiplies the replicas' losses by ``n_gpu``).
+    Stands for modelscope/ms-swift swift/trainers/seq2seq_trainer.py."""
     _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=_process_scaled_trainer()))
 
 
@@ -144,7 +145,8 @@ def _recompiled_compute_loss() -> Callable[..., Any]:
 @IN_THE_BUG
 def test_compute_loss_recompiled_from_its_source(observe, tmp_path, monkeypatch):
     """Trainer's own ``compute_loss`` recompiled from its source (``_recompiled_compute_loss``), under
-    DataParallel, then evaluation: it runs as the release's method does on the same build."""
+    DataParallel, then evaluation: it runs as the release's method does on the same build.
+    Stands for unslothai/unsloth unsloth/models/_utils.py."""
     from transformers import Trainer
 
     recompiled = _recompiled_compute_loss()
@@ -159,7 +161,8 @@ def test_compute_loss_recompiled_from_its_source(observe, tmp_path, monkeypatch)
 def test_compute_loss_wrapped_on_the_instance(observe, tmp_path, monkeypatch):
     """``trainer.compute_loss`` replaced on the instance by a wrapper that calls the original and hands the loss to a
     callback, as axolotl-ai-cloud/axolotl src/axolotl/integrations/llm_compressor/plugin.py
-    (``compute_loss_wrapper``) does: the losses the callback saw (shape and mean)."""
+    (``compute_loss_wrapper``) does: the losses the callback saw (shape and mean).
+    Stands for axolotl-ai-cloud/axolotl src/axolotl/integrations/llm_compressor/plugin.py."""
     seen: list[tuple[list[int], float]] = []
 
     def notifying(compute_loss):
@@ -192,7 +195,7 @@ def test_wrap_model_with_n_gpu_hidden(observe, tmp_path, monkeypatch):
     """A ``_wrap_model`` patch that sets ``args._n_gpu = 1`` while the original runs, so that the model is not wrapped
     in DataParallel while ``args.n_gpu`` stays 2 everywhere else, as unslothai/unsloth unsloth/models/_utils.py
     (``_patch_transformers_trainer_data_parallel``) does for models it marks. Nothing scatters the count: the model
-    gets it whole."""
+    gets it whole. Stands for unslothai/unsloth unsloth/models/_utils.py."""
     from transformers import Trainer
 
     class HidesNGpu(Trainer):
@@ -213,7 +216,8 @@ def test_wrap_model_with_n_gpu_hidden(observe, tmp_path, monkeypatch):
 def test_wrap_model_delegating_to_the_trainer(observe, tmp_path, monkeypatch):
     """A ``_wrap_model`` override that returns the model it was given in some cases and otherwise calls
     ``super()._wrap_model(model, training=training)``, dropping ``dataloader``, as hiyouga/LLaMA-Factory
-    src/llamafactory/train/hyper_parallel/trainer.py does; training and evaluation both wrap through it."""
+    src/llamafactory/train/hyper_parallel/trainer.py does; training and evaluation both wrap through it.
+    Stands for hiyouga/LLaMA-Factory src/llamafactory/train/hyper_parallel/trainer.py."""
     from transformers import Trainer
 
     class Delegating(Trainer):
@@ -265,7 +269,7 @@ def _built_its_own_data_parallel(test):
 def test_wrap_model_building_its_own_data_parallel(observe, tmp_path, monkeypatch):
     """The trainer of ``_own_data_parallel_trainer``; training and evaluation both wrap through its ``_wrap_model``.
     Trainer's own ``compute_loss`` passes the count to that plain ``nn.DataParallel``, which must scatter it as on
-    pristine."""
+    pristine. Stands for huggingface/optimum optimum/onnxruntime/trainer.py."""
     trainer_cls = _own_data_parallel_trainer()
     _observe(observe, _train(tmp_path, monkeypatch, _model(), trainer_cls=trainer_cls, evaluate=True))
 
@@ -295,7 +299,8 @@ def test_wrap_model_building_its_own_data_parallel_not_averaging(observe, tmp_pa
 def test_get_batch_samples_of_the_trainer_called_by_a_subclass(observe, tmp_path, monkeypatch):
     """A subclass whose ``get_batch_samples(*args, **kwargs)`` calls ``Trainer.get_batch_samples(self, ...)`` by
     name (skipping its other parents'), as hiyouga/LLaMA-Factory src/llamafactory/train/kto/trainer.py and
-    src/llamafactory/train/dpo/trainer.py do."""
+    src/llamafactory/train/dpo/trainer.py do.
+    Stands for hiyouga/LLaMA-Factory src/llamafactory/train/kto/trainer.py."""
     from transformers import Trainer
 
     class Delegating(Trainer):
@@ -309,7 +314,8 @@ def test_get_batch_samples_replaced_by_a_per_replica_count(observe, tmp_path, mo
     """``Trainer.get_batch_samples`` replaced by one that counts the shifted labels itself and, under DataParallel,
     returns one count per replica (``count.unsqueeze(0).repeat(n_gpu)``), as unslothai/unsloth-zoo
     unsloth_zoo/loss_utils.py (``_unsloth_get_batch_samples``, which unslothai/unsloth unsloth/models/_utils.py
-    installs on ``Trainer``) does. A per-replica count is not one count: DataParallel scatters it as before."""
+    installs on ``Trainer``) does. A per-replica count is not one count: DataParallel scatters it as before.
+    Stands for unslothai/unsloth-zoo unsloth_zoo/loss_utils.py, unslothai/unsloth unsloth/models/_utils.py."""
     from transformers import Trainer
 
     class PerReplicaCount(Trainer):
@@ -334,7 +340,8 @@ def test_sources_that_patchers_check(observe):
     """What unslothai/unsloth unsloth/models/_utils.py (``patch_gradient_accumulation_fix``) reads before it
     replaces Trainer's methods: whether the source of ``Trainer.get_batch_samples`` ends with
     ``return batch_samples, num_items_in_batch`` (it raises otherwise), and whether the source of
-    ``Trainer.compute_loss`` has a ``loss *=`` to rewrite; and the signatures of the three patched methods."""
+    ``Trainer.compute_loss`` has a ``loss *=`` to rewrite; and the signatures of the three patched methods.
+    Stands for unslothai/unsloth unsloth/models/_utils.py."""
     from transformers import Trainer
 
     observe(
