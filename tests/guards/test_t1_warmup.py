@@ -65,12 +65,12 @@ def _rank_loads(rank, world_size, ckpt):
     return {"replica": _load(ckpt, {"device_map": "cpu"}), "tensor_parallel": _load(ckpt, {"tp_plan": "auto"})}
 
 
-def test_loads_under_a_process_group(observe, checkpoint):
+def test_loads_under_a_process_group(observe, distributed):
     """On each of 2 ranks of an initialised gloo group: ``device_map="cpu"`` (the warm-up runs with the group up),
     then ``tp_plan="auto"`` (the model's own plan shards it; 4.50 cannot shard onto a CPU mesh and raises, alike on
     both builds)."""
-    for rank, result in enumerate(run_ranks(_rank_loads, 2, checkpoint)):
-        observe(f"rank{rank}", result)
+    for rank, result in enumerate(distributed):
+        observe(f"rank{rank}", result["loads"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -218,6 +218,10 @@ def _loads_with(replacement, ckpt, loads, no_post_init=False):
     return outcomes
 
 
+#: The replacements whose model skips ``post_init()`` (the others load a normal Llama).
+NO_POST_INIT = {"swallow_type_error"}
+
+
 def _rank_loads_with(rank, world_size, replacement, ckpt, no_post_init):
     loads = {"replica": {"device_map": "cpu"}}
     if not no_post_init:
@@ -225,14 +229,30 @@ def _rank_loads_with(rank, world_size, replacement, ckpt, no_post_init):
     return _loads_with(replacement, ckpt, loads, no_post_init)
 
 
-def _plain_and_distributed(observe, replacement, ckpt, no_post_init=False):
-    """One process without torch.distributed, then 2 gloo ranks."""
-    observe("plain", _loads_with(replacement, ckpt, {"replica": {"device_map": "cpu"}}, no_post_init))
-    for rank, result in enumerate(run_ranks(_rank_loads_with, 2, replacement, ckpt, no_post_init)):
-        observe(f"rank{rank}", result)
+def _rank_scenarios(rank, world_size, ckpt):
+    """Every guard's loads on one rank, one scenario after the other (each load clears the libraries' "once"
+    caches, and each replacement is put back after its loads)."""
+    out = {"loads": _rank_loads(rank, world_size, ckpt)}
+    for replacement in REPLACEMENTS:
+        out[replacement] = _rank_loads_with(rank, world_size, replacement, ckpt, replacement in NO_POST_INIT)
+    return out
 
 
-def test_a_wrapper_with_the_release_signature_that_skips_mps(observe, checkpoint):
+@pytest.fixture(scope="module")
+def distributed(checkpoint):
+    """The distributed part of every guard of this module, on 2 ranks of an initialised gloo group started once:
+    starting ranks (each imports transformers) costs more than their loads. Each guard observes its own part."""
+    return run_ranks(_rank_scenarios, 2, checkpoint)
+
+
+def _plain_and_distributed(observe, replacement, ckpt, distributed):
+    """One process without torch.distributed, then what the replacement gave on the 2 gloo ranks."""
+    observe("plain", _loads_with(replacement, ckpt, {"replica": {"device_map": "cpu"}}, replacement in NO_POST_INIT))
+    for rank, result in enumerate(distributed):
+        observe(f"rank{rank}", result[replacement])
+
+
+def test_a_wrapper_with_the_release_signature_that_skips_mps(observe, checkpoint, distributed):
     """Stands for the wrappers with the release's own parameters that skip the warm-up on a condition and call the
     saved original otherwise: unsloth-zoo's ``guarded_caching_allocator_warmup(model, expanded_device_map,
     hf_quantizer)``, which skips it for GPT-OSS 4-bit loads on small accelerators (unslothai/unsloth-zoo
@@ -241,44 +261,44 @@ def test_a_wrapper_with_the_release_signature_that_skips_mps(observe, checkpoint
     size``, huggingface/transformers#46239, QwenLM/Qwen3-VL#1508; found by ``find_string`` on
     ``_warmup(model, expanded_device_map, hf_quantizer)`` in several scripts, whose repositories the index does not
     name). The condition here is MPS; each load must call the wrapper as the release does."""
-    _plain_and_distributed(observe, "skip_on_mps", checkpoint)
+    _plain_and_distributed(observe, "skip_on_mps", checkpoint, distributed)
 
 
-def test_a_wrapper_with_the_release_signature_that_skips_on_an_error(observe, checkpoint):
+def test_a_wrapper_with_the_release_signature_that_skips_on_an_error(observe, checkpoint, distributed):
     """Stands for the wrappers that call the original in ``try`` and skip the warm-up on ``RuntimeError`` (PyTorch
     unable to initialise NVML, Jetson's ``NVML_SUCCESS == r INTERNAL ASSERT FAILED``, a device that cannot report
     its free memory: huggingface/transformers#48130) or on ``torch.OutOfMemoryError``, each with the release's own
     parameters ``(model, expanded_device_map, hf_quantizer)``. Found by ``find_string`` on
     ``_warmup(model, expanded_device_map, hf_quantizer)`` (an NVML guard in a training launcher, an allocator
     compatibility shim of an RL project); the index does not name their repositories."""
-    _plain_and_distributed(observe, "skip_on_runtime_error", checkpoint)
+    _plain_and_distributed(observe, "skip_on_runtime_error", checkpoint, distributed)
 
 
-def test_a_replacement_that_accepts_anything_and_does_nothing(observe, checkpoint):
+def test_a_replacement_that_accepts_anything_and_does_nothing(observe, checkpoint, distributed):
     """Stands for ``caching_allocator_warmup = lambda *args, **kwargs: None`` and its named forms: axolotl's no-op
     ``(*args, **kwargs)``, so that quantizing on load is not defeated by a bf16-sized reservation
     (axolotl-ai-cloud/axolotl src/axolotl/monkeypatch/moe_quant.py), mindnlp's ``empty_fn``
     (mindspore-lab/mindnlp src/mindnlp/patch/transformers/common.py), and many scripts found by ``find_string`` on
     ``modeling_utils.caching_allocator_warmup``. It sees whatever the release passes."""
-    _plain_and_distributed(observe, "no_op", checkpoint)
+    _plain_and_distributed(observe, "no_op", checkpoint, distributed)
 
 
-def test_a_pass_through_wrapper(observe, checkpoint):
+def test_a_pass_through_wrapper(observe, checkpoint, distributed):
     """Stands for unsloth-zoo's ``guarded_caching_allocator_warmup(*args, **kwargs)``, "Guard transformers
     caching_allocator_warmup on low-memory GPUs" (unslothai/unsloth-zoo unsloth_zoo/temporary_patches/gpt_oss.py,
     e69de6af, March 2026): it skips the warm-up on small accelerators and otherwise forwards the arguments
     unchanged. The original must accept what the release passes it, through the wrapper."""
-    _plain_and_distributed(observe, "pass_through", checkpoint)
+    _plain_and_distributed(observe, "pass_through", checkpoint, distributed)
 
 
-def test_a_wrapper_that_works_around_the_none_plan(observe, checkpoint):
+def test_a_wrapper_that_works_around_the_none_plan(observe, checkpoint, distributed):
     """Stands for the wrappers that work around T1 itself: ``def _safe_warmup(model, device_map,
     hf_quantizer=None)`` calling the original in ``try`` and skipping the warm-up on its ``TypeError`` (found by
     ``find_string`` on ``caching_allocator_warmup``, in a GRPO training script for LLaDA/SDAR, models without a
     tensor-parallel plan; the index does not name its repository). With such a model, which skips ``post_init()``,
     the pristine 4.50 and 4.53 load works because the wrapper swallows the bug; a +fixed load must work too, and
     call the wrapper as the release does."""
-    _plain_and_distributed(observe, "swallow_type_error", checkpoint, no_post_init=True)
+    _plain_and_distributed(observe, "swallow_type_error", checkpoint, distributed)
 
 
 def test_a_direct_call_with_the_release_arguments(observe, checkpoint):
