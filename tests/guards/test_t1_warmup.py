@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from harness import run_ranks
-from tiny_llama import INPUT, save_small, small_config
+from tiny_llama import INPUT, no_post_init_llama, save_small, small_config
 
 pytestmark = pytest.mark.guard(package="transformers")
 
@@ -183,30 +183,13 @@ REPLACEMENTS = {
 }
 
 
-def _no_post_init_llama():
-    """A causal LM class whose ``__init__`` skips ``post_init()``, as many remote-code models do."""
-    from torch import nn
-    from transformers import LlamaModel, LlamaPreTrainedModel
-
-    class NoPostInitLlama(LlamaPreTrainedModel):
-        def __init__(self, config):
-            super().__init__(config)
-            self.model = LlamaModel(config)
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-
-        def forward(self, input_ids):
-            return self.lm_head(self.model(input_ids).last_hidden_state)
-
-    return NoPostInitLlama
-
-
 def _loads_with(replacement, ckpt, loads, no_post_init=False):
     """``loads`` (name -> from_pretrained kwargs) with ``caching_allocator_warmup`` replaced on the module, as users
     do; the original is put back afterwards. Returns each load's outcome and how the replacement was called."""
     import transformers.modeling_utils as modeling_utils
 
     original = modeling_utils.caching_allocator_warmup
-    model_class = _no_post_init_llama() if no_post_init else None
+    model_class = no_post_init_llama() if no_post_init else None
     outcomes = {}
     try:
         for name, kwargs in loads.items():

@@ -280,16 +280,7 @@ def test_from_pretrained_monkeypatched_to_fix_the_class_plan(observe, checkpoint
     classmethod that sets ``cls._tp_plan = cls._tp_plan or {}`` and calls the original function
     (``PreTrainedModel.from_pretrained.__func__``) with ``(cls, *args, **kwargs)``, restored afterwards; here with a
     Llama and with a remote-code-style class whose ``__init__`` skips ``post_init()``, each with ``device_map``."""
-    from transformers import AutoModelForCausalLM, LlamaModel, LlamaPreTrainedModel, PreTrainedModel
-
-    class SkipsPostInit(LlamaPreTrainedModel):
-        def __init__(self, config):
-            super().__init__(config)
-            self.model = LlamaModel(config)
-            self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-
-        def forward(self, input_ids, **kwargs):
-            return type("Out", (), {"logits": self.lm_head(self.model(input_ids).last_hidden_state)})()
+    from transformers import AutoModelForCausalLM, PreTrainedModel
 
     original = PreTrainedModel.from_pretrained.__func__
     touched: list[Any] = []
@@ -302,7 +293,7 @@ def test_from_pretrained_monkeypatched_to_fix_the_class_plan(observe, checkpoint
             cls._tp_plan = cls._tp_plan or {}
         return original(cls, *args, **kwargs)
 
-    loader = AutoModelForCausalLM if model == "llama" else SkipsPostInit
+    loader = AutoModelForCausalLM if model == "llama" else tiny_llama.no_post_init_llama()
     plans = {}
     try:
         with _replaced(PreTrainedModel, "from_pretrained", _new_from_pretrained):

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from harness import run_ranks
-from tiny_llama import INPUT, save_small
+from tiny_llama import INPUT, no_post_init_llama, save_small
 
 pytestmark = pytest.mark.guard(package="transformers")
 FLOAT32 = {"torch_dtype": torch.float32}
@@ -238,21 +238,6 @@ def test_device_map_auto_of_a_trainer_on_a_cpu_cluster(observe, torchrun_loads):
 # An initialised process group (Trainer, accelerate and the frameworks make it before they load)
 
 
-def _skips_post_init_class():
-    from transformers import LlamaModel, LlamaPreTrainedModel
-
-    class SkipsPostInit(LlamaPreTrainedModel):
-        def __init__(self, config):
-            super().__init__(config)
-            self.model = LlamaModel(config)
-            self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-
-        def forward(self, input_ids, **kwargs):
-            return type("Out", (), {"logits": self.lm_head(self.model(input_ids).last_hidden_state)})()
-
-    return SkipsPostInit
-
-
 def _rank_group(rank, world_size, ckpt):
     from accelerate import PartialState
     from torch.distributed.device_mesh import init_device_mesh
@@ -267,7 +252,7 @@ def _rank_group(rank, world_size, ckpt):
 
     def plan_fixed_by_a_monkeypatch():
         original = PreTrainedModel.from_pretrained.__func__
-        cls = _skips_post_init_class()
+        cls = no_post_init_llama()
 
         @classmethod  # type: ignore[misc]
         def _new_from_pretrained(cls, *args, **kwargs):

@@ -52,7 +52,7 @@ import pytest
 
 from harness import RankFailed, run_ranks
 from proofkit import BugSymptom, CouldNotObserve, no_accelerator, tp_needs_newer_torch
-from tiny_llama import small_config
+from tiny_llama import no_post_init_llama, small_config
 
 # 4.50 - 4.53 crash; from 4.54 upstream's `or []` compiles the empty regex and halves the warm-up.
 pytestmark = pytest.mark.proof(
@@ -112,30 +112,11 @@ def _load_watching_warmup(model_class, ckpt, **load):
     return model, warmup_bytes
 
 
-def _no_post_init_llama():
-    """A causal LM class whose ``__init__`` skips ``post_init()``, as many remote-code models do: its own
-    ``_tp_plan`` stays the class default ``None`` (its ``LlamaModel`` submodule calls ``post_init()`` and has one)."""
-    from torch import nn
-    from transformers import LlamaModel, LlamaPreTrainedModel
-
-    class NoPostInitLlama(LlamaPreTrainedModel):
-        def __init__(self, config):
-            super().__init__(config)
-            self.model = LlamaModel(config)
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            # deliberately no self.post_init(): _tp_plan stays the class default None
-
-        def forward(self, input_ids):
-            return self.lm_head(self.model(input_ids).last_hidden_state)
-
-    return NoPostInitLlama
-
-
 def _skip_where_post_init_is_required(ckpt):
     """Skip where the release cannot load a model that skips ``post_init()`` at all: one process, no tensor
     parallelism. The bug's None plan then cannot reach any load."""
     try:
-        _no_post_init_llama().from_pretrained(ckpt)
+        no_post_init_llama().from_pretrained(ckpt)
     except AttributeError as exc:
         if "all_tied_weights_keys" not in str(exc):
             raise
@@ -144,7 +125,7 @@ def _skip_where_post_init_is_required(ckpt):
 
 def _load_without_post_init(rank, world_size, ckpt):
     """On each rank: load with a class that skips post_init(); return the warm-up's bytes and the weights."""
-    model, warmup_bytes = _load_watching_warmup(_no_post_init_llama(), ckpt)
+    model, warmup_bytes = _load_watching_warmup(no_post_init_llama(), ckpt)
     assert getattr(type(model), "_tp_plan", None) is None, "the test class must keep the None plan"
     return {"warmup_bytes": warmup_bytes, "state": {k: v.clone() for k, v in model.state_dict().items()}}
 
@@ -252,7 +233,7 @@ def _load_tensor_parallel_without_post_init(rank, world_size, ckpt):
     weights were sharded and each weight gathered back whole."""
     from torch.distributed.tensor import DTensor
 
-    model = _no_post_init_llama().from_pretrained(ckpt, tp_plan="auto")
+    model = no_post_init_llama().from_pretrained(ckpt, tp_plan="auto")
     sharded = sorted(name for name, tensor in model.state_dict().items() if isinstance(tensor, DTensor))
     whole = {
         name: (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).clone()

@@ -59,3 +59,24 @@ def save_small(path) -> str:
     torch.manual_seed(0)
     LlamaForCausalLM(small_config()).save_pretrained(path)
     return str(path)
+
+
+def no_post_init_llama():
+    """A causal LM class whose ``__init__`` skips ``post_init()``, as many remote-code models do: its own
+    ``_tp_plan`` stays the class default (its ``LlamaModel`` submodule calls ``post_init()`` and has a plan). Its
+    ``forward`` returns an object with ``logits``, as a model output has."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaModel, LlamaPreTrainedModel
+
+    class NoPostInitLlama(LlamaPreTrainedModel):
+        def __init__(self, config):
+            super().__init__(config)
+            self.model = LlamaModel(config)
+            self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            # deliberately no self.post_init()
+
+        def forward(self, input_ids, **kwargs):
+            return SimpleNamespace(logits=self.lm_head(self.model(input_ids).last_hidden_state))
+
+    return NoPostInitLlama
