@@ -267,24 +267,29 @@ def _retired(path: Path, raw: object) -> dict[str, int]:
 
 
 def _version_key(path: Path, where: str, key: str, hint: str) -> Version:
-    """A version as a key of pins.toml (a line's table, a retired number): one spelling per version, the one PEP 440
-    writes (``str(Version(key))``), without a local label. ``v5.23.0`` beside ``5.23.0`` was another key to TOML
-    and the same version to everything else (the wheel's name, pip)."""
+    """A version as a key of pins.toml (``where``: a line's table, "release", or "[retired]"): one spelling per
+    version, the one PEP 440 writes (``str(Version(key))``), without a local label. ``v5.23.0`` beside ``5.23.0``
+    was another key to TOML and the same version to everything else (the wheel's name, pip)."""
     try:
         version = Version(key)
     except InvalidVersion as exc:
         raise ConfigError(f"{path}: {where} {key!r} is not a version", hint) from exc
+    written = str(version) if version.local is None else version.public
+    pkg = path.parent.name
+    if where == "release":
+        rename = (
+            f'name the table [release."{written}"] and the line\'s folders patches/{pkg}/{written}/ and '
+            f"overlay/{pkg}/{written}/, as the package index names the release"
+        )
+    else:
+        rename = (
+            f'write the key "{written}", as the package index names the release; where "{written}" is there too, '
+            "keep the higher number under it alone"
+        )
     if version.local is not None:
-        raise ConfigError(
-            f"{path}: {where} {key!r} has a local label: an upstream release has none",
-            f"name the upstream release, {version.public!r}; the +label is the tool's to add",
-        )
-    if str(version) != key:
-        raise ConfigError(
-            f"{path}: {where} {key!r} is not a version as PEP 440 writes it: write {str(version)!r}",
-            f"{hint} (the package index names the release {str(version)!r}; a line's folders under patches/ and "
-            "overlay/ take that name too)",
-        )
+        raise ConfigError(f"{path}: {where} {key!r} has a local label: an upstream release has none", rename)
+    if written != key:
+        raise ConfigError(f"{path}: {where} {key!r} is not a version as PEP 440 writes it: write {written!r}", rename)
     return version
 
 

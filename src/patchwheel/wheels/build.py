@@ -76,7 +76,8 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
         patches = checked_series(line, messages=False, numstat=False)
         log(
             f"a draft: the message of {drafts[0]} is the template `nox -s new` wrote; built for the proofs as "
-            f"{buildno.tag(line)}, left out of the index and pins; `nox -s lint` refuses it until it is written"
+            f"{buildno.tag(line)} into the dist folder's drafts/ (no upload of its *.whl takes it), left out of the "
+            "index and pins; `nox -s lint` refuses it until it is written"
         )
     else:
         patches = checked_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
