@@ -48,6 +48,7 @@ from patchwheel.maint.workrepo import release_files  # noqa: E402
 from patchwheel.wheels import build as build_mod  # noqa: E402
 from patchwheel.wheels import fetch  # noqa: E402
 from patchwheel.wheels.apply import git_env  # noqa: E402
+from patchwheel.wheels.distdir import wheel_file  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 import buildcost  # noqa: E402
@@ -122,7 +123,7 @@ def load_overhead(tmp: Path, rounds: int) -> tuple[float, float]:
     acc = project.line("accelerate", project.sets["default"]["accelerate"])
     pristine = _env("pristine", [str(fetch.fetch(ln.package, ln.wheel)) for ln in (line, acc)])
     built = _build(tmp)
-    fixed = _env("fixed", [str(tmp / "dist" / b.filename) for b in built if b.line in (line, acc)])
+    fixed = _env("fixed", [str(wheel_file(tmp / "dist", b.filename)) for b in built if b.line in (line, acc)])
     ckpt = tmp / "ckpt"
     subprocess.run(
         [
@@ -183,7 +184,7 @@ def dispatch_overhead(tmp: Path, rounds: int) -> dict[str, float]:
     project = config.load(ROOT)
     acc = project.line("accelerate", project.sets["latest"]["accelerate"])
     pristine = _env("dispatch-pristine", [str(fetch.fetch(acc.package, acc.wheel))])
-    fixed = _env("dispatch-fixed", [str(tmp / "dist" / b.filename) for b in _build(tmp) if b.line == acc])
+    fixed = _env("dispatch-fixed", [str(wheel_file(tmp / "dist", b.filename)) for b in _build(tmp) if b.line == acc])
     return dispatch_times(pristine, fixed, rounds)
 
 

@@ -10,13 +10,19 @@ What follow may change, and so all that is accepted:
 - the deletion of a retired line: every file of ``patches/<pkg>/<old>/`` and ``overlay/<pkg>/<old>/``, with its pin
   table removed;
 - in ``overlay/<pkg>/pins.toml``: whole ``[release."<version>"]`` tables added or removed (for those lines), and
-  ``[retired]`` build numbers added or raised; every other value as it was (an existing line's build record
-  included: a number set back under new bytes would name two wheels alike);
+  the ``[retired]`` build number of each line removed, at least the number it recorded; every other value as it
+  was (an existing line's build record included: a number set back under new bytes would name two wheels alike);
+- versions compared as PEP 440 does (``packaging``): a new line is a release newer than every line there was,
+  named as PEP 440 writes its version, pinning that release's wheel; no key of the file is another spelling of
+  another's version (a line ``5.24`` beside or after ``5.24.0`` would give one version two sets of build numbers,
+  ``"v5.23.0" = 1`` beside ``"5.23.0" = 6`` was read as 5.23.0's retired number);
 - in ``overlay/sets.toml``: the ``latest`` set's entry for this package, moved to the new line; nothing else;
 - ``overlay/NOTICE`` and the matrix, ``patches/STATUS.json`` and ``patches/STATUS.md``.
 
 No renames, copies, links, mode changes, binary hunks, or path component starting with ``.``. The checks run on
 what git itself staged (``git apply --cached`` into a scratch index), so what is checked is what is committed.
+The script needs the standard library, git and ``packaging`` (the job installs it from a hashed lock), nothing of
+the diff.
 Usage, in the checkout's root: ``python .github/scripts/follow_diff.py <package> <diff>``; exit 1 with the reasons
 on stderr and nothing changed, 0 with the diff applied to the checkout's index and files.
 """
@@ -30,7 +36,9 @@ import sys
 import tempfile
 import tomllib
 
-_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]*\Z")
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
 _SHARED = ("overlay/NOTICE", "patches/STATUS.json", "patches/STATUS.md")
 
 
@@ -104,9 +112,10 @@ def staged_problems(package: str) -> list[str]:
             continue
         else:
             out.append(f"{path}: outside what follow writes for {package} ({status})")
-    for version in sorted(added | removed):
-        if not _VERSION.match(version):
+    for version in sorted(removed):
+        if _parsed(version) is None:
             out.append(f"overlay/{package}/pins.toml: {version!r} is not a version")
+    out += _version_problems(package, before, after, added, removed)
     for version in sorted(removed):
         left = git("ls-files", "-z", "--", f"patches/{package}/{version}", f"overlay/{package}/{version}")
         if left.strip("\0"):
@@ -134,6 +143,92 @@ def _pins_problems(package: str, before: dict, after: dict) -> list[str]:
     for version in sorted(set(old) | set(new)):
         if version not in new or not isinstance(new[version], int) or new[version] < old.get(version, 0):
             out.append(f"{where}: [retired] {version} went from {old.get(version)!r} to {new.get(version)!r}")
+    return out
+
+
+def _parsed(key: str) -> Version | None:
+    try:
+        return Version(key)
+    except InvalidVersion:
+        return None
+
+
+def _spelling_problem(key: str) -> str | None:
+    """Why ``key`` is not a version as a key of pins.toml (the tool's config.py refuses the same): PEP 440's
+    spelling of it, no local label."""
+    version = _parsed(key)
+    if version is None:
+        return f"{key!r} is not a version"
+    if version.local is not None:
+        return f"{key!r} has a local label: an upstream release has none"
+    if str(version) != key:
+        return f"{key!r} is not a version as PEP 440 writes it ({str(version)!r})"
+    return None
+
+
+def _version_problems(package: str, before: dict, after: dict, added: set[str], removed: set[str]) -> list[str]:
+    """The versions the diff adds, compared as PEP 440 does with every key the file had or has: each new line is
+    a release newer than the newest line there was, in PEP 440's spelling, pinning its own wheel; each [retired]
+    number added or raised is a removed line's, at least the build number that line recorded."""
+    where = f"overlay/{package}/pins.toml"
+    out = []
+    old_retired, new_retired = before.get("retired", {}), after.get("retired", {})
+    changed = sorted(v for v in new_retired if new_retired[v] != old_retired.get(v))
+    keys = [
+        *((f"the line {k}", k) for k in sorted(set(before.get("release", {})) | set(after.get("release", {})))),
+        *((f'[retired] "{k}"', k) for k in sorted(set(old_retired) | set(new_retired))),
+    ]
+
+    def same_version(key: str, own: str) -> list[str]:
+        version = _parsed(key)
+        return [
+            f"{where}: {own} is the version of {label} (PEP 440: {key} == {other})"
+            for label, other in keys
+            if other != key and version is not None and _parsed(other) == version
+        ]
+
+    newest = max((v for k in before.get("release", {}) if (v := _parsed(k)) is not None), default=None)
+    for key in sorted(added):
+        if problem := _spelling_problem(key):
+            out.append(f"{where}: the new line {problem}")
+            continue
+        found = same_version(key, f"the new line {key}")
+        out += found
+        if not found and newest is not None and Version(key) <= newest:
+            out.append(
+                f"{where}: the new line {key} is not newer than the newest line {newest} (follow adds only newer "
+                "releases)"
+            )
+        table = after["release"][key]
+        wheel = table.get("wheel", {}).get("filename") if isinstance(table, dict) else None
+        try:
+            of = str(parse_wheel_filename(wheel)[1]) if isinstance(wheel, str) else None
+        except InvalidWheelFilename:
+            of = None
+        if of is None:
+            out.append(f"{where}: the new line {key} pins no wheel file name ({wheel!r})")
+        elif of != key:
+            out.append(f"{where}: the new line {key} pins {wheel}, a wheel of {of}, not of {key}")
+    for key in changed:
+        if problem := _spelling_problem(key):
+            out.append(f"{where}: [retired] {problem}")
+            continue
+        out += same_version(key, f'[retired] "{key}"')
+        number = new_retired[key]
+        if key not in removed:
+            out.append(
+                f'{where}: [retired] "{key}" = {number} is added or raised, but this change retires no line {key}'
+            )
+            continue
+        build = before["release"][key].get("build", {}) if isinstance(before["release"][key], dict) else {}
+        recorded = build.get("number", 1) if isinstance(build, dict) else 1
+        if isinstance(number, int) and isinstance(recorded, int) and number < recorded:
+            out.append(
+                f'{where}: [retired] "{key}" = {number} is below the build number {recorded} the retired line recorded'
+            )
+    for key in sorted(removed):
+        if key not in new_retired:
+            out.append(f"{where}: the line {key} is removed without its build number in [retired]")
     return out
 
 

@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
 from . import torchaxis, writeback
@@ -234,16 +234,25 @@ def _artifact(path: Path, version: str, kind: str, raw: object) -> Artifact:
         raise ConfigError(
             f"{where}: filename {filename!r} {problem}", "pin the file name exactly as the package index lists it"
         )
-    if version not in filename:
-        raise ConfigError(
-            f"{where}: filename {filename!r} does not carry version {version}",
-            "pin the artifact of the same release as the table's name",
-        )
     if kind == "wheel" and not filename.endswith(".whl"):
         raise ConfigError(f"{where}: {filename!r} is not a wheel", "pin the py3-none-any .whl file")
     if kind == "wheel":
         hint = "pin the py3-none-any .whl file exactly as the package index lists it"
-        wheel_name_version(filename, where=f"{where}: ", hint=hint)
+        of = wheel_name_version(filename, where=f"{where}: ", hint=hint)[1]
+    else:
+        try:
+            of = str(parse_sdist_filename(filename)[1])
+        except InvalidSdistFilename as exc:
+            raise ConfigError(
+                f"{where}: filename {filename!r} is not an sdist's ({exc})",
+                "pin the .tar.gz file exactly as the package index lists it",
+            ) from exc
+    if of != version:  # the whole version: "5.24" is in "...-5.24.0-py3-none-any.whl", and is another key
+        raise ConfigError(
+            f"{where}: filename {filename!r} is {'a wheel' if kind == 'wheel' else 'an sdist'} of {of}, not of "
+            f"{version}",
+            "pin the artifact of the same release as the table's name",
+        )
     return Artifact(filename, sha)
 
 
@@ -252,10 +261,62 @@ def _retired(path: Path, raw: object) -> dict[str, int]:
     hint = '[retired] "5.23.0" = 1: a version and the highest build number its retired line recorded'
     if not isinstance(raw, dict) or not all(type(n) is int and n >= 1 for n in raw.values()):
         raise ConfigError(f"{path}: [retired] must map versions to build numbers (1 or more)", hint)
+    for version in raw:
+        _version_key(path, "[retired]", version, hint)
+    return dict(raw)
+
+
+def _version_key(path: Path, where: str, key: str, hint: str) -> Version:
+    """A version as a key of pins.toml (``where``: a line's table, "release", or "[retired]"): one spelling per
+    version, the one PEP 440 writes (``str(Version(key))``), without a local label. ``v5.23.0`` beside ``5.23.0``
+    was another key to TOML and the same version to everything else (the wheel's name, pip)."""
     try:
-        return {str(Version(v)): n for v, n in raw.items()}
+        version = Version(key)
     except InvalidVersion as exc:
-        raise ConfigError(f"{path}: [retired] {exc}", hint) from exc
+        raise ConfigError(f"{path}: {where} {key!r} is not a version", hint) from exc
+    written = str(version) if version.local is None else version.public
+    pkg = path.parent.name
+    if where == "release":
+        rename = (
+            f'name the table [release."{written}"] and the line\'s folders patches/{pkg}/{written}/ and '
+            f"overlay/{pkg}/{written}/, as the package index names the release"
+        )
+    else:
+        rename = (
+            f'write the key "{written}", as the package index names the release; where "{written}" is there too, '
+            "keep the higher number under it alone"
+        )
+    if version.local is not None:
+        raise ConfigError(f"{path}: {where} {key!r} has a local label: an upstream release has none", rename)
+    if written != key:
+        raise ConfigError(f"{path}: {where} {key!r} is not a version as PEP 440 writes it: write {written!r}", rename)
+    return version
+
+
+def _one_spelling(path: Path, releases: list[str], retired: list[str]) -> None:
+    """One version is one line and one retired number: ``1.0`` and ``1.0.0`` are one version (PEP 440), so a line
+    of the one beside (or after) the other would give that version a second set of build numbers. A line made
+    again for a retired release keeps the release's key, so it reads the retired number."""
+    lines: dict[Version, str] = {}
+    numbers: dict[Version, str] = {}
+    for key in releases:
+        if (seen := lines.setdefault(Version(key), key)) != key:
+            raise _two_spellings(path, f'[release."{seen}"]', f'[release."{key}"]')
+    for key in retired:
+        if (seen := numbers.setdefault(Version(key), key)) != key:
+            raise _two_spellings(path, f'[retired] "{seen}"', f'[retired] "{key}"')
+        if (line := lines.get(Version(key), key)) != key:
+            raise _two_spellings(path, f'[release."{line}"]', f'[retired] "{key}"')
+
+
+def _two_spellings(path: Path, first: str, second: str) -> ConfigError:
+    one, other = first.split('"')[1], second.split('"')[1]
+    return ConfigError(
+        f"{path}: {first} and {second} are one version (PEP 440: {one} == {other})",
+        "keep one spelling of a release, the one its wheel's file name has, and remove the other: a line made "
+        "again for a retired release takes the retired key, so that its build numbers start above the retired "
+        "line's",
+    )
 
 
 def _build_record(path: Path, version: str, raw: object) -> BuildRecord | None:
@@ -301,15 +362,11 @@ def load(root: Path | str) -> Project:
         if not isinstance(releases, dict) or not releases:
             raise ConfigError(f'{pins}: no [release."X"] table', "pin at least one upstream release")
         retired = _retired(pins, data.get("retired", {}))
+        for version in releases:
+            _version_key(pins, "release", version, 'name the table after the upstream release, e.g. [release."4.50.3"]')
+        _one_spelling(pins, list(releases), list(retired))
         pkg_lines = []
         for version, raw in releases.items():
-            try:
-                Version(version)
-            except InvalidVersion as exc:
-                raise ConfigError(
-                    f"{pins}: {version!r} is not a version",
-                    'name the table after the upstream release, e.g. [release."4.50.3"]',
-                ) from exc
             if not isinstance(raw, dict):
                 raise ConfigError(f"{pins}: release {version!r} must be a table", "see overlay/*/pins.toml")
             check_keys(pins, raw, RELEASE_KEYS, f"release {version!r}: ")
@@ -330,7 +387,7 @@ def load(root: Path | str) -> Project:
                     import_name=import_name,
                     source_root=source_root,
                     build=_build_record(pins, version, raw.get("build")),
-                    retired_build=retired.get(str(Version(version)), 0),
+                    retired_build=retired.get(version, 0),
                 )
             )
         lines[package] = sorted(pkg_lines, key=lambda ln: Version(ln.version))

@@ -88,12 +88,94 @@ def test_a_draft_builds_for_the_proofs_and_says_so(demo_project):
     assert draft.is_draft_wheel(built.filename)
     assert len([m for m in said if "a draft" in m]) == 1, said
     dist = demo_project.root / "dist"
-    assert (dist / built.filename).is_file(), "the proof sessions install it from dist/ (--find-links)"
+    assert (dist / "drafts" / built.filename).is_file(), "in dist/drafts/, where no publish glob takes it"
     index = "".join(page.read_text() for page in (dist / "simple").rglob("*.html"))
     assert (dist / "simple").is_dir() and built.filename not in index, "not in the index"
     assert not (dist / "constraints-default.txt").exists() and not (dist / "pins-default.txt").exists()
     line = demo_project.load().line("demo")
-    assert distdir.current_wheel(line, dist, "hint") == dist / built.filename, "the +fixed proofs and guards take it"
+    found = distdir.current_wheel(line, dist, "hint")
+    assert found == dist / "drafts" / built.filename, "the +fixed proofs and guards take it"
+
+
+def _upload_globs() -> list[str]:
+    """What the publish commands of docs/publishers.md upload: the dist/ arguments of its `twine upload` lines."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "publishers.md").read_text()
+    commands = [ln.split() for ln in page.splitlines() if ln.startswith("twine upload ")]
+    assert commands, "docs/publishers.md shows how to upload"
+    return [word for words in commands for word in words if word.startswith("dist/")]
+
+
+def test_the_documented_upload_never_takes_a_draft(demo_project):
+    """After `new` and a build, dist/ held `demo-1.0.0+fixed-0_draft_...whl` beside the published wheels, and the
+    upload docs/publishers.md shows (`twine upload ... dist/*.whl`) took it: a draft of a fix whose message is the
+    template, published under a +fixed name. Drafts are written into dist/drafts/, which that glob does not reach."""
+    _new(demo_project)
+    (built,) = build_mod.build(demo_project.load(), demo_project.root / "dist", log=lambda m: None)
+    globs = _upload_globs()
+    taken = sorted(p.name for pattern in globs for p in demo_project.root.glob(pattern))
+    assert built.filename not in taken, f"{' '.join(globs)} uploads the draft {built.filename}"
+    assert (demo_project.root / "dist" / "drafts" / built.filename).is_file()
+
+
+def _second_line(demo) -> None:
+    """A line demo 1.1.0 with 1.0.0's series, its build recorded (as test_dist's two lines)."""
+    import hashlib
+
+    from conftest import CORE
+
+    demo.add_release("1.1.0", b"# moved\n" + CORE)
+    whl = demo.upstream.parent / "demo-1.1.0-py3-none-any.whl"
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    pins = demo.root / "overlay" / "demo" / "pins.toml"
+    pins.write_text(
+        pins.read_text() + f'\n[release."1.1.0"]\nwheel = {{ filename = "{whl.name}", sha256 = "{sha}" }}\n'
+    )
+    new_dir = demo.root / "patches" / "demo" / "1.1.0"
+    new_dir.mkdir()
+    for f in demo.patch_dir.iterdir():
+        (new_dir / f.name).write_bytes(f.read_bytes())
+    demo.vendor()
+    assert cli.main(["--root", str(demo.root), "bump", "demo==1.1.0"]) == 0
+
+
+def test_a_draft_stays_in_dist_drafts_until_its_message_is_written(demo_project):
+    """A build of another line keeps the draft in dist/drafts/ (checked as any kept wheel); the build after the
+    message is written puts the line's numbered wheel into dist/ and leaves no drafts/ folder."""
+    _second_line(demo_project)
+    _new(demo_project)
+    dist = demo_project.root / "dist"
+    (draft_build, _) = build_mod.build(demo_project.load(), dist, log=lambda m: None)
+    build_mod.build(demo_project.load(), dist, select=["demo==1.1.0"], log=lambda m: None)
+    assert sorted(p.name for p in (dist / "drafts").iterdir()) == [draft_build.filename]
+    assert not draft.is_draft_wheel(" ".join(p.name for p in dist.glob("*.whl")))
+    assert [w.filename for w in distdir.dist_wheels(dist)][0] == draft_build.filename, "build.json lists it"
+    _write_message(demo_project)
+    (done,) = build_mod.build(demo_project.load(), dist, select=["demo==1.0.0"], log=lambda m: None)
+    assert (dist / done.filename).is_file() and not (dist / "drafts").exists()
+
+
+def test_what_no_build_wrote_in_dist_drafts_is_refused(demo_project, capsys):
+    """dist/drafts/ is the build's like the rest of dist/: a file put there would go with the next swap."""
+    _new(demo_project)
+    dist = demo_project.root / "dist"
+    build_mod.build(demo_project.load(), dist, log=lambda m: None)
+    (dist / "drafts" / "notes.txt").write_text("mine")
+    assert cli.main(["--root", str(demo_project.root), "build"]) == 2
+    assert "holds what no build wrote: drafts/notes.txt" in capsys.readouterr().err
+    assert (dist / "drafts" / "notes.txt").read_text() == "mine"
+
+
+def test_a_draft_an_earlier_build_left_in_dist_moves_to_drafts(demo_project):
+    """dist/ as a build before this change left it, the draft beside the published wheels: the next build, of
+    another line, keeps the draft and puts it into dist/drafts/."""
+    _second_line(demo_project)
+    _new(demo_project)
+    dist = demo_project.root / "dist"
+    (draft_build, _) = build_mod.build(demo_project.load(), dist, log=lambda m: None)
+    (dist / "drafts" / draft_build.filename).rename(dist / draft_build.filename)
+    (dist / "drafts").rmdir()
+    build_mod.build(demo_project.load(), dist, select=["demo==1.1.0"], log=lambda m: None)
+    assert (dist / "drafts" / draft_build.filename).is_file() and not (dist / draft_build.filename).exists()
 
 
 def test_lint_refuses_a_draft_then_each_stub_until_written(demo_project, capsys):

@@ -107,8 +107,8 @@ def test_a_job_that_can_write_installs_only_hashed_requirements():
                 continue
             writers += 1
             installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
-            # (the propose job's check is a standard-library script of the checkout: it needs nothing installed)
-            runs_the_tool = any("-m patchwheel" in s.get("run", "") for s in job["steps"])
+            # (the propose job's check, a script of the checkout, needs packaging: the same lock as the merge's)
+            runs_the_tool = any(re.search(r"-m patchwheel|follow_diff\.py", s.get("run", "")) for s in job["steps"])
             assert installs or not runs_the_tool, "a job that runs the tool installs its requirements"
             for script in installs:
                 words = shlex.split(script)
@@ -366,3 +366,127 @@ def test_the_propose_filter_takes_a_path_only_inside_the_new_line(tmp_path_facto
     else:
         assert ran.returncode == 1 and "refused" in ran.stderr, (extra, ran)
         assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == ""
+
+
+#: The base of the version cases: the line 1.0.0 (build 2), a retired 0.9.0 (it reached build 6), the latest set.
+RETIRED = '\n[retired]\n"0.9.0" = 6\n'
+
+
+def _a_line(version: str, wheel_version: str | None = None) -> str:
+    wheel = f"demo-{wheel_version or version}-py3-none-any.whl"
+    return f'\n[release."{version}"]\nwheel = {{ filename = "{wheel}", sha256 = "{"c" * 64}" }}\n'
+
+
+def _propose(tmp_path: Path, pins: str, *, latest: str, gone: str | None = None) -> subprocess.CompletedProcess:
+    """follow_diff.py on a diff that sets overlay/demo/pins.toml to ``pins``, adds the series of each line it names
+    that the base lacks, moves latest to ``latest`` and removes the line ``gone``'s files; the base's git status
+    after a refusal is checked to be clean."""
+    repo = tmp_path / "repo"
+    base = {
+        "patches/demo/1.0.0/series": "0001-x.patch\n",
+        "patches/demo/1.0.0/0001-x.patch": "the fix\n",
+        "overlay/demo/1.0.0/demo/core.py": "fixed = True\n",
+        "overlay/demo/pins.toml": PINS + RETIRED,
+        "overlay/sets.toml": SETS,
+    }
+    git = _checkout(repo, base)
+    for version in re.findall(r'\[release\."([^"]+)"\]', pins):
+        series = repo / "patches" / "demo" / version / "series"
+        if not series.exists():
+            series.parent.mkdir(parents=True)
+            series.write_text("0001-x.patch\n")
+            (series.parent / "0001-x.patch").write_text("the fix, carried\n")
+    if gone:
+        shutil.rmtree(repo / "patches" / "demo" / gone)
+        shutil.rmtree(repo / "overlay" / "demo" / gone)
+    (repo / "overlay/demo/pins.toml").write_text(pins)
+    (repo / "overlay/sets.toml").write_text(SETS.replace('demo = "1.0.0"\nother', f'demo = "{latest}"\nother'))
+    subprocess.run([*git, "add", "-A"], check=True)
+    diff = subprocess.run([*git, "diff", "--cached", "--no-renames"], capture_output=True, check=True).stdout
+    subprocess.run([*git, "reset", "-q", "--hard"], check=True)
+    subprocess.run([*git, "clean", "-qfd"], check=True)
+    (tmp_path / "follow.diff").write_bytes(diff)
+    ran = subprocess.run(
+        [sys.executable, ".github/scripts/follow_diff.py", "demo", str(tmp_path / "follow.diff")],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    if ran.returncode != 0:
+        assert subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout == ""
+    return ran
+
+
+WITHOUT_1_0_0 = PINS.split('[release."1.0.0"]')[0]
+VERSION_CASES = {
+    # A "new line" 1.0 for 1.0.0's own wheel, latest moved to it: a second line (and build numbers) for one version.
+    "a new line of an existing line's version": (
+        PINS + _a_line("1.0", "1.0.0") + RETIRED,
+        {"latest": "1.0"},
+        "the new line 1.0 is the version of the line 1.0.0 (PEP 440: 1.0 == 1.0.0)",
+    ),
+    # The same after 1.0.0 is retired: the new line's build numbers would start again below the published ones.
+    "a new line of a retired line's version": (
+        WITHOUT_1_0_0 + _a_line("1.0", "1.0.0") + RETIRED + '"1.0.0" = 2\n',
+        {"latest": "1.0", "gone": "1.0.0"},
+        'the new line 1.0 is the version of [retired] "1.0.0" (PEP 440: 1.0 == 1.0.0)',
+    ),
+    "a new line with another release's wheel": (
+        PINS + _a_line("1.1", "1.1.0") + RETIRED,
+        {"latest": "1.1"},
+        "the new line 1.1 pins demo-1.1.0-py3-none-any.whl, a wheel of 1.1.0, not of 1.1",
+    ),
+    # "v0.9.0" = 1 beside "0.9.0" = 6: the tool read 0.9.0's retired number as 1.
+    "a retired number under another spelling": (
+        PINS + _a_line("1.1.0") + RETIRED + '"v0.9.0" = 1\n',
+        {"latest": "1.1.0"},
+        "[retired] 'v0.9.0' is not a version as PEP 440 writes it ('0.9.0')",
+    ),
+    "a retired number of one version twice": (
+        PINS + _a_line("1.1.0") + RETIRED + '"0.9" = 1\n',
+        {"latest": "1.1.0"},
+        '[retired] "0.9" is the version of [retired] "0.9.0" (PEP 440: 0.9 == 0.9.0)',
+    ),
+    "a new line spelt otherwise than PEP 440 writes it": (
+        PINS + _a_line("1.1.0.post0", "1.1.0.post0").replace('"1.1.0.post0"]', '"1.1.0-post0"]') + RETIRED,
+        {"latest": "1.1.0-post0"},
+        "'1.1.0-post0' is not a version as PEP 440 writes it ('1.1.0.post0')",
+    ),
+    "a new line older than the newest line": (
+        PINS + _a_line("0.9.5") + RETIRED,
+        {"latest": "0.9.5"},
+        "the new line 0.9.5 is not newer than the newest line 1.0.0 (follow adds only newer releases)",
+    ),
+    "a retired number for a line the change keeps": (
+        PINS + _a_line("1.1.0") + RETIRED + '"0.8.0" = 3\n',
+        {"latest": "1.1.0"},
+        '[retired] "0.8.0" = 3 is added or raised, but this change retires no line 0.8.0',
+    ),
+    "a retired line's number set below its build": (
+        WITHOUT_1_0_0 + _a_line("1.1.0") + RETIRED + '"1.0.0" = 1\n',
+        {"latest": "1.1.0", "gone": "1.0.0"},
+        '[retired] "1.0.0" = 1 is below the build number 2 the retired line recorded',
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(VERSION_CASES))
+def test_the_propose_filter_compares_versions_as_pep_440_does(tmp_path, case):
+    """follow adds a line for a release newer than the newest, named as PEP 440 writes its version, pinning that
+    release's wheel, and retires a line with the build number it reached. A diff that adds a line of a version
+    the file already has under another spelling (1.0 beside, or after, 1.0.0: its own build numbers, under a name
+    `==1.0.0+fixed` also matches) or a [retired] number under another spelling ("v0.9.0" = 1 beside "0.9.0" = 6:
+    the tool read 0.9.0's number as 1) passed the filter; each is refused now, by name."""
+    pins, change, says = VERSION_CASES[case]
+    ran = _propose(tmp_path, pins, **change)
+    assert ran.returncode == 1, f"staged: {ran.stdout}{ran.stderr}"
+    assert "refused: the diff is not a new line of demo" in ran.stderr and says in ran.stderr, ran.stderr
+
+
+def test_the_propose_filter_takes_a_new_line_beside_retired_ones(tmp_path):
+    """What follow writes still passes: a new line, and the old one retired at the number it reached."""
+    ran = _propose(tmp_path, PINS + _a_line("1.1.0") + RETIRED, latest="1.1.0")
+    assert ran.returncode == 0, ran.stderr
+    pins = WITHOUT_1_0_0 + _a_line("1.1.0") + RETIRED + '"1.0.0" = 2\n'
+    ran = _propose(tmp_path / "retired", pins, latest="1.1.0", gone="1.0.0")
+    assert ran.returncode == 0, ran.stderr

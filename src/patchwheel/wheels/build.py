@@ -34,7 +34,7 @@ from ..series import Patch, checked_series, series_names
 from . import buildno, records, rewrite, staging, vendored
 from . import fetch as fetch_mod
 from .apply import apply_line
-from .distdir import DistWheel, check_dist_path, read_previous, wheel_manifest
+from .distdir import DistWheel, check_dist_path, read_previous, wheel_file, wheel_manifest
 from .index import write_simple
 from .verify import verify
 
@@ -76,7 +76,8 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
         patches = checked_series(line, messages=False, numstat=False)
         log(
             f"a draft: the message of {drafts[0]} is the template `nox -s new` wrote; built for the proofs as "
-            f"{buildno.tag(line)}, left out of the index and pins; `nox -s lint` refuses it until it is written"
+            f"{buildno.tag(line)} into the dist folder's drafts/ (no upload of its *.whl takes it), left out of the "
+            "index and pins; `nox -s lint` refuses it until it is written"
         )
     else:
         patches = checked_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
@@ -102,7 +103,8 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     patched = apply_line(line, patches, files)  # apply
     manifest = manifest_for(line, patches, patched)  # rewrite
     new_entries = rewrite.plan(line, entries, patched, manifest, rows)[1]
-    dest = out_dir / names.filename
+    dest = wheel_file(out_dir, names.filename)  # a draft's into drafts/: for the proofs, never uploaded
+    dest.parent.mkdir(exist_ok=True)
     rewrite.write(new_entries, dest)
     built = dest.read_bytes()
     in_wheel: dict[str, bytes | None] = {}
@@ -144,7 +146,7 @@ def _check_stale(previous: list[DistWheel] | None, built: list[Built], dist: Pat
         prev = old.get(b.filename)
         if prev and prev.sha256 != b.sha256:
             raise DistError(
-                f"{dist}/{b.filename} was built from another patch set "
+                f"{wheel_file(dist, b.filename)} was built from another patch set "
                 f"({', '.join(prev.patches) or 'no patches'}; now "
                 f"{', '.join(p.name for p in b.patches) or 'no patches'}). dist/ was left as it was",
                 "if that wheel was never published, rerun with --clean to replace dist/; if it was, the index "
@@ -176,10 +178,11 @@ def _keep(
         if line is None:
             log(f"dropped {w.filename}: {w.package} {w.upstream_version} is no longer pinned in overlay/")
             continue
-        source = dist / w.filename
+        source = _source(dist, w.filename)
         if not source.is_file():
             raise DistError(f"dist/ is damaged: {source} is missing (build.json lists it)", _CLEAN_HINT)
-        staged = stage / w.filename
+        staged = wheel_file(stage, w.filename)
+        staged.parent.mkdir(exist_ok=True)
         _stage(source, staged)
         got = fetch_mod.sha256_file(staged)  # what is hashed is what the new dist/ holds
         if got != w.sha256:
@@ -200,13 +203,13 @@ def _keep(
         )
     kept = []
     for w, line in checked:
-        source = dist / w.filename
+        source = _source(dist, w.filename)
         if recorded[w.filename]:
             log(f"kept {w.filename} (this tool built it from the same inputs: its record in the tool's cache)")
             names = tuple(series_names(line))  # as the record's inputs name them (lint passed when it was made)
             kept.append(DistWheel(w.filename, w.sha256, *_line_fields(line), names, line.proven_torch))
             continue
-        (stage / w.filename).unlink()  # (the rebuild writes its own file there, never through the link)
+        wheel_file(stage, w.filename).unlink()  # (the rebuild writes its own file there, never through the link)
         try:
             b = build_line(line, stage, log=lambda m: log(f"      {m}"))
         except PatchwheelError as exc:
@@ -222,6 +225,13 @@ def _keep(
         log(f"kept {w.filename} (a rebuild from the pinned wheel and the series gives the same bytes)")
         kept.append(_dist_wheel(b))
     return kept
+
+
+def _source(dist: Path, filename: str) -> Path:
+    """A kept wheel in dist/: a draft's in drafts/, or beside the others where a build before drafts/ existed put
+    it (it goes into drafts/ with this build)."""
+    path = wheel_file(dist, filename)
+    return dist / filename if not path.is_file() and (dist / filename).is_file() else path
 
 
 def _stage(source: Path, staged: Path) -> None:

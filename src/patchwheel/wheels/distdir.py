@@ -2,7 +2,9 @@
 writes, the folders a build refuses (the project, the home folder, a folder it did not make), and the +fixed wheel
 of a line in it.
 
-A build replaces only a dist/ it made: a sound build.json, and nothing a build does not write."""
+A build replaces only a dist/ it made: a sound build.json, and nothing a build does not write. A draft's wheel
+(:mod:`patchwheel.draft`) is for the proofs only: it goes into ``dist/drafts/`` (:func:`wheel_file`), out of reach
+of the upload docs/publishers.md shows (``dist/*.whl``), as it is out of the index and the pins."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .. import draft
 from ..config import ReleaseLine
 from ..errors import ConfigError, DistError
 from ..names import DIST_RECORD, SHA256, wheel_name_version
@@ -25,6 +28,14 @@ from . import rewrite
 #: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
 _PINS_FILE = re.compile(r"^(constraints|pins)-[^/]+\.txt\Z")
 REPLACES = "a build replaces the whole --dist folder"
+#: The folder of dist/ that holds the drafts' wheels: no glob of dist/'s wheels (``dist/*.whl``) reaches it.
+DRAFTS = "drafts"
+
+
+def wheel_file(dist: Path, filename: str) -> Path:
+    """Where ``dist`` holds the wheel ``filename`` (as build.json lists it): a draft's in ``dist/drafts/``, every
+    other in ``dist/`` itself."""
+    return dist / DRAFTS / filename if draft.is_draft_wheel(filename) else dist / filename
 
 
 @dataclass(frozen=True)
@@ -165,13 +176,21 @@ def listing(names: list[str], most: int = 8) -> str:
 
 def _not_written(dist: Path, wheels: list[DistWheel]) -> list[str]:
     """What dist/ holds that no build wrote (a folder with a trailing /): the swap replaces the whole
-    folder, so any of it would be lost. A build writes build.json, the wheels it lists, the pins files and the
-    simple/ index (an index.html per folder), and never a link."""
+    folder, so any of it would be lost. A build writes build.json, the wheels it lists (a draft's in drafts/; a
+    build before drafts/ existed wrote it beside the others), the pins files and the simple/ index (an index.html
+    per folder), and never a link."""
     own = {DIST_RECORD, *(w.filename for w in wheels)}
+    drafts = {w.filename for w in wheels if draft.is_draft_wheel(w.filename)}
     found = []
     for entry in sorted(dist.iterdir()):
         if entry.name == "simple" and entry.is_dir() and not entry.is_symlink():
             found += [f"simple/{name}" for name in _not_written_index(entry)]
+        elif entry.name == DRAFTS and entry.is_dir() and not entry.is_symlink():
+            found += [
+                f"{DRAFTS}/{p.name}" + ("/" if p.is_dir() and not p.is_symlink() else "")
+                for p in sorted(entry.iterdir())
+                if p.is_symlink() or not p.is_file() or p.name not in drafts
+            ]
         elif entry.is_symlink() or not entry.is_file() or not (entry.name in own or _PINS_FILE.match(entry.name)):
             found.append(entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else ""))
     return found
@@ -218,7 +237,7 @@ def read_previous(dist: Path, root: Path) -> list[DistWheel] | None:
 def current_wheel(line: ReleaseLine, dist: Path, hint: str) -> Path:
     """The line's +fixed wheel in ``dist``, checked to carry the line's current patches: a wheel built before a
     patch changed is refused (``hint``: how the caller's user builds it)."""
-    path = dist / rewrite.wheel_names(line).filename
+    path = wheel_file(dist, rewrite.wheel_names(line).filename)
     if not path.is_file():
         raise DistError(f"{path} does not exist", hint)
     built = [(p["name"], p["sha256"]) for p in wheel_manifest(path)["patches"]]
