@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from conftest import CORE, INIT, TRAILERS, Demo, make_patch
@@ -35,6 +37,43 @@ def files_of(root: Path) -> dict[str, str]:
 def commit_all(repo: Path, message: str) -> None:
     gitops.git(repo, "add", "-A")
     gitops.commit(repo, message)
+
+
+def git_status(repo: Path) -> list[str]:
+    return sorted(gitops.git(repo, "status", "--porcelain", "--untracked-files=all").decode().splitlines())
+
+
+#: One write-back as follow makes it: a module changed, a new line's series, a patch removed.
+WRITTEN = {
+    "overlay/demo/1.0.0/demo/core.py": CORE + b"# carried onto 1.1.0\n",
+    "patches/demo/1.1.0/series": b"0001-greet-comma.patch\n",
+}
+REMOVED = ["patches/demo/1.0.0/0001-greet-comma.patch"]
+
+
+def journal_file(root: Path) -> Path:
+    """Where the tool keeps the journal of a write-back into ``root``. (Before issue 45 it was
+    ``.patchwheel-writeback.json`` at the root: the fallback lets this module run against that code, to see the
+    tracebacks it gave.)"""
+    where = getattr(writeback, "journal_file", None)
+    return where(root) if where else root / ".patchwheel-writeback.json"
+
+
+def cut_short(root: Path) -> Path:
+    """A write-back killed the moment its journal was written (kill -9: nothing cleaned up); the journal."""
+
+    def killed(root, journal):
+        raise SystemExit("killed")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(writeback, "_roll_forward", killed)
+        with pytest.raises(SystemExit):
+            writeback.write(root, WRITTEN, REMOVED)
+    assert journal_file(root).is_file()
+    return journal_file(root)
+
+
+# --- item 1: nothing in the tree is the tool's state -------------------------------------------------------------
 
 
 def evil_edit(files: dict[str, bytes]) -> dict[str, bytes]:
@@ -99,7 +138,7 @@ def test_a_commit_carrying_a_journal_changes_nothing_on_a_clean_clone(demo_proje
     now = files_of(clone)
     changed = sorted(rel for rel in set(committed) | set(now) if committed.get(rel) != now.get(rel))
     assert changed == [], f"lint changed the clean clone (exit {lint}): {changed}\n{out}{err}"
-    assert lint == 1, out + err
+    assert lint != 0 and "patches/, overlay/: FAILED" in out, out + err
     if attack == "replace":
         assert "patches/demo/1.0.0/.0001-greet-comma.patch.k3x9q.follow starts with '.'" in out, out
     assert ".patchwheel-writeback.json is not the tool's" in out, out
@@ -109,39 +148,97 @@ def test_a_commit_carrying_a_journal_changes_nothing_on_a_clean_clone(demo_proje
     out, err = capsys.readouterr()
     assert files_of(clone) == committed, f"build changed the clean clone (exit {build})\n{out}{err}"
     assert wheels_with_payload(dist) == [], "the build shipped code that no committed patch holds"
-    assert build == 0 and "demo-1.0.0+fixed-1-" in out, out + err
+    if attack == "replace":  # a hidden file in a line's patch folder is no patch of its series: refused
+        assert build == 2 and "0001-greet-comma.patch.k3x9q.follow is in" in err and not dist.exists(), out + err
+    else:  # the committed series, under its committed build number
+        assert build == 0 and "demo-1.0.0+fixed-1_" in out, out + err
+
+
+def test_the_journal_and_staged_files_live_where_git_never_tracks_them(demo_project, tmp_path):
+    """In a git checkout: under its git directory (a worktree's own, named by its ``.git`` file); a write-back cut
+    short adds nothing git could show, commit or check out, and the next command finishes it."""
+    root = demo_project.root
+    gitops.git(root, "init", "-q", "-b", "main")
+    commit_all(root, "The demo project")
+    assert writeback.folder(root) == root / ".git" / "patchwheel" / "writeback"
+    cut_short(root)
+    assert git_status(root) == [], "a write-back cut short left something in the work tree"
+    assert writeback.recover(root) == sorted(WRITTEN) + REMOVED
+    assert git_status(root) == [
+        " D patches/demo/1.0.0/0001-greet-comma.patch",
+        " M overlay/demo/1.0.0/demo/core.py",
+        "?? patches/demo/1.1.0/series",
+    ]
+    assert not writeback.folder(root).exists()
+    worktree = tmp_path / "worktree"
+    gitops.git(root, "worktree", "add", "-q", str(worktree))
+    assert writeback.folder(worktree) == root / ".git" / "worktrees" / "worktree" / "patchwheel" / "writeback"
+
+
+def test_in_a_project_that_is_no_git_checkout_they_live_in_the_users_state_folder(demo_project, tmp_path):
+    """The demo project is no git checkout: its write-back's folder is the user's, named for the project's path."""
+    folder = writeback.folder(demo_project.root)
+    state = Path(os.environ["XDG_STATE_HOME"])
+    assert folder.parent.parent.parent == state / "patchwheel" and not folder.is_relative_to(demo_project.root)
+    other = tmp_path / "other"
+    shutil.copytree(demo_project.root, other)
+    assert writeback.folder(other) != folder
+
+
+def test_a_hidden_follow_file_in_the_tree_is_neither_read_nor_removed(demo_project):
+    """On main every command's recovery removed each ``.x.follow`` file under overlay/ and patches/, a file the
+    tool may not have made (and one a commit carried). Nothing in the tree is the tool's state now: lint names the
+    file, and it stays until its owner removes it."""
+    notes = demo_project.root / "overlay" / "demo" / ".notes.follow"
+    notes.write_text("mine\n")
+    demo_project.load()
+    assert notes.read_text() == "mine\n"
+
+
+def _target_changed(root: Path) -> str:
+    (root / "overlay" / "demo" / "1.0.0" / "demo" / "core.py").write_bytes(b"# another branch's core.py\n")
+    return "overlay/demo/1.0.0/demo/core.py changed since"
+
+
+def _staged_changed(root: Path) -> str:
+    (writeback.folder(root) / "0").write_bytes(b"not what was staged\n")
+    return "overlay/demo/1.0.0/demo/core.py: its staged file"
+
+
+def _removal_changed(root: Path) -> str:
+    (root / REMOVED[0]).write_bytes(b"edited since\n")
+    return f"{REMOVED[0]} changed since it was to be removed"
+
+
+@pytest.mark.parametrize("differ", [_target_changed, _staged_changed, _removal_changed])
+def test_a_journal_whose_files_differ_is_refused_touching_nothing(demo_project, capsys, differ):
+    """Each staged file and each file the write-back replaces or removes is recorded with its sha256; when any is
+    not what was recorded (another branch checked out since the kill, an edit, a damaged staged file) the journal is
+    not rolled forward at all, where main copied the staged files over whatever was there."""
+    root = demo_project.root
+    cut_short(root)
+    why = differ(root)
+    before = files_of(root)
+    assert cli.main(["--root", str(root), "status", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert why in err and "nothing was changed" in err and f"rm -r {writeback.folder(root)}" in err, err
+    assert files_of(root) == before
+
+
+def test_a_copy_a_kill_cut_short_is_removed_and_the_write_back_finished(demo_project):
+    """Killed while a target's copy was written beside it: the copy (named with the journal's token) goes, and
+    the write-back is finished."""
+    root = demo_project.root
+    journal = json.loads(cut_short(root).read_text())
+    target = root / "overlay" / "demo" / "1.0.0" / "demo" / "core.py"
+    half = target.parent / f".core.py.{journal['token']}.writeback"
+    half.write_bytes(WRITTEN["overlay/demo/1.0.0/demo/core.py"][:10])
+    writeback.recover(root)
+    assert not half.exists() and target.read_bytes() == WRITTEN["overlay/demo/1.0.0/demo/core.py"]
+    assert not (root / REMOVED[0]).exists() and (root / "patches/demo/1.1.0/series").is_file()
 
 
 # --- item 2: a damaged journal is one error, never a traceback ----------------------------------------------------
-
-#: One write-back as follow makes it: a module changed, a new line's series, a patch removed.
-WRITTEN = {
-    "overlay/demo/1.0.0/demo/core.py": CORE + b"# carried onto 1.1.0\n",
-    "patches/demo/1.1.0/series": b"0001-greet-comma.patch\n",
-}
-REMOVED = ["patches/demo/1.0.0/0001-greet-comma.patch"]
-
-
-def journal_file(root: Path) -> Path:
-    """Where the tool keeps the journal of a write-back into ``root``. (Before issue 45 it was
-    ``.patchwheel-writeback.json`` at the root: the fallback lets this module run against that code, to see the
-    tracebacks it gave.)"""
-    where = getattr(writeback, "journal_file", None)
-    return where(root) if where else root / ".patchwheel-writeback.json"
-
-
-def cut_short(root: Path) -> Path:
-    """A write-back killed the moment its journal was written (kill -9: nothing cleaned up); the journal."""
-
-    def killed(root, journal):
-        raise SystemExit("killed")
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(writeback, "_roll_forward", killed)
-        with pytest.raises(SystemExit):
-            writeback.write(root, WRITTEN, REMOVED)
-    assert journal_file(root).is_file()
-    return journal_file(root)
 
 
 def removal_a_number(root: Path, journal: Path) -> None:
@@ -225,6 +322,10 @@ def _nodes(value, at=()):
         yield from _nodes(child, (*at, key))
 
 
+#: What a changed place may hold instead: anything, or what fits there (a path, a digest, a staged file's name).
+PLAUSIBLE = st.one_of(JSON, PATHS, SHAS, st.sampled_from([None, "0", "1", "7", "journal.json", "../0"]))
+
+
 def _mutated(data, journal: dict) -> object:
     """The journal the tool wrote, with one place changed: a value replaced, a key renamed or dropped."""
     where, _ = data.draw(st.sampled_from(list(_nodes(journal))))
@@ -237,12 +338,18 @@ def _mutated(data, journal: dict) -> object:
         parent = parent[key]
     last = where[-1]
     if how == "value":
-        parent[last] = data.draw(JSON)
+        parent[last] = data.draw(PLAUSIBLE)
     elif how == "key" and isinstance(parent, dict):
         parent[data.draw(PATHS)] = parent.pop(last)
     else:
         del parent[last]
     return journal
+
+
+def _strings(value) -> set[str]:
+    return {v for _, v in _nodes(value) if isinstance(v, str)} | {
+        k for _, v in _nodes(value) if isinstance(v, dict) for k in v
+    }
 
 
 @SETTINGS
@@ -259,22 +366,59 @@ def test_whatever_the_journal_holds_the_tool_recovers_or_gives_the_one_error(dem
         outside.mkdir()
         (outside / "victim.txt").write_text("not the tool's\n")
         journal = cut_short(root)
-        how = data.draw(st.sampled_from(["bytes", "json", "mutated"]))
+        how = data.draw(st.sampled_from(["bytes", "json", "mutated", "staged file", "target", "as written"]))
+        value: Any = json.loads(journal.read_text())
         if how == "bytes":
-            raw = data.draw(st.binary(max_size=200))
-        else:
-            value = data.draw(JSON) if how == "json" else _mutated(data, json.loads(journal.read_text()))
-            raw = json.dumps(value).encode()
-        note(f"{how}: {raw[:500]!r}")
-        journal.write_bytes(raw)
+            journal.write_bytes(data.draw(st.binary(max_size=200)))
+        elif how in ("json", "mutated"):
+            value = data.draw(JSON) if how == "json" else _mutated(data, value)
+            journal.write_text(json.dumps(value))
+        elif how == "staged file":  # a staged file that is not what was staged
+            (writeback.folder(root) / data.draw(st.sampled_from(["0", "1"]))).write_bytes(data.draw(st.binary()))
+        elif how == "target":  # a file it writes, changed since (another branch checked out, an edit)
+            target = root / data.draw(st.sampled_from(sorted(WRITTEN) + REMOVED))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data.draw(st.binary()))
+        note(f"{how}: {journal.read_bytes()[:600]!r}")
         before, victim = files_of(root), files_of(outside)
         try:
             writeback.recover(root)
         except PatchwheelError as exc:
+            event(f"refused: {exc.message.split(' cannot be finished: ')[-1][:30]}")
             assert "write-back" in exc.message and "rm -r" in exc.hint, exc
             assert files_of(root) == before, "a refused journal touched the project"
         else:
+            event(f"finished ({how})")
             after = files_of(root)
             changed = {rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel)}
-            assert changed <= set(WRITTEN) | set(REMOVED), changed
+            assert all(rel.split("/")[0] in ("overlay", "patches") for rel in changed), changed
+            assert changed <= _strings(value), f"it changed files its journal does not name: {changed}"
+            for entry in value["renames"]:  # finished: each file is what the journal says
+                assert after.get(entry["path"]) == entry["after"], entry
+            assert not writeback.folder(root).exists()
         assert files_of(outside) == victim
+
+
+def test_a_write_back_stopped_halfway_by_a_full_disk_is_finished_by_the_next_command(demo_project, monkeypatch):
+    """A full disk while the targets are written: one error that says the next command finishes it, the journal
+    kept; the next command does, once there is room."""
+    root = demo_project.root
+    real = shutil.copyfileobj
+    calls: list[object] = []
+
+    def full_on_the_second(src, dst, *args):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dst, *args)
+
+    monkeypatch.setattr(shutil, "copyfileobj", full_on_the_second)
+    with pytest.raises(PatchwheelError, match="stopped halfway .*No space left on device.*is kept") as exc:
+        writeback.write(root, WRITTEN, REMOVED)
+    assert "run any command of the tool: it finishes the write-back first" in exc.value.hint
+    monkeypatch.setattr(shutil, "copyfileobj", real)
+    assert [p.name for p in root.rglob("*.writeback")] == [], "the copy that failed is not left in the tree"
+    assert writeback.recover(root) == ["patches/demo/1.1.0/series", *REMOVED]  # what was left: every command runs it
+    assert files_of(root)["overlay/demo/1.0.0/demo/core.py"] == hashlib.sha256(WRITTEN[next(iter(WRITTEN))]).hexdigest()
+    assert (root / "patches/demo/1.1.0/series").read_bytes() == WRITTEN["patches/demo/1.1.0/series"]
+    assert not (root / REMOVED[0]).exists() and not writeback.folder(root).exists()
