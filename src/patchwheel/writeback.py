@@ -247,12 +247,15 @@ def _recover(root: Path) -> list[str]:
 
 def _refusal(root: Path, why: str) -> WritebackError:
     wb = folder(root)
+    look = (
+        "look at overlay/ and patches/ (git status) and keep or restore what the cut-short follow or derive left "
+        "there (git checkout -- overlay patches)"
+        if _git_dir(root.resolve()) is not None
+        else "look at overlay/ and patches/ and restore what the cut-short follow or derive left there"
+    )
     return WritebackError(
-        f"an unfinished write-back of overlay/ and patches/ (its journal: {wb / _JOURNAL}) cannot be finished: "
-        f"{why}; nothing was changed",
-        "look at overlay/ and patches/ (git status, git diff) and restore what you want kept (git checkout -- "
-        f"overlay patches, if the project is a git checkout), then drop the unfinished write-back: rm -r "
-        f"{shlex.quote(str(wb))}",
+        f"the unfinished write-back in {wb} cannot be finished: {why}; nothing was changed",
+        f"{look}, then drop the write-back: rm -r {shlex.quote(str(wb))}",
     )
 
 
