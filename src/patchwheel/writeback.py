@@ -62,7 +62,10 @@ _TOKEN = re.compile(r"[0-9a-f]{32}\Z")
 
 
 class WritebackError(PatchwheelError):
-    """An unfinished write-back cannot be finished as its journal says: nothing was changed."""
+    """An unfinished write-back cannot be finished as its journal says: nothing was changed. ``why``: the reason
+    alone."""
+
+    why = ""
 
 
 class _NoHome(PatchwheelError):
@@ -184,6 +187,8 @@ def write(
             befores = {rel: _digest(root, rel) for rel in sorted(removed)}
             removes = [{"path": rel, "before": sha} for rel, sha in befores.items() if sha is not None]
             journal = {"format": FORMAT, "token": secrets.token_hex(16), "renames": renames, "removes": removes}
+            replace_text(wb / _JOURNAL, json.dumps(journal, indent=1), durable=True)
+            _check(root, journal)
         except OSError as exc:
             _drop(wb, staged)
             raise PatchwheelError(
@@ -191,11 +196,16 @@ def write(
                 "replaced",
                 "free some space (or fix the folder's permissions) and run the command again",
             ) from exc
+        except WritebackError as exc:  # a file changed since it was read: nothing was replaced yet
+            _drop(wb, staged)
+            raise PatchwheelError(
+                f"overlay/ or patches/ changed while the write-back was staged ({exc.why}); nothing was replaced",
+                "run the command again",
+            ) from exc
         except BaseException:
             _drop(wb, staged)
             raise
-        replace_text(wb / _JOURNAL, json.dumps(journal, indent=1), durable=True)
-        _finish(root, journal, hold)
+        _apply(root, journal, hold)
 
 
 def _digest(root: Path, rel: str) -> str | None:
@@ -208,7 +218,8 @@ def _digest(root: Path, rel: str) -> str | None:
 
 
 def _drop(wb: Path, staged: list[Path]) -> None:
-    """Undo phase (1): the staged files and the folder go."""
+    """Undo phases (1) and (2), before anything was replaced: the journal, the staged files and the folder go."""
+    discard(wb / _JOURNAL)
     for path in staged:
         discard(path)
     with suppress(OSError):
@@ -242,7 +253,9 @@ def _recover(root: Path) -> list[str]:
     if not os.path.lexists(journal_path):  # killed while staging: nothing was replaced
         _clean(root, wb)
         return []
-    return _finish(root, _read(root, journal_path), None)
+    journal = _read(root, journal_path)
+    _check(root, journal)
+    return _apply(root, journal, None)
 
 
 def _refusal(root: Path, why: str) -> WritebackError:
@@ -253,10 +266,12 @@ def _refusal(root: Path, why: str) -> WritebackError:
         if _git_dir(root.resolve()) is not None
         else "look at overlay/ and patches/ and restore what the cut-short follow or derive left there"
     )
-    return WritebackError(
+    error = WritebackError(
         f"the unfinished write-back in {wb} cannot be finished: {why}; nothing was changed",
         f"{look}, then drop the write-back: rm -r {shlex.quote(str(wb))}",
     )
+    error.why = why
+    return error
 
 
 def _read(root: Path, path: Path) -> dict:
@@ -355,9 +370,8 @@ def _temp_name(rel: str, token: str) -> str:
     return f".{rel.rsplit('/', 1)[-1]}.{token}.writeback"
 
 
-def _finish(root: Path, journal: dict, hold: Callable[[], AbstractContextManager] | None) -> list[str]:
-    """Check every file ``journal`` names, then roll it forward and drop the folder; refused, with nothing touched,
-    when any file is not as the journal recorded it."""
+def _check(root: Path, journal: dict) -> None:
+    """Refuse ``journal``, touching nothing, when any file it names is not as it recorded it."""
     wb = folder(root)
     problems: list[str] = []
     for entry in journal["renames"]:
@@ -386,6 +400,11 @@ def _finish(root: Path, journal: dict, hold: Callable[[], AbstractContextManager
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise _refusal(root, "; ".join(problems[:3]) + more)
+
+
+def _apply(root: Path, journal: dict, hold: Callable[[], AbstractContextManager] | None) -> list[str]:
+    """Roll a checked journal forward, then drop the write-back's folder; the paths written or removed."""
+    wb = folder(root)
     try:
         if hold is None:
             done = _roll_forward(root, journal)

@@ -422,3 +422,21 @@ def test_a_write_back_stopped_halfway_by_a_full_disk_is_finished_by_the_next_com
     assert files_of(root)["overlay/demo/1.0.0/demo/core.py"] == hashlib.sha256(WRITTEN[next(iter(WRITTEN))]).hexdigest()
     assert (root / "patches/demo/1.1.0/series").read_bytes() == WRITTEN["patches/demo/1.1.0/series"]
     assert not (root / REMOVED[0]).exists() and not writeback.folder(root).exists()
+
+
+def test_a_file_edited_while_the_write_back_is_staged_stops_it_before_anything_is_replaced(demo_project, monkeypatch):
+    """An editor saves a file the write-back replaces while it stages: the write-back is dropped whole (journal
+    and staged files), the edit kept, and nothing is replaced."""
+    root = demo_project.root
+    real = writeback.replace_text
+
+    def edit_then_journal(path, text, durable=False):
+        (root / "overlay/demo/1.0.0/demo/core.py").write_bytes(b"# saved by an editor meanwhile\n")
+        real(path, text, durable=durable)
+
+    monkeypatch.setattr(writeback, "replace_text", edit_then_journal)
+    with pytest.raises(PatchwheelError, match="changed while the write-back was staged .*; nothing was replaced"):
+        writeback.write(root, WRITTEN, REMOVED)
+    assert (root / "overlay/demo/1.0.0/demo/core.py").read_bytes() == b"# saved by an editor meanwhile\n"
+    assert (root / REMOVED[0]).is_file() and not (root / "patches/demo/1.1.0").exists()
+    assert not writeback.folder(root).exists()
