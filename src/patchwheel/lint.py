@@ -13,7 +13,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from . import draft, series, signatures, torchaxis
+from . import draft, series, signatures, torchaxis, writeback
 from .config import LATEST, Project, ReleaseLine
 from .errors import PatchwheelError
 from .matrix import checks as matrix_checks
@@ -118,6 +118,11 @@ def tree_problems(project: Project) -> list[str]:
     root = project.root
     lines = {(line.package, line.version): line for line in project.all_lines()}
     out: list[str] = []
+    if os.path.lexists(root / writeback.LEGACY_JOURNAL):
+        out.append(
+            f"{writeback.LEGACY_JOURNAL} is not the tool's: patchwheel keeps a write-back's journal in its own folder "
+            "(under .git/) and reads none from the tree; a commit or an older patchwheel left this one: remove it"
+        )
 
     for top in ("patches", "overlay"):
         base = root / top

@@ -92,10 +92,13 @@ def inner_pytest_has_no_plugins() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def scratch_temp(tmp_path_factory, monkeypatch) -> Iterator[Path]:
     """Every test gets its own temporary folder (``tempfile`` and TMPDIR); a ``patchwheel-*`` scratch folder the
-    tool or the test leaves there fails it. Only the tool's own prefix counts, so other temporary files are fine."""
+    tool or the test leaves there fails it. Only the tool's own prefix counts, so other temporary files are fine.
+    And its own XDG_STATE_HOME: where the tool keeps a write-back's journal for a project that is no git checkout
+    (the demo project), never the user's."""
     folder = tmp_path_factory.mktemp("tempdir")
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
     yield folder
     left = sorted(p.name for p in folder.glob("patchwheel-*"))
     if left:

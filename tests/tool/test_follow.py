@@ -319,7 +319,8 @@ def _stage_fails_after(monkeypatch, count: int, error: BaseException):
 
 
 def test_a_write_that_fails_halfway_leaves_the_project_as_it_was(demo_project, monkeypatch, tmp_path):
-    """The files are staged beside their targets first (a full disk stops it there), then renamed."""
+    """The files are staged in the tool's own folder first (a full disk stops it there), then renamed."""
+    from patchwheel import writeback
 
     latest_only(demo_project)
     demo_project.add_release("1.1.0", CORE)
@@ -330,7 +331,7 @@ def test_a_write_that_fails_halfway_leaves_the_project_as_it_was(demo_project, m
     assert done.stop is not None and "No space left on device" in done.stop.why, done.stop
     assert "nothing in the project was replaced" in done.stop.why
     assert tree(demo_project.root) == before
-    assert not list(demo_project.root.rglob("*.follow")), "no staged file is left"
+    assert not writeback.folder(demo_project.root).exists(), "no staged file is left"
 
 
 def test_a_linked_package_folder_is_refused_before_anything_is_copied(demo_project, monkeypatch, tmp_path):
@@ -360,17 +361,16 @@ def test_a_write_back_killed_halfway_is_rolled_forward_at_the_next_start(demo_pr
     real = writeback._roll_forward
 
     def killed_after_two(root, journal):  # as kill -9 stops it: two renames done, no cleanup of anything
-        real(root, {"renames": dict(list(journal["renames"].items())[:2]), "removes": []})
+        real(root, {**journal, "renames": journal["renames"][:2], "removes": []})
         raise SystemExit("killed")
 
     monkeypatch.setattr(writeback, "_roll_forward", killed_after_two)
     with pytest.raises(SystemExit):
         follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
     monkeypatch.setattr(writeback, "_roll_forward", real)
-    assert list(demo_project.root.rglob("*.follow")), "the kill left staged files"
-    assert (demo_project.root / writeback.JOURNAL).is_file()
+    assert writeback.journal_file(demo_project.root).is_file(), "the kill left the journal and staged files"
     project = config.load(demo_project.root)  # the next start finishes the write-back
-    assert not list(demo_project.root.rglob("*.follow")) and not (demo_project.root / writeback.JOURNAL).exists()
+    assert not writeback.folder(demo_project.root).exists()
     assert [ln.key for ln in project.all_lines()] == ["demo/1.1.0"]
     assert lintall.problems(project) == []
 
@@ -389,9 +389,9 @@ def test_a_write_back_killed_while_staging_is_rolled_back(demo_project, monkeypa
         follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
     monkeypatch.setattr(writeback, "stage", real)
     monkeypatch.setattr(writeback, "discard", lambda path: path.unlink(missing_ok=True))
-    assert len(list(demo_project.root.rglob("*.follow"))) == 2
+    assert len(list(writeback.folder(demo_project.root).iterdir())) == 2
     config.load(demo_project.root)
-    assert not list(demo_project.root.rglob("*.follow")) and tree(demo_project.root) == before
+    assert not writeback.folder(demo_project.root).exists() and tree(demo_project.root) == before
 
 
 def test_a_matrix_of_another_torch_stops_it(demo_project, monkeypatch, tmp_path):
