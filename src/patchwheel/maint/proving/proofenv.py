@@ -21,6 +21,7 @@ This module is also the one place that spawns proof runs, and kills them with ev
 from __future__ import annotations
 
 import fcntl
+import importlib.metadata
 import json
 import os
 import re
@@ -38,6 +39,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from ...config import Artifact
 from ...errors import ConfigError, EnvironmentFailed
@@ -281,13 +285,39 @@ def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list
 
 def base_env(cache: Path) -> Path:
     """The shared environment with torch (TORCH_VERSION, from the torch source: :mod:`torchsource`) and pytest.
-    The source is asked first, so a version it lacks fails here, before anything is made."""
+    The source is asked first, so a version it lacks fails here, before anything is made. Keyed on the wheel's
+    sha256 (where an index lists none, its address): a file replaced under its name makes it again."""
     torch = torchsource.wheel(torch_version(), pip_find_links())
-    return _make(
-        cache / "envs" / f"base-torch-{torch_version()}",
-        json.dumps({"torch": torch_version(), "wheel": torch.url.partition("#")[0]}),
-        lambda env: _install(env, torch.requirement, "pytest", *torch.source.installer_args()),
+
+    def build(env: Path) -> None:
+        _install(env, torch.requirement, "pytest", *torch.source.installer_args())
+        _check_torch(env, torch)
+
+    marker: dict[str, str | None] = {"torch": torch_version(), "wheel": torch.url.partition("#")[0]}
+    marker["sha256"] = torch.sha256
+    return _make(cache / "envs" / f"base-torch-{torch_version()}", json.dumps(marker), build)
+
+
+def _check_torch(env: Path, torch: torchsource.TorchWheel) -> None:
+    """The torch installed in ``env`` is the version the wheel's file name says (pip installs a wheel whose
+    METADATA says another; uv does too under UV_SKIP_WHEEL_FILENAME_CHECK), or EnvironmentFailed: every proof on
+    the environment would name the wrong torch."""
+    site = str(_site(env))
+    found = sorted({d.version for d in importlib.metadata.distributions(path=[site]) if _is_torch(d)})
+    try:
+        if [Version(v) for v in found] == [Version(torch.version)]:
+            return
+    except InvalidVersion:
+        pass
+    raise EnvironmentFailed(
+        f"the torch wheel {torch.filename} from the torch source {torch.source} installs torch "
+        f"{', '.join(found) or 'nothing'}, not {torch.version} as its file name says; the environment is not made",
+        f"replace it by torch {torch.version}'s own wheel, or set {torchsource.ENV} to a source that has it",
     )
+
+
+def _is_torch(dist: importlib.metadata.Distribution) -> bool:
+    return canonicalize_name(dist.metadata["Name"] or "") == "torch"
 
 
 def envs_dir(cache: Path) -> Path:
