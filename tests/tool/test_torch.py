@@ -190,12 +190,15 @@ def test_a_torch_wheel_replaced_under_its_name_gives_a_new_environment(demo_proj
     assert second == first
     assert _base_env(demo_project, capsys) == (0, "")
     assert installed.read_bytes() == b"build = 2\n", "the environment of the file that was replaced was kept"
-    marker = json.loads((base / proofenv.MARKER).read_text())
-    assert marker["sha256"] == hashlib.sha256(second.read_bytes()).hexdigest()
+    sha256 = (base / proofenv.TORCH_SHA256).read_text()
+    assert sha256 == hashlib.sha256(second.read_bytes()).hexdigest()
+    marker = (base / proofenv.MARKER).read_text()
+    assert json.loads(marker) == {"torch": "2.13.0", "wheel": second.as_uri()}, "as a tool from before reads it"
     _torch_wheel(torch_folder, "2.13.0", b"build = 3\n", says="2.12.0")
     code, err = _base_env(demo_project, capsys)
     assert code == 2 and "installs torch 2.12.0, not 2.13.0" in err, err
-    assert installed.read_bytes() == b"build = 2\n" and json.loads((base / proofenv.MARKER).read_text()) == marker
+    assert installed.read_bytes() == b"build = 2\n" and (base / proofenv.MARKER).read_text() == marker
+    assert (base / proofenv.TORCH_SHA256).read_text() == sha256
 
 
 def test_the_cli_takes_the_suite_torch_of_the_project_where_none_is_named(demo_project, monkeypatch):

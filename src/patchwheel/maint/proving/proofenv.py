@@ -51,12 +51,16 @@ from ...wheels.rewrite import read_member
 from . import torchsource
 
 MARKER = "patchwheel-env.json"
+#: Beside the base's marker, not in it: the sha256 of the torch wheel it was made from (:func:`base_env`). A tool from
+#: before it compares the marker's text alone, so it keeps taking the base as its own instead of making it again at
+#: each turn with this one on a shared cache.
+TORCH_SHA256 = "patchwheel-torch-sha256.txt"
 #: What an environment made here holds at its top: uv's or venv's layout (bin, lib and its lib64 link, include,
 #: pyvenv.cfg, uv's .gitignore, .lock and CACHEDIR.TAG), the installed packages' data files (share) and this module's
 #: files. Anything else is not the tool's, and stops the folder's replacement.
 _ENV_ENTRIES = frozenset(
     {"bin", "include", "lib", "lib64", "share", "pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", MARKER}
-    | {"patchwheel-excludes.txt"}
+    | {"patchwheel-excludes.txt", TORCH_SHA256}
 )
 _path_locks: dict[str, threading.Lock] = {}
 _path_locks_guard = threading.Lock()
@@ -164,9 +168,9 @@ def _installer(cmd: list[str], env: Path, what: str) -> None:
         )
 
 
-def _ready(env: Path, marker: str) -> bool:
+def _ready(env: Path, marker: str, beside: dict[str, str]) -> bool:
     try:
-        return (env / MARKER).read_text() == marker
+        return (env / MARKER).read_text() == marker and all((env / n).read_text() == t for n, t in beside.items())
     except OSError:
         return False
 
@@ -233,17 +237,19 @@ def check_replaceable(env: Path, option: str = "") -> None:
         )
 
 
-def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
-    """Create ``env`` with ``build(tmp_env)`` unless it exists with the same marker.
+def _make(env: Path, marker: str, build: Callable[[Path], None], beside: dict[str, str] | None = None) -> Path:
+    """Create ``env`` with ``build(tmp_env)`` unless it exists with the same marker (and the same files ``beside``
+    it: name -> text).
 
     Built in a private temporary folder under the lock, then renamed into place: a ready environment (right
     marker) is never touched, and whoever waited for the lock finds the environment another builder made instead
     of building it again. Only an environment made here with another marker (stale) is replaced: anything else
     at ``env`` is refused (:func:`check_replaceable`)."""
-    if _ready(env, marker):
+    beside = beside or {}
+    if _ready(env, marker, beside):
         return env
     with _env_lock(env):
-        if _ready(env, marker):  # built by another thread or process while this one waited
+        if _ready(env, marker, beside):  # built by another thread or process while this one waited
             return env
         check_replaceable(env)
         for orphan in env.parent.iterdir():  # left by a builder that died: only a lock holder makes them
@@ -254,7 +260,8 @@ def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
         try:
             _create(tmp)
             build(tmp)
-            (tmp / MARKER).write_text(marker)
+            for name, text in {**beside, MARKER: marker}.items():
+                (tmp / name).write_text(text)
             if env.exists():
                 os.replace(env, old)
             os.replace(tmp, env)
@@ -286,16 +293,20 @@ def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list
 def base_env(cache: Path) -> Path:
     """The shared environment with torch (TORCH_VERSION, from the torch source: :mod:`torchsource`) and pytest.
     The source is asked first, so a version it lacks fails here, before anything is made. Keyed on the wheel's
-    sha256 (where an index lists none, its address): a file replaced under its name makes it again."""
+    sha256 (:data:`TORCH_SHA256`; where an index lists none, its address): a file replaced under its name makes it
+    again."""
     torch = torchsource.wheel(torch_version(), pip_find_links())
 
     def build(env: Path) -> None:
         _install(env, torch.requirement, "pytest", *torch.source.installer_args())
         _check_torch(env, torch)
 
-    marker: dict[str, str | None] = {"torch": torch_version(), "wheel": torch.url.partition("#")[0]}
-    marker["sha256"] = torch.sha256
-    return _make(cache / "envs" / f"base-torch-{torch_version()}", json.dumps(marker), build)
+    return _make(
+        cache / "envs" / f"base-torch-{torch_version()}",
+        json.dumps({"torch": torch_version(), "wheel": torch.url.partition("#")[0]}),
+        build,
+        {TORCH_SHA256: torch.sha256 or ""},
+    )
 
 
 def _check_torch(env: Path, torch: torchsource.TorchWheel) -> None:
