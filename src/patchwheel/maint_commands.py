@@ -183,13 +183,21 @@ def cmd_follow(args) -> int:
 
 
 def cmd_prove(args) -> int:
-    from .maint.proving import setruns
+    from .maint.proving import proofenv, setruns
 
     project = config.load(root(args))
     members = setruns.members_of(project, args.set, args.package)
     chains = [c for c in setruns.CHAINS if getattr(args, c)] or list(setruns.CHAINS)
     dist = (Path(args.dist) if args.dist else project.root / "dist").resolve()
     fixed_env = Path(args.fixed_env).resolve() if args.fixed_env else None
+    if fixed_env is not None and ("fixed" in chains or "guards" in chains):  # refused before anything is made
+        cache = project.cache.resolve()
+        if fixed_env == cache or cache in fixed_env.parents:
+            raise ConfigError(
+                f"--fixed-env {fixed_env} is inside patchwheel's cache ({cache}): its environments are shared",
+                "pass a folder of your own (it is made when missing), or leave --fixed-env out to use the cache's",
+            )
+        proofenv.check_replaceable(fixed_env, "--fixed-env")
     # one chain: its runs' output as it comes; several: side by side, a line per run
     options = setruns.Options(args.package, args.pytest, echo=len(chains) == 1, fixed_env=fixed_env)
     runs = setruns.prove(project, members, dist, chains, options, log=print)

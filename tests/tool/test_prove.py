@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from patchwheel import cli
-from patchwheel.maint.proving import proofenv, setruns
+from patchwheel.maint.proving import proofenv, setruns, torchsource
 from patchwheel.wheels import distdir
 
 
@@ -189,3 +189,143 @@ def test_the_guards_of_a_draft_series_run(project, monkeypatch, tmp_path):
     assert prove(project, "--guards") == 0
     for *_, args, _ in envs.started:
         assert {"tests/guards/test_add_swap.py", "tests/guards/test_demo.py"} <= set(args), args
+
+
+# --- the +fixed builds' environment at --fixed-env: made, reused and replaced only where the tool made it ----------
+
+
+def made_by_proofenv(monkeypatch) -> None:
+    """prove's environments made by proofenv itself (the temporary folder, the marker, the lock, the swap into
+    place) with a stand-in installer (an environment is its site-packages folder; torch's install writes its
+    metadata, of the version its stand-in source names) and runs that pass."""
+    monkeypatch.setattr(proofenv, "_create", lambda env: proofenv._site(env).mkdir(parents=True))
+
+    def install(env: Path, *args: str, on_base: bool = False) -> None:
+        if any(arg.startswith("torch @ ") for arg in args):
+            info = proofenv._site(env) / f"torch-{proofenv.torch_version()}.dist-info"
+            info.mkdir()
+            (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {proofenv.torch_version()}\n")
+
+    monkeypatch.setattr(proofenv, "_install", install)
+    source = torchsource.Source("/nowhere", False, "a test")
+    torch = lambda version, _links: torchsource.TorchWheel(version, "torch.whl", "file:///torch.whl", source)  # noqa: E731
+    monkeypatch.setattr(torchsource, "wheel", torch)
+    monkeypatch.setattr(proofenv, "run_in_group", lambda cmd, cwd, env, log, timeout: 0)
+
+
+def _fixed_wheel(project, data: bytes) -> None:
+    (project.root / "dist").mkdir(exist_ok=True)
+    (project.root / "dist" / "demo-1.0.0+fixed-py3-none-any.whl").write_bytes(data)
+
+
+def _held(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_fixed_env_never_replaces_a_folder_it_did_not_make(project, monkeypatch, tmp_path, capsys):
+    """`prove --fixed-env DIR` moved an existing DIR aside and deleted it, and made the environment in its place
+    (`--fixed-env .venv`, or a home folder, would have gone the same way). A folder without the marker of an
+    environment this tool made (patchwheel-env.json) is refused before anything is made, as `--dist` refuses a
+    folder without its build.json."""
+    made_by_proofenv(monkeypatch)
+    _fixed_wheel(project, b"build 1")
+    mine = tmp_path / "mine"
+    (mine / "src").mkdir(parents=True)
+    (mine / "notes.txt").write_text("keep me\n")
+    code = prove(project, "--fixed", "--fixed-env", str(mine))
+    assert _held(mine) == ["notes.txt", "src"], "the folder was replaced by an environment"
+    assert (mine / "notes.txt").read_text() == "keep me\n"
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"error: --fixed-env {mine} exists and was not made by patchwheel (no patchwheel-env.json); it holds "
+        "notes.txt, src/\n"
+        "  fix: prove replaces the whole --fixed-env folder when the +fixed builds change: pass a new or empty "
+        "folder (it is made when missing), or leave --fixed-env out to use the cache's, or move what this one holds "
+        "elsewhere\n"
+    )
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".mine")] == [], "a lock or a folder beside it"
+    assert not (project.cache / "envs").exists(), "refused after an environment was made"
+
+
+def test_fixed_env_makes_a_new_or_empty_folder_and_replaces_only_its_own(project, monkeypatch, tmp_path, capsys):
+    """What the nox sessions do with .nox/.cache/fixed-<set>: the first one makes it, the next ones reuse it while
+    dist/ holds the same wheels, and a new build replaces it. The folder an installer leaves (uv's or venv's
+    layout, as in a real one) is the tool's; a file added to it is not, and stops the replacement."""
+    made_by_proofenv(monkeypatch)
+    _fixed_wheel(project, b"build 1")
+    env = tmp_path / "nox" / ".cache" / "fixed-default"
+    env.mkdir(parents=True)  # an empty folder is taken, as an empty --dist is
+    assert prove(project, "--fixed", "--fixed-env", str(env)) == 0
+    first = (env / proofenv.MARKER).read_text()
+    for name in (".gitignore", ".lock", "CACHEDIR.TAG", "pyvenv.cfg", "patchwheel-excludes.txt"):
+        (env / name).write_text("")
+    for name in ("bin", "include", "share"):
+        (env / name).mkdir()
+    (env / "lib64").symlink_to("lib")
+    inode = env.stat().st_ino
+    assert prove(project, "--fixed", "--fixed-env", str(env)) == 0
+    assert env.stat().st_ino == inode and (env / proofenv.MARKER).read_text() == first, "reused"
+    _fixed_wheel(project, b"build 2")
+    assert prove(project, "--fixed", "--fixed-env", str(env)) == 0
+    assert env.stat().st_ino != inode and (env / proofenv.MARKER).read_text() != first, "replaced"
+    assert _held(env.parent) == [".fixed-default.lock", "fixed-default"]
+    (env / "notes.txt").write_text("mine\n")
+    _fixed_wheel(project, b"build 3")
+    capsys.readouterr()
+    assert prove(project, "--fixed", "--fixed-env", str(env)) == 2
+    assert capsys.readouterr().err == (
+        f"error: --fixed-env {env} holds what no environment holds: notes.txt\n"
+        "  fix: prove replaces the whole --fixed-env folder when the +fixed builds change: move them elsewhere, or "
+        "pass another folder\n"
+    )
+    assert (env / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(
+    "make,said,hint",
+    [
+        (
+            lambda p: p.write_text("x"),
+            "--fixed-env {p} is a file, not a folder",
+            "pass --fixed-env a folder of its own (it is made when missing)",
+        ),
+        (
+            lambda p: (p.mkdir(), (p / proofenv.MARKER).write_text('{"torch": ')),
+            "{p}/patchwheel-env.json is damaged: not an environment's marker (a JSON object naming its torch)",
+            "if {p} is an environment patchwheel made, remove it (rm -rf {p}) and run again; if not, pass "
+            "--fixed-env another folder",
+        ),
+        (
+            lambda p: (p.mkdir(), (p / proofenv.MARKER).symlink_to("/etc/hostname")),
+            "--fixed-env {p} exists and was not made by patchwheel (no patchwheel-env.json); it holds "
+            "patchwheel-env.json",
+            None,
+        ),
+    ],
+    ids=["file", "damaged-marker", "linked-marker"],
+)
+def test_fixed_env_refuses_what_is_not_an_environment_folder(project, monkeypatch, tmp_path, capsys, make, said, hint):
+    made_by_proofenv(monkeypatch)
+    _fixed_wheel(project, b"build 1")
+    mine = tmp_path / "mine"
+    make(mine)
+    before = mine.read_bytes() if mine.is_file() else _held(mine)
+    assert prove(project, "--fixed", "--fixed-env", str(mine)) == 2
+    error, fix = capsys.readouterr().err.splitlines()
+    assert error == "error: " + said.format(p=mine)
+    assert hint is None or fix == "  fix: " + hint.format(p=mine)
+    assert (mine.read_bytes() if mine.is_file() else _held(mine)) == before
+
+
+def test_fixed_env_is_not_one_of_the_cache_s_shared_environments(project, monkeypatch, tmp_path, capsys):
+    """The cache's environments are every checkout's: `--fixed-env` at the base (torch's) would have replaced it by
+    an environment that reads itself for torch."""
+    made_by_proofenv(monkeypatch)
+    _fixed_wheel(project, b"build 1")
+    base = proofenv.base_env(project.cache)
+    marker = (base / proofenv.MARKER).read_text()
+    assert prove(project, "--fixed", "--fixed-env", str(base)) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: --fixed-env {base} is inside patchwheel's cache ({project.cache}): its environments are shared"
+    )
+    assert (base / proofenv.MARKER).read_text() == marker

@@ -8,10 +8,12 @@ import hashlib
 import json
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import make_wheel
 from patchwheel import cli, config, lint, torchaxis
 from patchwheel.errors import ConfigError, MatrixError
 from patchwheel.maint.proving import proofenv, torchsource
@@ -53,10 +55,13 @@ def test_a_torch_the_source_lacks_fails_at_once_naming_the_source_and_what_it_ha
 
 
 def test_a_folder_source_gives_the_wheel_by_its_path_and_takes_the_local_build_for_a_plain_version(tmp_path):
+    """By its path and its sha256 (which the installer checks, and the base environment is keyed on)."""
     folder = _wheels(tmp_path / "wheels", "torch-2.13.0+cpu-py3-none-any.whl")
     wheel = torchsource.wheel("2.13.0", [str(folder)])
     assert wheel.version == "2.13.0+cpu" and wheel.source.named_by == "pip's find-links"
-    assert wheel.requirement == f"torch @ {(folder / 'torch-2.13.0+cpu-py3-none-any.whl').as_uri()}"
+    sha = hashlib.sha256(b"").hexdigest()
+    assert wheel.requirement == f"torch @ {(folder / 'torch-2.13.0+cpu-py3-none-any.whl').as_uri()}#sha256={sha}"
+    assert wheel.sha256 == sha
     assert wheel.source.installer_args() == []
 
 
@@ -100,6 +105,100 @@ def test_environments_are_kept_per_torch(tmp_path, monkeypatch):
     first = proofenv.envs_dir(tmp_path)
     monkeypatch.setenv("TORCH_VERSION", "2.14.1")
     assert proofenv.envs_dir(tmp_path) != first and proofenv.envs_dir(tmp_path).name == "torch-2.14.1"
+
+
+# --- the torch a base environment holds is the torch it claims ------------------------------------------------------
+
+
+def _torch_wheel(folder: Path, version: str, body: bytes = b"", says: str | None = None) -> Path:
+    """A tiny wheel named ``torch-<version>-py3-none-any.whl`` (torch/__init__.py holds ``body``) whose METADATA says
+    ``says`` (the same version where None), written over a file of that name as one replaces a wheel."""
+    built = make_wheel(folder.parent / "building", {"torch/__init__.py": body}, name="torch", version=says or version)
+    folder.mkdir(parents=True, exist_ok=True)
+    return built.replace(folder / f"torch-{version}-py3-none-any.whl")
+
+
+@pytest.fixture
+def torch_folder(demo_project, tmp_path, monkeypatch) -> Iterator[Path]:
+    """TORCH_SOURCE: a folder of tiny torch wheels, installed by the real installer (uv, or pip where
+    PATCHWHEEL_INSTALLER=pip) into a base environment in the test's own cache. The installer is given the torch
+    wheel alone: the base's pytest would come from the package index, and these tests stay offline."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    monkeypatch.setenv("TORCH_SOURCE", str(folder))
+    monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
+    monkeypatch.setenv("TORCH_VERSION", "2.13.0")
+    for offline in ("UV_OFFLINE", "PIP_NO_INDEX"):
+        monkeypatch.setenv(offline, "1")
+    for index in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"):
+        monkeypatch.delenv(index, raising=False)
+    install = proofenv._install
+    monkeypatch.setattr(
+        proofenv,
+        "_install",
+        lambda env, *args, on_base=False: install(env, *(a for a in args if a != "pytest"), on_base=on_base),
+    )
+    (tmp_path / "building").mkdir()
+    torchsource._wheel.cache_clear()  # each command asks the source once: a new command, a new process
+    yield folder
+    torchsource._wheel.cache_clear()
+
+
+def _base_env(demo_project, capsys) -> tuple[int, str]:
+    torchsource._wheel.cache_clear()  # a new command
+    code = cli.main(["--root", str(demo_project.root), "base-env"])
+    return code, capsys.readouterr().err
+
+
+def _torch_held(base: Path) -> list[str]:
+    return sorted(p.name for p in proofenv.site_packages(base).glob("torch-*.dist-info"))
+
+
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_a_torch_wheel_that_holds_another_version_is_refused(
+    demo_project, torch_folder, monkeypatch, capsys, installer
+):
+    """A find-links wheel named torch-2.13.0 that holds 2.12.0 made base-torch-2.13.0 with torch 2.12.0, and every
+    proof on it then reported 2.13.0 (pip installs it; uv refuses it unless UV_SKIP_WHEEL_FILENAME_CHECK is set,
+    as a user may have it). The version installed is checked: a mismatch is refused, and nothing is made."""
+    monkeypatch.setenv("PATCHWHEEL_INSTALLER", installer)
+    monkeypatch.setenv("UV_SKIP_WHEEL_FILENAME_CHECK", "1")
+    wheel = _torch_wheel(torch_folder, "2.13.0", says="2.12.0")
+    code, err = _base_env(demo_project, capsys)
+    base = demo_project.cache / "envs" / "base-torch-2.13.0"
+    assert not base.exists(), f"base-torch-2.13.0 was made, holding {_torch_held(base)}"
+    assert code == 2
+    assert err == (
+        f"error: the torch wheel {wheel.name} from the torch source {torch_folder} (TORCH_SOURCE) installs torch "
+        "2.12.0, not 2.13.0 as its file name says; the environment is not made\n"
+        "  fix: replace it by torch 2.13.0's own wheel, or set TORCH_SOURCE to a source that has it\n"
+    )
+    assert sorted(p.name for p in base.parent.iterdir()) == [".base-torch-2.13.0.lock"], "a half-made environment"
+
+
+def test_a_torch_wheel_replaced_under_its_name_gives_a_new_environment(demo_project, torch_folder, monkeypatch, capsys):
+    """A file replaced under the same name kept the environment made from the old one: the base is keyed on the
+    wheel's sha256 (the installer checks the file it installs against it), and made again when it changes. A
+    replacement that is refused leaves the environment there as it was."""
+    monkeypatch.setenv("UV_SKIP_WHEEL_FILENAME_CHECK", "1")
+    base = demo_project.cache / "envs" / "base-torch-2.13.0"
+    installed = proofenv.site_packages(base) / "torch" / "__init__.py"
+    first = _torch_wheel(torch_folder, "2.13.0", b"build = 1\n")
+    assert _base_env(demo_project, capsys) == (0, "")
+    assert installed.read_bytes() == b"build = 1\n"
+    second = _torch_wheel(torch_folder, "2.13.0", b"build = 2\n")
+    assert second == first
+    assert _base_env(demo_project, capsys) == (0, "")
+    assert installed.read_bytes() == b"build = 2\n", "the environment of the file that was replaced was kept"
+    sha256 = (base / proofenv.TORCH_SHA256).read_text()
+    assert sha256 == hashlib.sha256(second.read_bytes()).hexdigest()
+    marker = (base / proofenv.MARKER).read_text()
+    assert json.loads(marker) == {"torch": "2.13.0", "wheel": second.as_uri()}, "as a tool from before reads it"
+    _torch_wheel(torch_folder, "2.13.0", b"build = 3\n", says="2.12.0")
+    code, err = _base_env(demo_project, capsys)
+    assert code == 2 and "installs torch 2.12.0, not 2.13.0" in err, err
+    assert installed.read_bytes() == b"build = 2\n" and (base / proofenv.MARKER).read_text() == marker
+    assert (base / proofenv.TORCH_SHA256).read_text() == sha256
 
 
 def test_the_cli_takes_the_suite_torch_of_the_project_where_none_is_named(demo_project, monkeypatch):

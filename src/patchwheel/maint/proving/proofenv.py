@@ -12,7 +12,8 @@ a ``.pth`` file, so torch is excluded from its resolution in release environment
 
 Environments are shared: by the worker threads of one upstream check, and by processes (a rebase next to an
 upstream check, two CI jobs on one cache). One environment is built by one builder at a time, under a lock per
-path (a thread lock, and ``flock`` on ``<cache>/envs/.<name>.lock``), and appears by rename, complete.
+path (a thread lock, and ``flock`` on ``<cache>/envs/.<name>.lock``), and appears by rename, complete. Only a folder
+this module made (its marker, :data:`MARKER`) is ever replaced: :func:`check_replaceable`.
 
 This module is also the one place that spawns proof runs, and kills them with everything they started.
 """
@@ -20,6 +21,7 @@ This module is also the one place that spawns proof runs, and kills them with ev
 from __future__ import annotations
 
 import fcntl
+import importlib.metadata
 import json
 import os
 import re
@@ -38,14 +40,28 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
 from ...config import Artifact
-from ...errors import EnvironmentFailed
+from ...errors import ConfigError, EnvironmentFailed
 from ...names import wheel_name_version
 from ...wheels import fetch
 from ...wheels.rewrite import read_member
 from . import torchsource
 
 MARKER = "patchwheel-env.json"
+#: Beside the base's marker, not in it: the sha256 of the torch wheel it was made from (:func:`base_env`). A tool from
+#: before it compares the marker's text alone, so it keeps taking the base as its own instead of making it again at
+#: each turn with this one on a shared cache.
+TORCH_SHA256 = "patchwheel-torch-sha256.txt"
+#: What an environment made here holds at its top: uv's or venv's layout (bin, lib and its lib64 link, include,
+#: pyvenv.cfg, uv's .gitignore, .lock and CACHEDIR.TAG), the installed packages' data files (share) and this module's
+#: files. Anything else is not the tool's, and stops the folder's replacement.
+_ENV_ENTRIES = frozenset(
+    {"bin", "include", "lib", "lib64", "share", "pyvenv.cfg", ".gitignore", ".lock", "CACHEDIR.TAG", MARKER}
+    | {"patchwheel-excludes.txt", TORCH_SHA256}
+)
 _path_locks: dict[str, threading.Lock] = {}
 _path_locks_guard = threading.Lock()
 
@@ -152,9 +168,9 @@ def _installer(cmd: list[str], env: Path, what: str) -> None:
         )
 
 
-def _ready(env: Path, marker: str) -> bool:
+def _ready(env: Path, marker: str, beside: dict[str, str]) -> bool:
     try:
-        return (env / MARKER).read_text() == marker
+        return (env / MARKER).read_text() == marker and all((env / n).read_text() == t for n, t in beside.items())
     except OSError:
         return False
 
@@ -174,17 +190,68 @@ def _env_lock(env: Path) -> Iterator[None]:
             yield
 
 
-def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
-    """Create ``env`` with ``build(tmp_env)`` unless it exists with the same marker.
+def check_replaceable(env: Path, option: str = "") -> None:
+    """Refuse (touching nothing) to make an environment at ``env`` where that would replace what this module did not
+    make: ``env`` must be missing, an empty folder, or an environment made here (a sound :data:`MARKER`, a file of
+    its own, and nothing at its top that an environment does not hold, :data:`_ENV_ENTRIES`), as a build replaces
+    only a dist/ it made. ``option``: the command line's name for it (`prove --fixed-env .venv` once moved the
+    folder aside and deleted it). A folder made here always has its marker: it appears by rename, complete."""
+    from ...wheels.distdir import listing
+
+    named = f"{option} {env}" if option else str(env)
+    replaces = "an environment is replaced whole when what it holds changes"
+    if option:
+        replaces = f"prove replaces the whole {option} folder when the +fixed builds change"
+    if env.is_symlink() or (env.exists() and not env.is_dir()):
+        raise ConfigError(
+            f"{named} is {'a link' if env.is_symlink() else 'a file'}, not a folder",
+            f"pass {option or 'it'} a folder of its own (it is made when missing)",
+        )
+    if not env.exists():
+        return
+    held = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in env.iterdir())
+    if not held:
+        return
+    marker = env / MARKER
+    if marker.is_symlink() or not marker.is_file():
+        leave_out = f", or leave {option} out to use the cache's" if option else ""
+        raise ConfigError(
+            f"{named} exists and was not made by patchwheel (no {MARKER}); it holds {listing(held)}",
+            f"{replaces}: pass a new or empty folder (it is made when missing){leave_out}, or move what this one "
+            "holds elsewhere",
+        )
+    try:
+        made = json.loads(marker.read_bytes())
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        made = None
+    if not isinstance(made, dict) or not isinstance(made.get("torch"), str):
+        raise ConfigError(
+            f"{marker} is damaged: not an environment's marker (a JSON object naming its torch)",
+            f"if {env} is an environment patchwheel made, remove it (rm -rf {env}) and run again; if not, "
+            + (f"pass {option} another folder" if option else "move it elsewhere"),
+        )
+    if foreign := [name for name in held if name.rstrip("/") not in _ENV_ENTRIES]:
+        raise ConfigError(
+            f"{named} holds what no environment holds: {listing(foreign)}",
+            f"{replaces}: move them elsewhere, or pass another folder",
+        )
+
+
+def _make(env: Path, marker: str, build: Callable[[Path], None], beside: dict[str, str] | None = None) -> Path:
+    """Create ``env`` with ``build(tmp_env)`` unless it exists with the same marker (and the same files ``beside``
+    it: name -> text).
 
     Built in a private temporary folder under the lock, then renamed into place: a ready environment (right
     marker) is never touched, and whoever waited for the lock finds the environment another builder made instead
-    of building it again. Only an environment with another marker (stale) is replaced."""
-    if _ready(env, marker):
+    of building it again. Only an environment made here with another marker (stale) is replaced: anything else
+    at ``env`` is refused (:func:`check_replaceable`)."""
+    beside = beside or {}
+    if _ready(env, marker, beside):
         return env
     with _env_lock(env):
-        if _ready(env, marker):  # built by another thread or process while this one waited
+        if _ready(env, marker, beside):  # built by another thread or process while this one waited
             return env
+        check_replaceable(env)
         for orphan in env.parent.iterdir():  # left by a builder that died: only a lock holder makes them
             if orphan.name.startswith((f".{env.name}.building-", f".{env.name}.stale-")):
                 shutil.rmtree(orphan, ignore_errors=True)
@@ -193,7 +260,8 @@ def _make(env: Path, marker: str, build: Callable[[Path], None]) -> Path:
         try:
             _create(tmp)
             build(tmp)
-            (tmp / MARKER).write_text(marker)
+            for name, text in {**beside, MARKER: marker}.items():
+                (tmp / name).write_text(text)
             if env.exists():
                 os.replace(env, old)
             os.replace(tmp, env)
@@ -224,13 +292,43 @@ def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list
 
 def base_env(cache: Path) -> Path:
     """The shared environment with torch (TORCH_VERSION, from the torch source: :mod:`torchsource`) and pytest.
-    The source is asked first, so a version it lacks fails here, before anything is made."""
+    The source is asked first, so a version it lacks fails here, before anything is made. Keyed on the wheel's
+    sha256 (:data:`TORCH_SHA256`; where an index lists none, its address): a file replaced under its name makes it
+    again."""
     torch = torchsource.wheel(torch_version(), pip_find_links())
+
+    def build(env: Path) -> None:
+        _install(env, torch.requirement, "pytest", *torch.source.installer_args())
+        _check_torch(env, torch)
+
     return _make(
         cache / "envs" / f"base-torch-{torch_version()}",
         json.dumps({"torch": torch_version(), "wheel": torch.url.partition("#")[0]}),
-        lambda env: _install(env, torch.requirement, "pytest", *torch.source.installer_args()),
+        build,
+        {TORCH_SHA256: torch.sha256 or ""},
     )
+
+
+def _check_torch(env: Path, torch: torchsource.TorchWheel) -> None:
+    """The torch installed in ``env`` is the version the wheel's file name says (pip installs a wheel whose
+    METADATA says another; uv does too under UV_SKIP_WHEEL_FILENAME_CHECK), or EnvironmentFailed: every proof on
+    the environment would name the wrong torch."""
+    site = str(_site(env))
+    found = sorted({d.version for d in importlib.metadata.distributions(path=[site]) if _is_torch(d)})
+    try:
+        if [Version(v) for v in found] == [Version(torch.version)]:
+            return
+    except InvalidVersion:
+        pass
+    raise EnvironmentFailed(
+        f"the torch wheel {torch.filename} from the torch source {torch.source} installs torch "
+        f"{', '.join(found) or 'nothing'}, not {torch.version} as its file name says; the environment is not made",
+        f"replace it by torch {torch.version}'s own wheel, or set {torchsource.ENV} to a source that has it",
+    )
+
+
+def _is_torch(dist: importlib.metadata.Distribution) -> bool:
+    return canonicalize_name(dist.metadata["Name"] or "") == "torch"
 
 
 def envs_dir(cache: Path) -> Path:

@@ -57,6 +57,13 @@ class TorchWheel:
     def requirement(self) -> str:
         return f"torch @ {self.url}"
 
+    @property
+    def sha256(self) -> str | None:
+        """The wheel's sha256, which the installer checks: the index's, or a folder's file's own; None where an
+        index lists none."""
+        algorithm, _, digest = self.url.partition("#")[2].partition("=")
+        return digest if algorithm == "sha256" else None
+
 
 def source(find_links: list[str]) -> Source:
     """The torch source: TORCH_SOURCE, else ``find_links`` (pip's, as :func:`proofenv.pip_find_links` reads them),
@@ -141,4 +148,6 @@ def _wheel(version: str, find_links: tuple[str, ...], _named: tuple[str, str]) -
             _HINT,
         )
     name, url = have[match[0]]
+    if not src.is_index:  # its bytes, not its name, key the base environment (a file replaced under its name)
+        url += "#sha256=" + fetch.sha256_file(Path(src.location) / name)
     return TorchWheel(str(match[0]), name, url, src)
