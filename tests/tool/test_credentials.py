@@ -309,6 +309,7 @@ def test_the_installer_gets_the_credentials_and_the_environment_keeps_none(auth_
         # not encoded: no URL parser takes that password whole, and none of it is shown
         ("https://alice:s3/cret@host.example/simple", "https://***@host.example/simple"),
         ("https://alice:s3@cret@host.example/simple", "https://***@host.example/simple"),
+        ("https://alice:s3?c#ret@host.example/simple", "https://***@host.example/simple"),
         (
             "cannot fetch 'http://u:s3cret@127.0.0.1:9/simple/torch/': refused (file:///x/y)",
             "cannot fetch 'http://***@127.0.0.1:9/simple/torch/': refused (file:///x/y)",
@@ -318,6 +319,8 @@ def test_the_installer_gets_the_credentials_and_the_environment_keeps_none(auth_
             "https://cdn.example/f.whl?X-Amz-Signature=***&X-Amz-Credential=***#sha256=ab",
         ),
         ("https://pypi.org/simple", "https://pypi.org/simple"),
+        ("file://alice:s3cret@/srv/simple", "file://***@/srv/simple"),
+        ("file:///home/alice/proj@v2/simple/", "file:///home/alice/proj@v2/simple/"),
         ("/home/alice/wheels and git@github.com:o/r", "/home/alice/wheels and git@github.com:o/r"),
     ],
 )
@@ -343,3 +346,17 @@ def test_no_user_or_password_survives_the_redaction(user, password, around):
     shown = redact(around.format(url))
     assert shown == around.format("https://***@host.example/simple")
     assert split_auth(url) == ("https://host.example/simple", (user, password))
+
+
+#: A password as someone might paste it into a URL: printable ASCII, not encoded. (Quotes and angle brackets end
+#: a URL in a message, as they end it for a reader.)
+_RAW = st.characters(codec="ascii", exclude_categories=["Cc", "Zs"], exclude_characters="'\"<>")
+
+
+@given(password=st.text(_RAW, min_size=1, max_size=24))
+def test_a_password_written_without_percent_encoding_is_hidden_too(password):
+    """No URL parser reads a password with a raw '/', '?', '#' or '@' whole (urllib sent the request elsewhere, and
+    said where): the redaction hides it anyway."""
+    from patchwheel.urls import redact
+
+    assert redact(f"from https://alice:{password}@host.example/simple:") == "from https://***@host.example/simple:"

@@ -41,6 +41,7 @@ from pathlib import Path
 from ...config import Artifact
 from ...errors import EnvironmentFailed
 from ...names import wheel_name_version
+from ...urls import redact
 from ...wheels import fetch
 from ...wheels.rewrite import read_member
 from . import torchsource
@@ -148,7 +149,7 @@ def _installer(cmd: list[str], env: Path, what: str) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise EnvironmentFailed(
-            f"{what} failed in {env}:\n{res.stderr[-2000:]}", "check the network and the package index"
+            f"{what} failed in {env}:\n{redact(res.stderr)[-2000:]}", "check the network and the package index"
         )
 
 
@@ -228,7 +229,7 @@ def base_env(cache: Path) -> Path:
     torch = torchsource.wheel(torch_version(), pip_find_links())
     return _make(
         cache / "envs" / f"base-torch-{torch_version()}",
-        json.dumps({"torch": torch_version(), "wheel": torch.url.partition("#")[0]}),
+        json.dumps({"torch": torch_version(), "wheel": redact(torch.url.partition("#")[0])}),  # no password kept
         lambda env: _install(env, torch.requirement, "pytest", *torch.source.installer_args()),
     )
 
