@@ -5,11 +5,15 @@ kind of failure, so that a caller who can recover from one kind catches that kin
 
 from __future__ import annotations
 
+from .urls import redact
+
 
 class PatchwheelError(Exception):
-    """A failure the user can act on. ``hint`` says how to fix it."""
+    """A failure the user can act on. ``hint`` says how to fix it. Neither shows a URL's user and password (an
+    index named with them): :func:`patchwheel.urls.redact`."""
 
     def __init__(self, message: str, hint: str = "") -> None:
+        message, hint = redact(message), redact(hint)
         super().__init__(message)
         self.message = message
         self.hint = hint

@@ -7,10 +7,15 @@ A download follows http(s) links only (and ``file:`` links of an index on disk),
 server states nor :data:`MAX_DOWNLOAD`, and writes into a ``.part-*`` file beside its target whose ``flock`` it holds
 until the file is renamed or removed: the next download sweeps the ``.part-*`` files of downloads that were killed
 (their lock is free), as a build sweeps the staging folders of killed builds (staging.py).
+
+An index named with a user and password (``https://USER:PASSWORD@host/simple``) is sent them as a basic-auth header,
+on every request to its origin (scheme, host and port: its pages and files, as pip does) and to no other (a link or a
+redirect elsewhere gets none); they are never part of the address asked for, nor of any message (:mod:`..urls`).
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import http.client
@@ -36,6 +41,7 @@ from ..config import SHA256, Artifact, cache_dir
 from ..errors import ConfigError, FetchError, PatchwheelError
 from ..names import file_name_problem
 from ..reporter import CONSOLE
+from ..urls import redact, split_auth
 from .staging import locked_tempfile, still_linked
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -83,19 +89,87 @@ class _HttpRedirectsOnly(urllib.request.HTTPRedirectHandler):
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
+def _origin(url: str) -> tuple[str, str, int] | None:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
+    except ValueError:  # not a port: urllib refuses the URL itself
+        return None
+    return parts.scheme, parts.hostname or "", port
+
+
+class _BasicAuth(urllib.request.BaseHandler):
+    """The user and password a URL was named with, sent as a basic-auth header with the request for it and with a
+    redirect to the same origin, never elsewhere. urllib would read them as part of the host name
+    (``alice:s3cret@127.0.0.1`` was looked up in DNS), so :func:`_open` takes them out of the URL. The header is
+    one urllib does not carry across a redirect (``add_unredirected_header``): it is added here to each request
+    on the origin."""
+
+    def __init__(self, url: str, user: str, password: str) -> None:
+        self.origin = _origin(url)
+        self.header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    def http_request(self, req: urllib.request.Request) -> urllib.request.Request:
+        if self.origin is not None and _origin(req.full_url) == self.origin:
+            req.add_unredirected_header("Authorization", self.header)
+        return req
+
+    https_request = http_request
+
+
+class Refused(FetchError):
+    """The index asked for a user and password (HTTP 401), or refused the ones it was given (401, 403)."""
+
+
 _OPENER = urllib.request.build_opener(_HttpRedirectsOnly)
 
 
 def _open(url: str, what: str, timeout: float = 60):
+    """Open ``url``, with the user and password it names, if any (:class:`_BasicAuth`). Messages name ``url`` as
+    given, which every error shows redacted (``http://***@host/...``: it was named with credentials)."""
+    bare, auth = split_auth(url)
+    opener = _OPENER
+    if auth is not None:
+        if urllib.parse.urlsplit(bare).scheme not in ("http", "https"):
+            raise FetchError(
+                f"{url} is named with a user and password, which only an http or https index is sent",
+                "remove them from the URL (PATCHWHEEL_INDEX_URL, TORCH_SOURCE or PIP_INDEX_URL)",
+            )
+        opener = urllib.request.build_opener(_HttpRedirectsOnly, _BasicAuth(bare, *auth))
     try:
-        return _OPENER.open(urllib.request.Request(url, headers={"User-Agent": "patchwheel"}), timeout=timeout)
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise _Unreachable(
-            f"cannot fetch {what} from {url}: {reason}",
-            "check the network (the index must be reachable once; later builds use the cache), or set "
-            "PATCHWHEEL_INDEX_URL to a reachable PEP 503 index",
+        return opener.open(urllib.request.Request(bare, headers={"User-Agent": "patchwheel"}), timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code not in (401, 403):
+            raise _unreachable(url, what, exc) from exc
+        raise Refused(
+            f"the package index refused {url} (HTTP {exc.code}: {exc.reason}): it needs a user and password it accepts",
+            "put them in the index's URL, each percent-encoded (@ as %40, : as %3A, / as %2F): "
+            "https://<user>:<password>@host/simple",
         ) from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise _unreachable(url, what, exc) from exc
+
+
+def _with_auth_of(page: str, url: str) -> str:
+    """``url``, linked from the index page ``page``, with the page's user and password where it is on the page's
+    origin and names none (a relative link has them from ``urljoin`` already), as pip sends an index's credentials
+    to its host: the index's own files are behind them too. A link elsewhere gets none."""
+    page_bare, auth = split_auth(page)
+    if auth is None or split_auth(url)[1] is not None or _origin(page_bare) != _origin(url):
+        return url
+    userinfo = urllib.parse.urlsplit(page).netloc.rpartition("@")[0]
+    start = url.index("//") + 2
+    return f"{url[:start]}{userinfo}@{url[start:]}"
+
+
+def _unreachable(url: str, what: str, exc: Exception) -> _Unreachable:
+    reason = getattr(exc, "reason", exc)
+    encoded = " (a user and password in its URL percent-encoded: @ as %40, : as %3A, / as %2F)" if "@" in url else ""
+    return _Unreachable(
+        f"cannot fetch {what} from {url}: {reason}",
+        "check the network (the index must be reachable once; later builds use the cache), or set "
+        f"PATCHWHEEL_INDEX_URL to a reachable PEP 503 index{encoded}",
+    )
 
 
 def _page_url(package: str, index: str | None = None) -> str:
@@ -136,7 +210,7 @@ def project_links(package: str, index: str | None = None) -> dict[str, tuple[str
     page, links = _project_page(package, index)
     out = {}
     for text, href, _ in links:
-        url, _, frag = urllib.parse.urljoin(page, href).partition("#")
+        url, _, frag = _with_auth_of(page, urllib.parse.urljoin(page, href)).partition("#")
         sha = _listed_sha256(frag)
         if sha == "":
             raise FetchError(
@@ -207,7 +281,8 @@ def _check_link(page: str, filename: str, url: str) -> None:
     scheme = urllib.parse.urlsplit(url).scheme
     if scheme in ("http", "https") or (on_disk and scheme == "file"):
         return
-    shown = url if len(url) <= 80 else url[:77] + "…"
+    shown = redact(url)  # before it is cut: a URL cut before its '@' would not be seen to hold a password
+    shown = shown if len(shown) <= 80 else shown[:77] + "…"
     only = (
         "http, https and file links are downloaded from an index on disk"
         if on_disk

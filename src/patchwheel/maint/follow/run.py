@@ -40,6 +40,7 @@ from ...matrix.checks import decide
 from ...matrix.table import Matrix
 from ...reporter import CONSOLE
 from ...series import Patch
+from ...urls import redact
 from ...wheels import fetch, vendored
 from ...wheels.build import build
 from .. import lintall, rebase
@@ -129,7 +130,7 @@ def follow(
             out.append(Followed(pkg, newest, stop=Stop(_said(exc), [f"nox -s follow -- {pkg}   # once it can"])))
             continue
         if not releases:
-            log(f"{pkg}: nothing newer than the line {newest} on {fetch.index_url()}; nothing changed")
+            log(f"{pkg}: nothing newer than the line {newest} on {redact(fetch.index_url())}; nothing changed")
             out.append(Followed(pkg, newest))
             continue
         out.append(_follow_package(project, pkg, releases, prove, log))

@@ -46,6 +46,7 @@ from packaging.version import InvalidVersion, Version
 from ...config import Artifact
 from ...errors import ConfigError, EnvironmentFailed
 from ...names import wheel_name_version
+from ...urls import redact
 from ...wheels import fetch
 from ...wheels.rewrite import read_member
 from . import torchsource
@@ -164,7 +165,7 @@ def _installer(cmd: list[str], env: Path, what: str) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise EnvironmentFailed(
-            f"{what} failed in {env}:\n{res.stderr[-2000:]}", "check the network and the package index"
+            f"{what} failed in {env}:\n{redact(res.stderr)[-2000:]}", "check the network and the package index"
         )
 
 
@@ -303,7 +304,7 @@ def base_env(cache: Path) -> Path:
 
     return _make(
         cache / "envs" / f"base-torch-{torch_version()}",
-        json.dumps({"torch": torch_version(), "wheel": torch.url.partition("#")[0]}),
+        json.dumps({"torch": torch_version(), "wheel": redact(torch.url.partition("#")[0])}),  # no password kept
         build,
         {TORCH_SHA256: torch.sha256 or ""},
     )

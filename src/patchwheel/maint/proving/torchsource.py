@@ -23,6 +23,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from ...errors import ConfigError, FetchError
+from ...urls import redact
 from ...wheels import fetch
 
 ENV = "TORCH_SOURCE"
@@ -38,8 +39,8 @@ class Source:
     is_index: bool
     named_by: str  # how it was chosen, for messages
 
-    def __str__(self) -> str:
-        return f"{self.location} ({self.named_by})"
+    def __str__(self) -> str:  # an index named with a user and password is shown without them
+        return f"{redact(self.location)} ({self.named_by})"
 
     def installer_args(self) -> list[str]:
         """What the installer is told besides the wheel's address (see the module's docstring)."""
@@ -98,8 +99,9 @@ def _files(src: Source) -> dict[str, str]:
         return {p.name: p.as_uri() for p in sorted(Path(src.location).iterdir()) if p.is_file()}
     try:
         links = fetch.project_links("torch", src.location)
-    except FetchError as exc:
-        raise ConfigError(f"torch's page cannot be read from {src}: {exc.message}", _HINT) from exc
+    except FetchError as exc:  # (an index that refused its user and password: how to give them)
+        hint = exc.hint if isinstance(exc, fetch.Refused) else _HINT
+        raise ConfigError(f"torch's page cannot be read from {src}: {exc.message}", hint) from exc
     return {name: url + (f"#sha256={sha}" if sha else "") for name, (url, sha) in links.items()}
 
 
