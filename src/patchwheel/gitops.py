@@ -28,6 +28,9 @@ PINNED_CONFIG = (
     ("core.hooksPath", os.devnull),  # no hook runs: `--no-verify` does not stop prepare-commit-msg or post-*
     ("core.excludesFile", os.devnull),  # a global ignore file would drop files from `git add -A`
     ("core.attributesFile", os.devnull),  # global attributes could make diffs binary or change whitespace rules
+    # A work repository's own config (a maintainer's `git config core.fsmonitor ...` there) would start git's
+    # fsmonitor daemon, whose socket a copy of the folder cannot read, or run the command it names as a hook.
+    ("core.fsmonitor", "false"),
 )
 
 

@@ -293,7 +293,7 @@ def test_a_new_set_goes_after_the_other_sets_and_before_suite(tmp_path):
 
 def test_a_work_folder_edited_by_hand_is_refused_not_followed(demo_project, monkeypatch, tmp_path):
     """The work folder's state names the patches to carry: a name that is a path (out of the folder) is refused,
-    as is a state that is not JSON; nothing of the project is written."""
+    as is a state that is not JSON, before anything runs; nothing of the project is written."""
     kept_by_proof(demo_project)
     demo_project.add_release("0.9.0", CONFLICTING)
     proofs(monkeypatch, tmp_path)
@@ -315,10 +315,11 @@ def test_a_work_folder_edited_by_hand_is_refused_not_followed(demo_project, monk
     state["todo"][1][0] = f"../../../../{outside.relative_to(outside.anchor)}"
     (work / "state.json").write_text(json.dumps(state))
     before = tree(demo_project.root)
-    done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
-    assert done.stop is not None and "holds no patch file source/../" in done.stop.why, done.stop
+    with pytest.raises(PatchwheelError, match=r'state.json: "todo" is .* not a list of \[patch file name'):
+        derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
     assert tree(demo_project.root) == before
     (work / "state.json").write_text("{not json")
-    done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
-    assert done.stop is not None and "cannot read" in done.stop.why and "start over" in done.stop.why, done.stop
+    with pytest.raises(PatchwheelError, match="cannot read .*state.json") as refused:
+        derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
+    assert "--abort`, then derive again" in refused.value.hint
     assert tree(demo_project.root) == before and (work / "state.json").read_text() == "{not json"

@@ -80,6 +80,7 @@ def test_every_git_call_gets_the_one_environment(tmp_path, monkeypatch):
         "command\tcore.hookspath=/dev/null",
         "command\tcore.excludesfile=/dev/null",
         "command\tcore.attributesfile=/dev/null",
+        "command\tcore.fsmonitor=false",
     ]
 
 

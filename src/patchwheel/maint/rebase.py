@@ -13,18 +13,22 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from .. import config, gitops
+from .. import atomic, config, gitops
 from ..config import Project, ReleaseLine
 from ..configfiles import add_release
 from ..errors import ConfigError
+from ..names import SHA256, file_name_problem
 from ..reporter import CONSOLE
-from ..series import Patch, checked_series, parse_patch, patch_name, slug_of
+from ..series import PATCH_NAME, Patch, checked_series, parse_patch, patch_name, slug_of
 from ..wheels import buildno, fetch, vendored
 from .follow import waiting
 from .proving import proofenv
@@ -145,14 +149,112 @@ def _continue(by: str, package: str, version: str) -> str:
     return f"nox -s rebase -- {package} {version} --continue"
 
 
-def _state(state_file: Path) -> dict:
-    try:
-        state = json.loads(state_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {state_file}: {exc}", f"start over: remove {state_file.parent}") from exc
-    if not isinstance(state, dict):
-        raise ConfigError(f"{state_file} is not a rebase's state", f"start over: remove {state_file.parent}")
+#: state.json's fields ("by" may be missing in a folder an older patchwheel made: that was rebase's).
+STATE_KEYS = ("package", "from", "to", "by", "onto", "wheel", "sdist", "todo", "done", "dropped")
+_COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # a full sha1 or sha256 object name, never an option
+_FILE_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")  # what a file name on an index has (it goes into pins.toml)
+
+
+def read_state(work: Path, package: str, version: str, by: str) -> dict:
+    """The rebase state in ``work`` (state.json), every field checked against what the command was given
+    (``package``, ``version``, and ``by``, the command) and against what :func:`carry_line` writes: nothing in a work
+    folder is the tool's own state until it reads back as such (a "package" of ``../../x`` would have put the new
+    line outside the project)."""
+    state_file = work / "state.json"
+    spec = f"{package}=={version}"
+    hint = (
+        f"`nox -s derive -- {spec} --abort`, then derive again"
+        if by == "derive"
+        else f"start over: remove {work}, then `nox -s rebase -- {package} {version}`"
+    )
+    state = waiting.read_json(state_file, hint)
+
+    def bad(key: str, value: object, want: str) -> ConfigError:
+        return ConfigError(f'{state_file}: "{key}" is {waiting.shown(value)}, not {want}', hint)
+
+    if not isinstance(state, dict) or not set(STATE_KEYS) - {"by"} <= set(state) <= set(STATE_KEYS):
+        have = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise ConfigError(
+            f"{state_file} is not a rebase's state: it holds {waiting.shown(have)}, where a rebase writes a table "
+            f"of {', '.join(STATE_KEYS)}",
+            hint,
+        )
+    state.setdefault("by", "rebase")
+    if state["by"] not in ("rebase", "derive"):
+        raise bad("by", state["by"], f"{by!r}, the command that goes on")
+    if state["by"] != by:
+        other = (
+            f"`nox -s derive -- {spec} --continue`, or drop it: `nox -s derive -- {spec} --abort`"
+            if state["by"] == "derive"
+            else f"`nox -s rebase -- {package} {version} --continue`, or drop it: remove {work}"
+        )
+        raise ConfigError(f"{work} is the work folder of a {state['by']}, not of a {by}", f"go on with {other}")
+    for key, want in (("package", package), ("to", version)):
+        if state[key] != want:
+            raise bad(key, state[key], f"{want!r}, the {'package' if key == 'package' else 'release'} given")
+    if not _is_version(state["from"]):
+        raise bad("from", state["from"], "a release line's version")
+    if not isinstance(state["onto"], str) or not _COMMIT.fullmatch(state["onto"]):
+        raise bad("onto", state["onto"], "a commit of the work repository")
+    _artifact(state, "wheel", package, version, bad)
+    if state["sdist"] is not None:
+        _artifact(state, "sdist", package, version, bad)
+    todo = state["todo"]
+    if not isinstance(todo, list) or not all(
+        isinstance(t, list)
+        and len(t) == 3
+        and all(isinstance(x, str) for x in t)
+        and PATCH_NAME.match(t[0])
+        and _COMMIT.fullmatch(t[1])
+        and t[2] == f"source/{t[0]}"
+        for t in todo
+    ):
+        raise bad("todo", todo, "a list of [patch file name, commit, source/<patch file name>]")
+    for key in ("done", "dropped"):
+        value = state[key]
+        if not isinstance(value, dict) or not all(
+            PATCH_NAME.match(name) and isinstance(why, str) and why.isprintable() for name, why in value.items()
+        ):
+            raise bad(key, value, "a table of patch file names and one-line reasons")
+    names = [t[0] for t in todo] + list(state["done"]) + list(state["dropped"])
+    if len(set(names)) != len(names):
+        raise bad("todo", todo, 'a list of patches that are neither in "done" nor in "dropped", each once')
     return state
+
+
+def _is_version(value: object) -> bool:
+    """A version as the tool writes it: normalized (so that it names a folder as the line's pin does)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return str(Version(value)) == value
+    except InvalidVersion:
+        return False
+
+
+def _artifact(state: dict, key: str, package: str, version: str, bad) -> None:
+    """state[key]: [file name, sha256] of the release's wheel or sdist (what the new pin will say)."""
+    value = state[key]
+    want = f"[file name, sha256] of {package} {version}'s {key}"
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, str) for x in value)):
+        raise bad(key, value, want)
+    filename, sha = value
+    if not SHA256.match(sha) or not _FILE_CHARS.fullmatch(filename) or file_name_problem(filename):
+        raise bad(key, value, want)
+    try:
+        if key == "wheel":
+            name, got, _, _ = parse_wheel_filename(filename)
+        else:
+            name, got = parse_sdist_filename(filename)
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        raise bad(key, value, want) from None
+    if name != package or got != Version(version):
+        raise bad(key, value, want)
+
+
+def _write_state(work: Path, state: dict) -> None:
+    """state.json replaced whole (a link there is replaced, never written through)."""
+    atomic.replace_text(work / "state.json", json.dumps(state, indent=1))
 
 
 def _source_patch(work: Path, name: str) -> Path:
@@ -166,19 +268,29 @@ def _source_patch(work: Path, name: str) -> Path:
     return path
 
 
-def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool:
+def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str = "rebase") -> bool:
+    """Go on after a conflict was resolved in the work repository; ``by``: the command that goes on (derive calls
+    it in its scratch copy). The work folder's state must be that command's, for ``package`` ``version``."""
     version = _version(version)
-    work = _work(project, package, version)
+    package = project.line(package).package  # a known package, as the tool names its folders
+    work = waiting.folder(project.root, package, version)
     state_file = work / "state.json"
-    if not state_file.is_file():
+    if not os.path.lexists(state_file):
         raise ConfigError(
             f"no rebase onto {package} {version} is in progress",
             f"start one with `nox -s rebase -- {package} {version}`",
         )
-    state = _state(state_file)
+    state = read_state(work, package, version, by)
+    repo = work / "repo"
+    for name in ("repo", "source"):
+        if (work / name).is_symlink() or not (work / name).is_dir():
+            raise ConfigError(
+                f"{work / name} is not a folder the rebase made", f"start over: remove {work}, then rebase again"
+            )
+    for _ in waiting.entries(work, f"remove it, or start over: remove {work}, then rebase again"):
+        pass  # a link or a special file (a named pipe) is refused before git or the tool opens anything
     if not state["todo"]:  # every patch carried, the line not written yet (a later step stopped): write it
         return _proceed(project, work, state, log)
-    repo = work / "repo"
     unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
     if unmerged:
         raise ConfigError(
@@ -201,7 +313,7 @@ def _proceed(project: Project, work: Path, state: dict, log) -> bool:
         if result.status == "conflict":
             # Leave the conflict in the work tree for a human.
             gitops.try_git(repo, "cherry-pick", commit)
-            (work / "state.json").write_text(json.dumps(state, indent=1))
+            _write_state(work, state)
             log(f"{name}: CONFLICT in {', '.join(result.conflicts)}")
             log(f"  resolve it in {repo}/{result.conflicts[0]} (conflict markers), keeping the patch's intent;")
             log(f"  then: git -C {repo} add {' '.join(result.conflicts)}")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -135,31 +134,47 @@ def derive(
 
 
 def resume(project: Project, spec: str, prove: Prove, *, log: Callable[[str], None] = CONSOLE) -> Derived:
-    """Go on with the derive of ``spec`` after its conflict was resolved in ``.rebase/<pkg>-<version>/repo``."""
+    """Go on with the derive of ``spec`` after its conflict was resolved in ``.rebase/<pkg>-<version>/repo``. The
+    work folder's state is input: checked, every field, against ``spec`` and the project before anything runs."""
     package, version = parse_spec(spec)
     saved = waiting.load(project.root, package, version)
+    work = waiting.path(project.root, package, version)
+    again = f"`nox -s derive -- {spec} --abort`, then derive again"
+    carried = rebase.read_state(work, package, version, by="derive")
     _not_a_line(project, package, version)
     _set_can_take(project, saved["set"], package)
     source = next((ln for ln in project.lines[package] if ln.version == saved["source"]), None)
-    if source is not None and _series_digest(source) != saved["source_series"]:
+    if source is None:
+        raise ConfigError(
+            f"the line {package}/{saved['source']} this derive started from is not in the project any more (or "
+            f"{work / waiting.STATE} was changed): its resolution cannot be checked against it",
+            again,
+        )
+    if carried["from"] != source.version:
+        raise ConfigError(
+            f'{work / "state.json"}: "from" is {waiting.shown(carried["from"])}, not {source.version!r}, the line '
+            f"{work / waiting.STATE} names",
+            again,
+        )
+    if _series_digest(source) != saved["source_series"]:
         raise ConfigError(
             f"the line {source.key} changed since this derive started from it: its resolution would carry an old "
             "series",
-            f"`nox -s derive -- {spec} --abort`, then derive again",
+            again,
         )
     done = Derived(package, version, saved["source"], saved["set"], source_series=saved["source_series"])
     done.verdicts = [Verdict(**v) for v in saved["verdicts"]]
     done.others = [Verdict(**v) for v in saved["others"]]
-    done.copied = waiting.digest(waiting.path(project.root, package, version))
-    done.waiting = str(waiting.path(project.root, package, version) / "repo")
+    done.copied = waiting.digest(work, again)  # refuses a link or a special file (git's own left out)
+    done.waiting = str(work / "repo")
     return _run(project, done, log, partial(_resume, prove=prove))
 
 
 def abort(project: Project, spec: str) -> Path:
-    """Remove the work folder of a derive waiting at a conflict (only one derive made): the folder removed."""
+    """Remove the work folder of a derive waiting at a conflict (only one derive made, whatever its state file
+    holds: a damaged one is what --abort is for): the folder removed."""
     package, version = parse_spec(spec)
-    waiting.load(project.root, package, version)  # refuses a folder derive did not make
-    work = waiting.path(project.root, package, version)
+    work = waiting.owned(project.root, package, version)  # refuses a folder derive did not make
     with held_interrupts():
         waiting.remove(work)
     return work
@@ -272,13 +287,14 @@ def _start(
 
 def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: Prove) -> Stop | None:
     real = waiting.path(work.project, done.package, done.version)
-    shutil.copytree(real, waiting.path(work.root, done.package, done.version), symlinks=True)
-    if waiting.digest(real) != done.copied:  # the copy is of the folder as --continue found it, or nothing
+    again = f"`nox -s derive -- {done.package}=={done.version} --abort`, then derive again"
+    copied = waiting.digest(real, again, into=waiting.path(work.root, done.package, done.version))
+    if copied != done.copied:  # the copy is of the folder as --continue found it, or nothing
         raise ConfigError(f"{real} changed while it was copied", "run --continue again")
     project = config.load(work.root)
     said: list[str] = []
     say(f"carrying the rest of the line {done.source} (the conflict resolved in {real / 'repo'})")
-    if not rebase.resume(project, done.package, done.version, log=said.append):
+    if not rebase.resume(project, done.package, done.version, log=said.append, by="derive"):
         return _wait(work, done, said)
     done.carried = [s for s in said if not s.startswith("  ")]
     return _finish(work, done, prove, say)

@@ -2,29 +2,69 @@
 
 It holds the rebase's work repository and state (:mod:`rebase`) and, beside them, derive's own state
 (``derive.json``): the source line, the set, the verdicts, and the digest of the source line's series. Only a folder
-that holds ``derive.json`` is derive's: a folder of ``rebase``, a link, a file or anything else there is refused
-with what to do, never read through, replaced or removed. ``--continue`` works on a copy and checks, before it
-writes or removes anything, that the folder is still as it was copied (the maintainer may be editing it).
+that holds ``derive.json`` (a regular file) is derive's: a folder of ``rebase``, a link, a file or anything else
+there is refused with what to do, never read through, replaced or removed. ``--abort`` removes derive's folder
+whatever its state file holds; ``--continue`` reads the state as input, every field checked (:func:`load`), works
+on a copy and checks, before it writes or removes anything, that the folder is still as it was copied (the
+maintainer may be editing it).
+
+Nothing in the folder is opened before its type is known (:func:`read_file`, :func:`entries`): a named pipe hangs
+its reader, a socket cannot be opened at all. The tool makes only folders and regular files there; git's own
+runtime files in ``repo/.git/`` (the socket of the fsmonitor daemon a maintainer's ``core.fsmonitor=true``
+starts) are left out of every copy and comparison, and any other link or special file is refused by name.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import reprlib
 import shutil
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import ConfigError
+from ...names import SHA256, file_name_problem
 from .scratch import held_interrupts
 
 STATE = "derive.json"
 REBASE = ".rebase"
+#: derive.json's fields, and those of each verdict in it (:class:`follow.run.Verdict`).
+KEYS = ("source", "set", "verdicts", "others", "source_series")
+VERDICT_KEYS = ("patch", "text", "behaviour", "detail", "decision")
 
 
 def path(root: Path, package: str, version: str) -> Path:
     """Where the carry onto ``package`` ``version`` waits (rebase's folder for it)."""
     return root / REBASE / f"{package}-{version}"
+
+
+def kind(mode: int) -> str:
+    """What an entry of ``mode`` (``lstat``) is, in words."""
+    for test, words in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a link"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return words
+    return "a special file"
+
+
+def shown(value: object) -> str:
+    """A value read from a state file, for a message: short whatever it holds."""
+    return _SHORT.repr(value)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
 
 
 def _parent_ok(root: Path) -> None:
@@ -40,6 +80,124 @@ def _parent_ok(root: Path) -> None:
 def _folder_ok(work: Path) -> None:
     if work.is_symlink() or not work.is_dir():
         raise ConfigError(f"{work} is {'a link' if work.is_symlink() else 'not a folder'}", f"move {work} away")
+
+
+def folder(root: Path, package: str, version: str) -> Path:
+    """The work folder of ``package`` ``version``, checked to be a plain folder in a plain ``.rebase/`` (no link is
+    followed); it may not exist."""
+    _parent_ok(root)
+    work = path(root, package, version)
+    if work.exists() or work.is_symlink():
+        _folder_ok(work)
+    return work
+
+
+def read_file(file: Path, hint: str) -> bytes:
+    """The bytes of ``file``, a regular file: its type checked first (``lstat``: a named pipe is never opened, it
+    would block its reader), then opened without following a link and without waiting, and checked again."""
+    try:
+        mode = file.lstat().st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"{file} is missing", hint) from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"{file} is {kind(mode)}, not the tool's state", hint)
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise ConfigError(f"{file} is missing", hint) from None
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):  # ELOOP: a link; ENXIO: a socket
+            raise ConfigError(f"cannot read {file}: {exc.strerror}", hint) from None
+        raise ConfigError(f"{file} is {kind(file.lstat().st_mode)}, not the tool's state", hint) from None
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fh.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"{file} is {kind(mode)}, not the tool's state", hint)
+        return fh.read()
+
+
+def read_json(file: Path, hint: str) -> object:
+    """A state file's JSON (:func:`read_file`); a file that is not JSON is refused with ``hint``."""
+    data = read_file(file, hint)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:  # RecursionError: thousands of nested brackets
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ConfigError(f"cannot read {file}: {reason}", hint) from None
+
+
+def entries(work: Path, hint: str) -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry under ``work`` (relative path, ``lstat``), sorted, folders before what they hold, none followed.
+    The tool makes folders and regular files there: a link or special file is refused by name, except git's
+    runtime files in ``repo/.git/`` (the fsmonitor daemon's socket), which are left out."""
+
+    def walk(rel: str) -> Iterator[tuple[str, os.stat_result]]:
+        try:
+            with os.scandir(work / rel if rel else work) as it:
+                names = sorted(e.name for e in it)
+        except OSError as exc:
+            raise ConfigError(f"{work / rel} changed while it was read ({exc.strerror})", hint) from None
+        for name in names:
+            here = f"{rel}/{name}" if rel else name
+            try:
+                info = os.lstat(work / here)
+            except FileNotFoundError:  # gone meanwhile (git's lock files): as if never there
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                yield here, info
+                yield from walk(here)
+            elif stat.S_ISREG(info.st_mode):
+                yield here, info
+            elif not stat.S_ISLNK(info.st_mode) and here.startswith("repo/.git/"):
+                continue  # git's own: a daemon's socket, not the repository's content
+            else:
+                raise ConfigError(
+                    f"{work / here} is {kind(info.st_mode)}: the tool's work folder holds only folders and regular "
+                    "files, and the tool opens nothing else there",
+                    hint,
+                )
+
+    return walk("")
+
+
+def _read_entry(file: Path, hint: str) -> tuple[bytes, os.stat_result]:
+    """A regular file :func:`entries` listed, and its ``fstat``: one that became something else meanwhile (opened
+    without waiting and without following a link) is refused."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"{file} changed while it was read ({exc.strerror})", hint) from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{file} is {kind(info.st_mode)}: the tool opens nothing but regular files", hint)
+        return fh.read(), info
+
+
+def digest(work: Path, hint: str = "", *, into: Path | None = None) -> str:
+    """sha256 over every entry under ``work`` (:func:`entries`: its path, and a file's bytes): what ``--continue``
+    compares before it writes. With ``into``, the folder is copied there (files with their mode and times) as it is
+    read: the digest is that of the copy, whatever changes in ``work`` meanwhile."""
+    hint = hint or f"remove it, or start over (remove {work})"
+    h = hashlib.sha256()
+    if into is not None:
+        into.mkdir(parents=True, exist_ok=True)
+    for rel, info in entries(work, hint):
+        h.update(rel.encode() + b"\0")
+        if stat.S_ISDIR(info.st_mode):
+            h.update(b"folder\0")
+            if into is not None:
+                (into / rel).mkdir(parents=True, exist_ok=True)
+            continue
+        data, info = _read_entry(work / rel, hint)
+        h.update(data + b"\0")
+        if into is not None:
+            target = into / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            os.chmod(target, stat.S_IMODE(info.st_mode))
+            os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+    return h.hexdigest()
 
 
 def refuse_existing(root: Path, package: str, version: str) -> None:
@@ -62,13 +220,13 @@ def refuse_existing(root: Path, package: str, version: str) -> None:
     raise ConfigError(f"{work} exists and is not a derive's work folder", "move it away, then derive again")
 
 
-def load(root: Path, package: str, version: str) -> dict:
-    """derive's state of the folder waiting for ``package`` ``version``; refused when there is none, or the folder is
-    not derive's."""
+def owned(root: Path, package: str, version: str) -> Path:
+    """The folder waiting for ``package`` ``version`` when derive made it: a plain folder whose ``derive.json`` is
+    a regular file (what it holds is not read here). Anything else is refused with what to do."""
     _parent_ok(root)
     work = path(root, package, version)
     spec = f"{package}=={version}"
-    if not (work.exists() or work.is_symlink()) or (work.is_dir() and not (work / STATE).exists()):
+    if not (work.exists() or work.is_symlink()) or (work.is_dir() and not os.path.lexists(work / STATE)):
         what = "a rebase" if (work / "state.json").is_file() else ("nothing" if not work.exists() else "something else")
         hint = (
             f"that is `nox -s rebase`'s: finish it with `nox -s rebase -- {package} {version} --continue`"
@@ -77,34 +235,50 @@ def load(root: Path, package: str, version: str) -> dict:
         )
         raise ConfigError(f"no derive of {package} {version} is waiting in {work} ({what} is there)", hint)
     _folder_ok(work)
-    try:
-        state = json.loads((work / STATE).read_text())
-    except (OSError, ValueError) as exc:
+    mode = (work / STATE).lstat().st_mode
+    if not stat.S_ISREG(mode):
         raise ConfigError(
-            f"cannot read {work / STATE}: {exc}", f"`nox -s derive -- {spec} --abort`, then derive again"
-        ) from exc
-    keys = {"source", "set", "verdicts", "others", "source_series"}
-    if not isinstance(state, dict) or set(state) != keys:
-        raise ConfigError(f"{work / STATE} is not a derive's state", f"`nox -s derive -- {spec} --abort`, then again")
+            f"{work / STATE} is {kind(mode)}, not derive's state: {work} is not a folder derive made",
+            f"move {work} away",
+        )
+    return work
+
+
+def load(root: Path, package: str, version: str) -> dict:
+    """derive's state of the folder waiting for ``package`` ``version``, every field checked; refused when there is
+    none, the folder is not derive's, or a field is not what derive writes."""
+    work = owned(root, package, version)
+    file = work / STATE
+    hint = f"`nox -s derive -- {package}=={version} --abort`, then derive again"
+    state = read_json(file, hint)
+
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"{file} is not a derive's state: {what}", hint)
+
+    if not isinstance(state, dict) or set(state) != set(KEYS):
+        have = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise bad(f"it holds {shown(have)}, where derive writes a table of {', '.join(KEYS)}")
+    for key in ("source", "set"):
+        if not isinstance(state[key], str) or not state[key]:
+            raise bad(f'"{key}" is {shown(state[key])}, not a name')
+    for key in ("verdicts", "others"):
+        value = state[key]
+        if not isinstance(value, list) or not all(
+            isinstance(v, dict) and set(v) == set(VERDICT_KEYS) and all(isinstance(x, str) for x in v.values())
+            for v in value
+        ):
+            raise bad(f'"{key}" is {shown(value)}, not a list of verdicts (tables of {", ".join(VERDICT_KEYS)})')
+    series = state["source_series"]
+    if not isinstance(series, dict) or not all(
+        file_name_problem(name) is None and isinstance(sha, str) and SHA256.match(sha) for name, sha in series.items()
+    ):
+        raise bad(f'"source_series" is {shown(series)}, not a table of file names and sha256s')
     return state
-
-
-def digest(folder: Path) -> str:
-    """sha256 over every file under ``folder`` (its path and bytes): what ``--continue`` compares before it writes."""
-    h = hashlib.sha256()
-    for dirpath, dirs, files in os.walk(folder, followlinks=False):
-        dirs.sort()
-        for name in sorted(files):
-            file = Path(dirpath) / name
-            h.update(file.relative_to(folder).as_posix().encode() + b"\0")
-            h.update(os.readlink(file).encode() if file.is_symlink() else file.read_bytes())
-            h.update(b"\0")
-    return h.hexdigest()
 
 
 def unchanged(real: Path, copied: str, spec: str) -> None:
     """Refuse, before anything is written, when the waiting folder changed since ``--continue`` copied it."""
-    if digest(real) != copied:
+    if digest(real, f"`nox -s derive -- {spec} --abort`, then derive again") != copied:
         raise ConfigError(
             f"{real} changed while derive ran: nothing was written, and the folder is as you left it",
             f"run `nox -s derive -- {spec} --continue` again once your edits there are done",
@@ -139,8 +313,17 @@ def put(copy: Path, real: Path, state: dict, copied: str | None, spec: str) -> N
 
 
 def remove(work: Path) -> None:
-    """A derive's work folder (checked to be one), and .rebase/ when nothing else waits there."""
+    """A derive's work folder (checked to be one), and .rebase/ when nothing else waits there. ``derive.json`` goes
+    last: a removal cut short (a kill) leaves a folder that is still derive's, which ``--abort`` removes."""
     _folder_ok(work)
-    shutil.rmtree(work)
+    for entry in sorted(work.iterdir()):
+        if entry.name == STATE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    (work / STATE).unlink(missing_ok=True)
+    work.rmdir()
     if not any(work.parent.iterdir()):
         work.parent.rmdir()
