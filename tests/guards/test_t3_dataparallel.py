@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import guardkit
+import tiny_models
 from dataparallel_sim import simulate
 from tiny_llama import small_config
 
@@ -244,23 +245,9 @@ def test_numpy_count_from_get_batch_samples(observe, tmp_path, monkeypatch, kind
     array), for a model that reads it with ``float()``: on full batches, the one-device loss on pristine since 4.57
     (the replicas got it whole, and ``compute_loss`` multiplied their losses by ``n_gpu``), and on +fixed (a share
     each). Before 4.57 (nothing scaled) pristine's loss was ``1/n_gpu`` of it: in the bug there."""
-    import numpy as np
-    from transformers import LlamaForCausalLM, Trainer
+    float_count_llama, numpy_count_trainer = tiny_models.numpy_count_classes(kind)
 
-    class FloatCountLlama(LlamaForCausalLM):
-        def forward(self, input_ids=None, labels=None, num_items_in_batch=None, **kwargs):
-            count = None if num_items_in_batch is None else float(num_items_in_batch)
-            return super().forward(input_ids=input_ids, labels=labels, num_items_in_batch=count, **kwargs)
-
-    class NumpyCount(Trainer):
-        def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
-            batches, count = super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
-            if count is None:
-                return batches, None
-            tokens = np.sum([int((b["labels"] != -100).sum()) for b in batches])
-            return batches, tokens if kind == "numpy-int64" else np.asarray(tokens)
-
-    _observe(observe, _train(tmp_path, monkeypatch, _model(FloatCountLlama), trainer_cls=NumpyCount))
+    _observe(observe, _train(tmp_path, monkeypatch, _model(float_count_llama), trainer_cls=numpy_count_trainer))
 
 
 @IN_THE_BUG

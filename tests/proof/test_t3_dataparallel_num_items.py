@@ -41,6 +41,7 @@ import copy
 import pytest
 import torch
 
+import tiny_models
 from dataparallel_sim import REPLICAS, simulate
 from proofkit import BugSymptom
 from tiny_llama import small_config
@@ -425,25 +426,11 @@ def test_numpy_count_from_get_batch_samples(tmp_path, monkeypatch, kind):
     or a 0-d array), for a model that reads its count with ``float()`` (which a 0-d array needs: torch cannot divide
     by one). The count must be shared as any other number is: every replica's loss over its share, on a full batch
     and on the last, smaller one."""
-    import numpy as np
-    from transformers import LlamaForCausalLM, Trainer
+    float_count_llama, numpy_count_trainer = tiny_models.numpy_count_classes(kind)
 
-    class FloatCountLlama(LlamaForCausalLM):
-        def forward(self, input_ids=None, labels=None, num_items_in_batch=None, **kwargs):
-            count = None if num_items_in_batch is None else float(num_items_in_batch)
-            return super().forward(input_ids=input_ids, labels=labels, num_items_in_batch=count, **kwargs)
-
-    class NumpyCountTrainer(Trainer):
-        def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
-            batches, count = super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
-            if count is None:
-                return batches, None
-            tokens = np.sum([int((b["labels"] != -100).sum()) for b in batches])
-            return batches, tokens if kind == "numpy-int64" else np.asarray(tokens)
-
-    model = _model(FloatCountLlama)
+    model = _model(float_count_llama)
     start = copy.deepcopy(model)
-    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=NumpyCountTrainer)
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, base=numpy_count_trainer)
     _check_replicas(trainer.replica_log, [[2, 2], [1]])
     assert all("num_items_in_batch" in r for step in trainer.replica_log for r in step)
     _check_losses(trainer.losses, _reference(start, trainer.batches))

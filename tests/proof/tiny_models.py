@@ -111,3 +111,27 @@ def logits(model) -> torch.Tensor:
 def tensors(model) -> dict[str, torch.Tensor]:
     """Every parameter and buffer, by name."""
     return dict(model.named_parameters()) | dict(model.named_buffers())
+
+
+def numpy_count_classes(kind: str):
+    """A Llama that reads ``num_items_in_batch`` with ``float()`` (which a 0-d array needs: torch cannot divide by
+    one), and a ``Trainer`` whose ``get_batch_samples`` counts the batch's tokens with NumPy (``np.sum``): a
+    ``numpy.int64`` for ``kind`` "numpy-int64", a 0-d array for "numpy-0-d-array". Returns (model class, trainer
+    class)."""
+    import numpy as np
+    from transformers import LlamaForCausalLM, Trainer
+
+    class FloatCountLlama(LlamaForCausalLM):
+        def forward(self, input_ids=None, labels=None, num_items_in_batch=None, **kwargs):
+            count = None if num_items_in_batch is None else float(num_items_in_batch)
+            return super().forward(input_ids=input_ids, labels=labels, num_items_in_batch=count, **kwargs)
+
+    class NumpyCountTrainer(Trainer):
+        def get_batch_samples(self, epoch_iterator, num_batches, *args, **kwargs):
+            batches, count = super().get_batch_samples(epoch_iterator, num_batches, *args, **kwargs)
+            if count is None:
+                return batches, None
+            tokens = np.sum([int((b["labels"] != -100).sum()) for b in batches])
+            return batches, tokens if kind == "numpy-int64" else np.asarray(tokens)
+
+    return FloatCountLlama, NumpyCountTrainer
