@@ -287,8 +287,10 @@ def test_the_installer_gets_the_credentials_and_the_environment_keeps_none(auth_
     wheel = torchsource.wheel("2.13.0", [])
     env = tmp_path / "env"
     proofenv._create(env)
+    installs = Installs(monkeypatch, passthrough=True)
     proofenv._install(env, "--no-deps", wheel.requirement, *wheel.source.installer_args())
     assert (proofenv.site_packages(env) / "torch-2.13.0.dist-info").is_dir()
+    _must_not_leak({"the installer's command line": " ".join(installs.installs()[0]["argv"])})
     assert (f"/files/{wheel_file.name}", "Basic " + SECRETS[1]) in auth_index.seen
     _must_not_leak({}, env)
 
@@ -296,6 +298,75 @@ def test_the_installer_gets_the_credentials_and_the_environment_keeps_none(auth_
         proofenv._install(env, "--no-deps", f"torch @ http://{USERINFO}@{auth_index.origin}/files/gone.whl")
     _must_not_leak({"error": str(failed.value)})
     assert f"http://***@{auth_index.origin}/files/gone.whl" in failed.value.message
+
+
+class Installs:
+    """``subprocess.run`` as ``proofenv`` calls it, recorded, not run: each installer's command line, the
+    environment it was given, and what each requirements file (``-r``) it names held then (its text, its mode and
+    its folder's), since the tool removes it after. ``passthrough``: run it too (a real install)."""
+
+    def __init__(self, monkeypatch, passthrough: bool = False) -> None:
+        import subprocess
+
+        self.calls: list[dict] = []
+        real = subprocess.run
+
+        def run(cmd, *args, **kw):
+            files = [Path(cmd[i + 1]) for i, a in enumerate(cmd[:-1]) if a in ("-r", "--requirement")]
+            self.calls.append(
+                {
+                    "argv": list(cmd),
+                    "env": dict(kw.get("env") or __import__("os").environ),
+                    "files": {
+                        f: (f.read_text(), f.stat().st_mode & 0o777, f.parent.stat().st_mode & 0o777) for f in files
+                    },
+                }
+            )
+            if passthrough:
+                return real(cmd, *args, **kw)
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+
+        monkeypatch.setattr(proofenv.subprocess, "run", run)
+
+    def installs(self) -> list[dict]:
+        return [c for c in self.calls if "install" in c["argv"]]
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_the_installer_is_given_the_credentials_outside_its_command_line(
+    auth_index, tmp_path, monkeypatch, installer
+):
+    """Any user of the machine reads a process's command line (`ps`, /proc/<pid>/cmdline); only its own user reads
+    its environment and its private files. Once uv was run with `--index-url $PIP_INDEX_URL`, `--extra-index-url`
+    and `torch @ URL` each holding the user and password, and pip with the torch index and `torch @ URL`. Now the
+    indexes reach uv by its environment variables, and each argument holding a credential reaches either installer
+    by a requirements file of mode 0600 in a private folder, removed after; the wheel's sha256 goes with it."""
+    monkeypatch.setenv("PATCHWHEEL_INSTALLER", installer)
+    wheel_file = _torch_wheel(tmp_path)
+    auth_index.project("torch", wheel_file)
+    index, extra = auth_index.url(), auth_index.url().replace("/simple", "/extra/simple")
+    monkeypatch.setenv("TORCH_SOURCE", index.replace("/simple", "/torch/simple"))
+    monkeypatch.setenv("PIP_INDEX_URL", index)
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", extra)
+    monkeypatch.setattr(proofenv, "pip_find_links", lambda: [])
+    monkeypatch.setattr(torchsource, "_files", lambda src: {wheel_file.name: f"{src.location}/f.whl#sha256=ab"})
+    torch = torchsource.wheel("2.13.0", [])
+    assert torch.requirement == f"torch @ {index.replace('/simple', '/torch/simple')}/f.whl#sha256=ab"
+    installs = Installs(monkeypatch)
+    proofenv._install(tmp_path / "env", torch.requirement, "pytest", *torch.source.installer_args())
+    [call] = installs.installs()
+    _must_not_leak({"the installer's command line": " ".join(call["argv"])})
+
+    # What it reads: its environment, and the requirements file the command line names.
+    [(file, (text, mode, folder_mode))] = call["files"].items()
+    assert (mode, folder_mode) == (0o600, 0o700)
+    assert not file.parent.exists(), "the requirements file is left behind"
+    assert text.splitlines() == [f"--extra-index-url {torch.source.location}", torch.requirement]
+    if installer == "uv":
+        assert (call["env"]["UV_INDEX_URL"], call["env"]["UV_EXTRA_INDEX_URL"]) == (index, extra)
+    else:  # pip reads PIP_INDEX_URL and PIP_EXTRA_INDEX_URL itself
+        assert (call["env"]["PIP_INDEX_URL"], call["env"]["PIP_EXTRA_INDEX_URL"]) == (index, extra)
+    assert "pytest" in call["argv"]
 
 
 # --- the one redaction --------------------------------------------------------------------------------------------
