@@ -7,7 +7,7 @@ redacts its message and hint), every line printed about an index, every marker t
 from. The user and password become ``***`` (``https://***@host/simple``, as pip's ``redact_auth_from_url`` hides
 them), and so does each value of a query string (a signed download link's token). :func:`split_auth` takes them out
 of a URL for the one place that sends them, as a basic-auth header (``wheels/fetch.py``); an installer (uv, pip) is
-given the URL whole, and reads them itself.
+given the URL whole, and reads them itself, never on its command line (``proofenv._install``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ import base64
 import hashlib
 import http.server
 import json
+import os
+import subprocess
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -275,7 +277,9 @@ def test_a_torch_index_with_a_user_and_password_is_read_with_them_and_shows_them
 
 def test_the_installer_gets_the_credentials_and_the_environment_keeps_none(auth_index, tmp_path, monkeypatch):
     """A real install (uv, as the proofs' environments are made) of the torch wheel the source names, over the
-    basic-auth index; and an install that fails says so without the password."""
+    basic-auth index, given the credentials outside its command line and checking the wheel's sha256; and an
+    install that fails says so without the password. (pip's, the same with PATCHWHEEL_INSTALLER=pip, passes too;
+    left out here for its 6 s of ensurepip.)"""
     assert proofenv.uv_bin(), "uv is part of the test extra (patchwheel[maint])"
     wheel_file = _torch_wheel(tmp_path)
     auth_index.project("torch", wheel_file)
@@ -288,9 +292,15 @@ def test_the_installer_gets_the_credentials_and_the_environment_keeps_none(auth_
     env = tmp_path / "env"
     proofenv._create(env)
     installs = Installs(monkeypatch, passthrough=True)
+    # The requirements file keeps the wheel's sha256, which the installer checks.
+    with pytest.raises(PatchwheelError) as wrong:
+        proofenv._install(env, "--no-deps", wheel.requirement.replace(wheel.sha256 or "?", "0" * 64))
+    _must_not_leak({"error": str(wrong.value)})
+    assert "hash" in wrong.value.message.lower(), wrong.value.message
+    assert not (proofenv.site_packages(env) / "torch-2.13.0.dist-info").exists()
     proofenv._install(env, "--no-deps", wheel.requirement, *wheel.source.installer_args())
     assert (proofenv.site_packages(env) / "torch-2.13.0.dist-info").is_dir()
-    _must_not_leak({"the installer's command line": " ".join(installs.installs()[0]["argv"])})
+    _must_not_leak({f"install {i}'s command line": " ".join(c["argv"]) for i, c in enumerate(installs.installs())})
     assert (f"/files/{wheel_file.name}", "Basic " + SECRETS[1]) in auth_index.seen
     _must_not_leak({}, env)
 
@@ -306,8 +316,6 @@ class Installs:
     its folder's), since the tool removes it after. ``passthrough``: run it too (a real install)."""
 
     def __init__(self, monkeypatch, passthrough: bool = False) -> None:
-        import subprocess
-
         self.calls: list[dict] = []
         real = subprocess.run
 
@@ -316,7 +324,7 @@ class Installs:
             self.calls.append(
                 {
                     "argv": list(cmd),
-                    "env": dict(kw.get("env") or __import__("os").environ),
+                    "env": dict(kw.get("env") or os.environ),
                     "files": {
                         f: (f.read_text(), f.stat().st_mode & 0o777, f.parent.stat().st_mode & 0o777) for f in files
                     },
@@ -333,14 +341,13 @@ class Installs:
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_the_installer_is_given_the_credentials_outside_its_command_line(
-    auth_index, tmp_path, monkeypatch, installer
-):
+def test_the_installer_is_given_the_credentials_outside_its_command_line(auth_index, tmp_path, monkeypatch, installer):
     """Any user of the machine reads a process's command line (`ps`, /proc/<pid>/cmdline); only its own user reads
-    its environment and its private files. Once uv was run with `--index-url $PIP_INDEX_URL`, `--extra-index-url`
-    and `torch @ URL` each holding the user and password, and pip with the torch index and `torch @ URL`. Now the
-    indexes reach uv by its environment variables, and each argument holding a credential reaches either installer
-    by a requirements file of mode 0600 in a private folder, removed after; the wheel's sha256 goes with it."""
+    its environment and its private files. Once uv was run with `--index-url $PIP_INDEX_URL`, `--extra-index-url`,
+    `--find-links` and `torch @ URL` each holding the user and password, and pip with the torch index and
+    `torch @ URL`. Now pip's indexes reach uv by its own environment variables, and each other argument holding a
+    credential reaches either installer by a requirements file of mode 0600 in a private folder, removed after; the
+    wheel's sha256 goes with it."""
     monkeypatch.setenv("PATCHWHEEL_INSTALLER", installer)
     wheel_file = _torch_wheel(tmp_path)
     auth_index.project("torch", wheel_file)
@@ -348,8 +355,9 @@ def test_the_installer_is_given_the_credentials_outside_its_command_line(
     monkeypatch.setenv("TORCH_SOURCE", index.replace("/simple", "/torch/simple"))
     monkeypatch.setenv("PIP_INDEX_URL", index)
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", extra)
-    monkeypatch.setattr(proofenv, "pip_find_links", lambda: [])
     monkeypatch.setattr(torchsource, "_files", lambda src: {wheel_file.name: f"{src.location}/f.whl#sha256=ab"})
+    links = [str(tmp_path), index.replace("/simple", "/links/")]  # uv is given pip's find-links
+    monkeypatch.setattr(proofenv, "pip_find_links", lambda: links)
     torch = torchsource.wheel("2.13.0", [])
     assert torch.requirement == f"torch @ {index.replace('/simple', '/torch/simple')}/f.whl#sha256=ab"
     installs = Installs(monkeypatch)
@@ -361,10 +369,13 @@ def test_the_installer_is_given_the_credentials_outside_its_command_line(
     [(file, (text, mode, folder_mode))] = call["files"].items()
     assert (mode, folder_mode) == (0o600, 0o700)
     assert not file.parent.exists(), "the requirements file is left behind"
-    assert text.splitlines() == [f"--extra-index-url {torch.source.location}", torch.requirement]
+    lines = [torch.requirement, f"--extra-index-url {torch.source.location}"]
     if installer == "uv":
+        assert text.splitlines() == [f"--find-links {links[1]}", *lines]
+        assert call["argv"][call["argv"].index("--find-links") + 1] == links[0]  # no credential: where it was
         assert (call["env"]["UV_INDEX_URL"], call["env"]["UV_EXTRA_INDEX_URL"]) == (index, extra)
-    else:  # pip reads PIP_INDEX_URL and PIP_EXTRA_INDEX_URL itself
+    else:  # pip reads its find-links, PIP_INDEX_URL and PIP_EXTRA_INDEX_URL itself
+        assert text.splitlines() == lines
         assert (call["env"]["PIP_INDEX_URL"], call["env"]["PIP_EXTRA_INDEX_URL"]) == (index, extra)
     assert "pytest" in call["argv"]
 

@@ -7,8 +7,9 @@ Every environment is named here (:func:`base_env`, :func:`envs_dir`, :func:`env_
 
 They are made with uv where it is installed (the ``uv`` package, or ``uv`` on PATH; ``PATCHWHEEL_INSTALLER=pip``
 turns it off). uv does not read pip's configuration, so the torch find-links folder is passed from
-``PIP_FIND_LINKS`` (and an index from ``PIP_INDEX_URL``/``PIP_EXTRA_INDEX_URL``); it does not see packages through
-a ``.pth`` file, so torch is excluded from its resolution in release environments (it comes from the base).
+``PIP_FIND_LINKS`` (and an index from ``PIP_INDEX_URL``/``PIP_EXTRA_INDEX_URL``, as its own variables: no
+credential goes on an installer's command line, :func:`_private_args`); it does not see packages through a ``.pth``
+file, so torch is excluded from its resolution in release environments (it comes from the base).
 
 Environments are shared: by the worker threads of one upstream check, and by processes (a rebase next to an
 upstream check, two CI jobs on one cache). One environment is built by one builder at a time, under a lock per
@@ -138,31 +139,65 @@ def _create(env: Path) -> None:
 
 def _install(env: Path, *args: str, on_base: bool = False) -> None:
     """Install ``args`` (requirements, wheel paths) into ``env``. ``on_base``: torch comes from the base
-    environment (see the module's docstring)."""
+    environment (see the module's docstring). No credential goes on the installer's command line, which every user
+    of the machine reads (``ps``): uv is given pip's indexes by its environment, and what else holds one by a
+    private requirements file (:func:`_private_args`)."""
     uv = uv_bin()
     if uv is None:
         python = [str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        _installer([*python, "--no-input", *args], env, "pip install " + " ".join(args))
+        with _private_args(args) as given:  # (pip reads PIP_INDEX_URL and PIP_EXTRA_INDEX_URL itself)
+            _installer([*python, "--no-input", *given], env, "pip install " + " ".join(args))
         return
     # --compile-bytecode: as pip does. The proof runs' ranks import transformers afresh; with
     # PYTHONDONTWRITEBYTECODE set, as on this project's machines, they would compile it from source every time.
     cmd = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", str(env / "bin" / "python")]
-    for link in pip_find_links():
-        cmd += ["--find-links", link]
-    for index in os.environ.get("PIP_EXTRA_INDEX_URL", "").split():
-        cmd += ["--extra-index-url", index]
+    links = [arg for link in pip_find_links() for arg in ("--find-links", link)]
+    indexes = {}  # uv's own names of --extra-index-url and --index-url, which it reads as it reads them
+    if os.environ.get("PIP_EXTRA_INDEX_URL", "").split():
+        indexes["UV_EXTRA_INDEX_URL"] = " ".join(os.environ["PIP_EXTRA_INDEX_URL"].split())
     if os.environ.get("PIP_INDEX_URL"):
-        cmd += ["--index-url", os.environ["PIP_INDEX_URL"]]
+        indexes["UV_INDEX_URL"] = os.environ["PIP_INDEX_URL"]
     if on_base:
         excludes = env / "patchwheel-excludes.txt"
         excludes.write_text("torch\n")
         # Copies, not uv's default hardlinks into its cache: the mutation check rewrites installed files in place.
         cmd += ["--excludes", str(excludes), "--link-mode", "copy"]
-    _installer([*cmd, *args], env, "uv pip install " + " ".join(args))
+    with _private_args((*links, *args)) as given:
+        _installer([*cmd, *given], env, "uv pip install " + " ".join(args), indexes)
 
 
-def _installer(cmd: list[str], env: Path, what: str) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True)
+@contextmanager
+def _private_args(args: tuple[str, ...]) -> Iterator[list[str]]:
+    """``args`` with each index option (``--index-url``, ``--extra-index-url``: the torch source's) and each
+    argument that holds what :func:`redact` hides (a ``torch @ URL`` with a user and password, a ``--find-links``
+    URL with them) moved into a requirements file, named by ``-r``: mode 0600 in a private folder, removed after.
+    uv and pip read both from it, the URL's ``#sha256=`` included."""
+    given: list[str] = []
+    lines: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg in ("--index-url", "--extra-index-url", "--find-links"):
+            value = next(rest)
+            if arg != "--find-links" or redact(value) != value:
+                lines.append(f"{arg} {value}")
+            else:
+                given += [arg, value]
+        elif redact(arg) != arg:
+            lines.append(arg)
+        else:
+            given.append(arg)
+    if not lines:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix="patchwheel-install-") as folder:  # mode 0700
+        requirements = Path(folder) / "requirements.txt"
+        with os.fdopen(os.open(requirements, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+        yield [*given, "-r", str(requirements)]
+
+
+def _installer(cmd: list[str], env: Path, what: str, variables: dict[str, str] | None = None) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(variables or {})})
     if res.returncode != 0:
         raise EnvironmentFailed(
             f"{what} failed in {env}:\n{redact(res.stderr)[-2000:]}", "check the network and the package index"
