@@ -46,8 +46,7 @@ def plant(repo: Path, tmp_path: Path, how: str) -> str | None:
         (repo / ".git" / "info" / "attributes").write_text("* filter=planted\n")
         _config(
             repo,
-            f"[filter \"planted\"]\n\tclean = {_program(tmp_path, 'clean')}\n"
-            f"\tsmudge = {_program(tmp_path, 'smudge')}\n",
+            f'[filter "planted"]\n\tclean = {_program(tmp_path, "clean")}\n\tsmudge = {_program(tmp_path, "smudge")}\n',
         )
         return "filter.planted.clean"
     if how == "editors":
@@ -114,3 +113,12 @@ def test_settings_git_init_writes_and_the_pinned_ones_are_kept(demo_project, tmp
     _config(work / "repo", "[core]\n\tfsmonitor = false\n\tsymlinks = true\n\tignorecase = false\n")
     rc, out, err = _run("--root", str(demo_project.root), *CONTINUE["rebase"])
     assert rc == 0, (rc, out, err)
+
+
+def test_a_config_git_cannot_read_is_one_clear_error(demo_project, tmp_path):
+    work = rebase_waiting(demo_project)
+    _config(work / "repo", "[core\n")
+    rc, out, err = _run("--root", str(demo_project.root), *CONTINUE["rebase"])
+    assert rc == 2, (rc, out, err)
+    _clear(err)
+    assert "bad config line" in err and str(work) in err.splitlines()[-1], err
