@@ -32,6 +32,17 @@ PINNED_CONFIG = (
     # fsmonitor daemon, whose socket a copy of the folder cannot read, or run the command it names as a hook.
     ("core.fsmonitor", "false"),
 )
+#: The settings ``git init`` writes into a repository's own config, and the values it writes: all a work
+#: repository of the tool holds (the tool sets nothing there). See :func:`foreign_config`.
+INIT_CONFIG = {
+    "core.repositoryformatversion": ("0",),
+    "core.filemode": ("true", "false"),
+    "core.bare": ("false",),
+    "core.logallrefupdates": ("true",),
+    "core.symlinks": ("true", "false"),  # written where the file system has none
+    "core.ignorecase": ("true", "false"),  # where it folds case
+    "core.precomposeunicode": ("true", "false"),  # macOS
+}
 
 
 @functools.cache
@@ -98,6 +109,25 @@ def git(repo: Path, *args: str, input: bytes | None = None, env: dict | None = N
             f"git {' '.join(args)} failed in {repo}:\n{res.stderr.decode(errors='replace')}", "see git's message above"
         )
     return res.stdout
+
+
+def foreign_config(repo: Path) -> list[tuple[str, str, str | None]]:
+    """Every setting git reads for ``repo`` beyond the command line that the tool did not write there: (where git read
+    it, its key as git spells it, its value; None for a bare key). An allow-list, not a list of the dangerous ones:
+    a repository's own config can make git run a program in many ways (``commit.gpgSign`` with ``gpg.program``, a
+    filter or diff driver an attributes file names, ``core.editor``, ``core.sshCommand``, ``include.path`` pulling
+    any of these from another file), so only :data:`INIT_CONFIG` is kept, and the keys :data:`PINNED_CONFIG` sets
+    (the command line wins over any file). Includes are listed, never followed: an included file is not opened."""
+    out = git(repo, "config", "--list", "--no-includes", "--show-scope", "--show-origin", "-z").decode(errors="replace")
+    pinned = {key.lower() for key, _ in PINNED_CONFIG}
+    fields = out.split("\0")
+    foreign = []
+    for scope, origin, entry in zip(fields[0::3], fields[1::3], fields[2::3], strict=False):
+        key, newline, value = entry.partition("\n")
+        if scope == "command" or key in pinned or (newline and value in INIT_CONFIG.get(key, ())):
+            continue
+        foreign.append((origin, key, value if newline else None))
+    return foreign
 
 
 def try_git(repo: Path, *args: str) -> tuple[int, str]:

@@ -289,6 +289,12 @@ def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str
             )
     for _ in waiting.entries(work, f"remove it, or start over: remove {work}, then rebase again"):
         pass  # a link or a special file (a named pipe) is refused before git or the tool opens anything
+    again = (
+        f"`nox -s derive -- {package}=={version} --abort`, then derive again"
+        if by == "derive"
+        else f"start over: remove {work}, then `nox -s rebase -- {package} {version}`"
+    )
+    waiting.git_settings(repo, again)  # before git runs anything there: its own config could name a program
     if not state["todo"]:  # every patch carried, the line not written yet (a later step stopped): write it
         return _proceed(project, work, state, log)
     unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()

@@ -166,6 +166,7 @@ def resume(project: Project, spec: str, prove: Prove, *, log: Callable[[str], No
     done.verdicts = [Verdict(**v) for v in saved["verdicts"]]
     done.others = [Verdict(**v) for v in saved["others"]]
     done.copied = waiting.digest(work, again)  # refuses a link or a special file (git's own left out)
+    waiting.git_settings(work / "repo", again)  # in the maintainer's folder: the copy's would name the scratch one
     done.waiting = str(work / "repo")
     return _run(project, done, log, partial(_resume, prove=prove))
 

@@ -11,7 +11,9 @@ maintainer may be editing it).
 Nothing in the folder is opened before its type is known (:func:`read_file`, :func:`entries`): a named pipe hangs
 its reader, a socket cannot be opened at all. The tool makes only folders and regular files there; git's own
 runtime files in ``repo/.git/`` (the socket of the fsmonitor daemon a maintainer's ``core.fsmonitor=true``
-starts) are left out of every copy and comparison, and any other link or special file is refused by name.
+starts) are left out of every copy and comparison, and any other link or special file is refused by name. The work
+repository's own git configuration is the folder's too: a setting there the tool did not write is refused by name
+before git runs anything else there (:func:`git_settings`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import hashlib
 import json
 import os
 import reprlib
+import shlex
 import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from ...errors import ConfigError
+from ... import gitops
+from ...errors import ConfigError, GitError
 from ...names import SHA256, file_name_problem
 from .scratch import held_interrupts
 
@@ -158,6 +162,32 @@ def entries(work: Path, hint: str) -> Iterator[tuple[str, os.stat_result]]:
                 )
 
     return walk("")
+
+
+def git_settings(repo: Path, hint: str) -> None:
+    """Refuse a work repository whose own git configuration holds a setting the tool did not write
+    (:func:`patchwheel.gitops.foreign_config`): many make git run a program (a signing program, a filter driver, an
+    editor, an included file's), and --continue runs git there. ``hint``: how to drop the folder instead."""
+    try:
+        foreign = gitops.foreign_config(repo)
+    except GitError as exc:
+        why = exc.message.strip().splitlines()[-1]  # git's own words: "fatal: bad config line 3 in file ..."
+        raise ConfigError(f"git cannot read the configuration of {repo}: {why}", hint) from None
+    if not foreign:
+        return
+
+    def name(key: str) -> str:  # a subsection may hold any character but a newline
+        return shlex.quote(key) if key.isprintable() else shown(key)
+
+    listed = ", ".join(name(k) + ("" if o == "file:.git/config" else f" ({name(o)})") for o, k, _ in foreign)
+    one = name(foreign[0][1]) if len(foreign) == 1 else "<key>"
+    raise ConfigError(
+        f"the work repository {repo} has git settings the tool did not write: {listed} (in .git/config unless "
+        "named). A setting there can make git run a program (a signing program, a filter driver, an editor): the "
+        "tool runs git there with only those `git init` writes",
+        f"remove {'it' if len(foreign) == 1 else 'each'} (`git -C {shlex.quote(str(repo))} config --unset-all {one}`), "
+        f"then run --continue again; or instead: {hint}",
+    )
 
 
 def _read_entry(file: Path, hint: str) -> tuple[bytes, os.stat_result]:
