@@ -164,10 +164,31 @@ def entries(work: Path, hint: str) -> Iterator[tuple[str, os.stat_result]]:
     return walk("")
 
 
+#: What git reads in a repository's git folder as that repository's configuration, or to find it.
+GIT_CONFIG_FILES = (".git", ".git/config", ".git/config.worktree", ".git/commondir")
+
+
+def git_files(repo: Path, hint: str) -> None:
+    """Refuse a work repository where what git reads as its configuration (:data:`GIT_CONFIG_FILES`) is anything
+    but a plain folder and plain files: a named pipe as ``.git/config`` hung every git command there (a pipe's
+    reader waits for a writer), a link would have git read a file of someone else's."""
+    for name in GIT_CONFIG_FILES:
+        path = repo / name
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            continue
+        wanted = stat.S_ISDIR(mode) if name == ".git" else stat.S_ISREG(mode)
+        if not wanted:
+            what = "a folder" if name == ".git" else "a regular file"
+            raise ConfigError(f"{path} is {kind(mode)}, not {what}: git reads it as the work repository's own", hint)
+
+
 def git_settings(repo: Path, hint: str) -> None:
     """Refuse a work repository whose own git configuration holds a setting the tool did not write
     (:func:`patchwheel.gitops.foreign_config`): many make git run a program (a signing program, a filter driver, an
     editor, an included file's), and --continue runs git there. ``hint``: how to drop the folder instead."""
+    git_files(repo, hint)
     try:
         foreign = gitops.foreign_config(repo)
     except GitError as exc:
