@@ -280,6 +280,51 @@ def test_a_socket_in_the_work_tree_is_refused_by_name(demo_project, monkeypatch,
     assert tree(demo_project.root) == before
 
 
+def rebase_continue(demo_project) -> subprocess.Popen:
+    """``rebase ... --continue`` of the demo project in a child process, its output captured."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "patchwheel", "--root", str(demo_project.root), *CONTINUE["rebase"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def a_pipe(pipe: Path, tmp_path: Path) -> Path:
+    """Make ``pipe`` a named pipe; returns a second name of it outside the work folder (which a command may
+    remove), for :func:`holding_a_pipe`."""
+    pipe.unlink(missing_ok=True)
+    os.mkfifo(pipe)
+    release = tmp_path / "the-pipe"
+    os.link(pipe, release)
+    return release
+
+
+def holding_a_pipe(release: Path, start) -> tuple[list[str], subprocess.Popen, str, str]:
+    """Run ``start()`` (a child process) while this test holds the other end of the named pipe ``release`` (see
+    :func:`a_pipe`) open for writing, which returns only once a reader opened it: if the command opens the pipe, the
+    test learns it (and the command is not left hanging); once the command has ended without opening it, the test
+    releases its own writer itself. Returns who opened the pipe ("the command" or "the test"), the process, its
+    stdout and stderr."""
+    ended = threading.Event()
+    opened_by: list[str] = []
+
+    def writer() -> None:
+        fd = os.open(release, os.O_WRONLY)  # returns when a reader opens the pipe (by either name)
+        opened_by.append("the test" if ended.is_set() else "the command")
+        os.close(fd)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    proc = start()
+    out, err = proc.communicate(timeout=HANG)
+    ended.set()
+    reader = os.open(release, os.O_RDONLY | os.O_NONBLOCK)  # the test's own reader: the writer returns, now or later
+    thread.join(timeout=HANG)
+    os.close(reader)
+    return opened_by, proc, out, err
+
+
 @pytest.mark.parametrize(
     "command,where",
     [
@@ -301,35 +346,14 @@ def test_a_named_pipe_in_the_work_folder_is_never_opened(
     second name of the pipe outside the work folder, which the command may have removed)."""
     work = waiting_for("rebase" if command == "rebase" else "derive", demo_project, monkeypatch, tmp_path)
     pipe = work / where
-    pipe.unlink(missing_ok=True)
-    os.mkfifo(pipe)
-    release = tmp_path / "the-pipe"
-    os.link(pipe, release)
+    release = a_pipe(pipe, tmp_path)
     before = tree(demo_project.root)
-    ended = threading.Event()
-    opened_by: list[str] = []
-
-    def writer() -> None:
-        fd = os.open(release, os.O_WRONLY)  # returns when a reader opens the pipe (by either name)
-        opened_by.append("the test" if ended.is_set() else "the command")
-        os.close(fd)
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
     if command != "rebase":
-        proc, _ = _spawn(demo_project, tmp_path, "", "demo==0.9.0", "--abort" if command == "abort" else "--continue")
+        argv = ("demo==0.9.0", "--abort" if command == "abort" else "--continue")
+        start = lambda: _spawn(demo_project, tmp_path, "", *argv)[0]  # noqa: E731
     else:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "patchwheel", "--root", str(demo_project.root), *CONTINUE["rebase"]],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    out, err = proc.communicate(timeout=HANG)
-    ended.set()
-    reader = os.open(release, os.O_RDONLY | os.O_NONBLOCK)  # the test's own reader: the writer returns, now or later
-    thread.join(timeout=HANG)
-    os.close(reader)
+        start = lambda: rebase_continue(demo_project)  # noqa: E731
+    opened_by, proc, out, err = holding_a_pipe(release, start)
     assert opened_by == ["the test"], f"the command opened the named pipe {where} (alone, it would hang): {err}"
     if where == "repo/.git/pipe":
         assert proc.returncode == 0, (proc.returncode, out, err)

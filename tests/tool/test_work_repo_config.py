@@ -14,7 +14,17 @@ from pathlib import Path
 import pytest
 
 from conftest import tree
-from test_work_folder import CONTINUE, _clear, _run, derive_waiting, everything, rebase_waiting
+from test_work_folder import (
+    CONTINUE,
+    _clear,
+    _run,
+    a_pipe,
+    derive_waiting,
+    everything,
+    holding_a_pipe,
+    rebase_continue,
+    rebase_waiting,
+)
 
 
 def _program(tmp_path: Path, name: str) -> str:
@@ -126,44 +136,11 @@ def test_a_config_git_cannot_read_is_one_clear_error(demo_project, tmp_path):
 
 def test_a_named_pipe_as_the_work_repository_s_config_is_never_opened(demo_project, tmp_path):
     """A named pipe in place of the work repository's ``.git/config`` hung --continue: git reads its config first,
-    and a pipe's reader waits for a writer. The command runs in a child process; this test holds the pipe's other
-    end open for writing, which returns only once a reader opened it: if git (or the tool) opens the pipe, the test
-    learns it and the command is not left hanging; once the command has ended without opening it, the test releases
-    its own writer itself (through a second name of the pipe outside the work folder)."""
-    import os
-    import subprocess
-    import sys
-    import threading
-
-    from conftest import HANG
-
+    and a pipe's reader waits for a writer. The test holds the pipe's writer itself
+    (:func:`test_work_folder.holding_a_pipe`), so a command that opens it is seen, and not left hanging."""
     work = rebase_waiting(demo_project)
-    config = work / "repo" / ".git" / "config"
-    config.unlink()
-    os.mkfifo(config)
-    release = tmp_path / "the-pipe"
-    os.link(config, release)
-    ended = threading.Event()
-    opened_by: list[str] = []
-
-    def writer() -> None:
-        fd = os.open(release, os.O_WRONLY)  # returns when a reader opens the pipe (by either name)
-        opened_by.append("the test" if ended.is_set() else "the command")
-        os.close(fd)
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "patchwheel", "--root", str(demo_project.root), *CONTINUE["rebase"]],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    out, err = proc.communicate(timeout=HANG)
-    ended.set()
-    reader = os.open(release, os.O_RDONLY | os.O_NONBLOCK)  # the test's own reader: the writer returns, now or later
-    thread.join(timeout=HANG)
-    os.close(reader)
+    release = a_pipe(work / "repo" / ".git" / "config", tmp_path)
+    opened_by, proc, out, err = holding_a_pipe(release, lambda: rebase_continue(demo_project))
     assert opened_by == ["the test"], f"the command opened the named pipe .git/config (alone, it would hang): {err}"
     assert proc.returncode == 2, (proc.returncode, out, err)
     _clear(err)
