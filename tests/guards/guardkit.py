@@ -196,3 +196,22 @@ def covers(key: str, difference: tuple[str, Any, Any]) -> bool:
     if key == "*":
         return not (path == "raised" and reference is None)
     return path == key or path.startswith((key + ".", key + "["))
+
+
+def sgd_steps(accelerator, model, steps: int, seed: int | None = None) -> tuple[Any, list[float]]:
+    """``accelerator.prepare`` ``model`` with an SGD optimizer (lr 0.1) and train it ``steps`` steps on random
+    [4, 8] batches from a generator seeded with ``seed`` (default: this rank's process index), as a training script
+    does: the prepared model and the losses."""
+    import torch
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    prepared, optimizer = accelerator.prepare(model, optimizer)
+    g = torch.Generator().manual_seed(accelerator.process_index if seed is None else seed)
+    losses = []
+    for _ in range(steps):
+        loss = prepared(torch.randn(4, 8, generator=g)).pow(2).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return prepared, losses

@@ -60,16 +60,7 @@ def _train(model, ddp_kwargs=None, evaluation_mode=False):
         prepared = accelerator.prepare_model(model, evaluation_mode=True)
         x = torch.arange(32.0).reshape(4, 8) / 32
         return {"wrapper": type(prepared).__name__, "out": prepared(x).detach()}
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    prepared, optimizer = accelerator.prepare(model, optimizer)
-    g = torch.Generator().manual_seed(accelerator.process_index)
-    losses = []
-    for _ in range(STEPS):
-        loss = prepared(torch.randn(4, 8, generator=g)).pow(2).mean()
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    prepared, losses = guardkit.sgd_steps(accelerator, model, STEPS)
     return {
         "distributed_type": accelerator.distributed_type.value,
         "wrapper": type(prepared).__name__,

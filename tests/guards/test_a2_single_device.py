@@ -34,16 +34,7 @@ def _plain(rank, world_size):
             os.environ.pop(variable, None)
         accelerator = Accelerator()
         model = _model()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        prepared, optimizer = accelerator.prepare(model, optimizer)
-        g = torch.Generator().manual_seed(0)
-        losses = []
-        for _ in range(3):
-            loss = prepared(torch.randn(4, 8, generator=g)).pow(2).mean()
-            accelerator.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
+        prepared, losses = guardkit.sgd_steps(accelerator, model, 3, seed=0)
         values = {
             "distributed_type": accelerator.distributed_type.value,
             "wrapper": type(prepared).__name__,

@@ -27,7 +27,6 @@ import inspect
 import os
 
 import pytest
-import torch
 
 import guardkit
 from a1_models import CPU_JOB
@@ -56,16 +55,7 @@ def _kinds(world_size):
 
 def _train(accelerator, model):
     """``prepare`` the model with an SGD optimizer and train it for STEPS steps on this rank's batches."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    prepared, optimizer = accelerator.prepare(model, optimizer)
-    g = torch.Generator().manual_seed(accelerator.process_index)
-    losses = []
-    for _ in range(STEPS):
-        loss = prepared(torch.randn(4, 8, generator=g)).pow(2).mean()
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    prepared, losses = guardkit.sgd_steps(accelerator, model, STEPS)
     norms = {k: float(v.norm()) for k, v in accelerator.unwrap_model(prepared).state_dict().items()}
     return {"wrapper": type(prepared).__name__, "losses": losses, "norms": norms}
 

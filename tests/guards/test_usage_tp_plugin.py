@@ -52,16 +52,7 @@ def _state(accelerator):
 
 def _train(accelerator):
     model = _model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    prepared, optimizer = accelerator.prepare(model, optimizer)
-    g = torch.Generator().manual_seed(accelerator.process_index)
-    losses = []
-    for _ in range(2):
-        loss = prepared(torch.randn(4, 8, generator=g)).pow(2).mean()
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    prepared, losses = guardkit.sgd_steps(accelerator, model, 2)
     return {"wrapper": type(prepared).__name__, "losses": losses}
 
 
