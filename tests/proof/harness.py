@@ -10,17 +10,21 @@ judges the type and the message and checks the files for the code under test; th
 and never takes part in a verdict.
 
 Each rank is a new process forked from multiprocessing's fork server, which the harness starts when it is imported
-and which imports torch and the libraries around it (PRELOAD) and holds none of the test process's state; it
-imports neither transformers nor accelerate (the code under test is imported by the rank after its environment is
-set, as in a fresh interpreter). torch starts no thread pool at import; numpy's OpenBLAS may, and it stops and
-restarts its threads around a fork (pthread_atfork), so forking from the server is safe. The rank's environment
-is the caller's at the call (as a spawned interpreter's would be) plus torchrun's.
+and which imports torch and the libraries around it (PRELOAD) and holds none of the test process's state. Last, it
+imports the code under test (rankpreload: transformers' and accelerate's common modules), recording every variable
+of the environment that import reads; a rank, once its environment is set, refuses to run where one of those differs
+from the server's, since its own import would have gone otherwise (the rest of the code under test it imports
+itself, after its environment is set, as in a fresh interpreter). torch starts no thread pool at import; numpy's
+OpenBLAS may, and it stops and restarts its threads around a fork (pthread_atfork), so forking from the server is
+safe. The rank's environment is the caller's at the call (as a spawned interpreter's would be) plus torchrun's.
 Every run is bounded in time; ranks still alive at the end are killed, so no process is left behind. A rank that
 dies without reporting, or does not report in time, raises :class:`RanksLost`: nothing was observed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing as mp
 import os
 import pickle
@@ -46,9 +50,9 @@ class RanksLost(CouldNotObserve):
 
 
 # Modules the fork server imports once, before it forks ranks: torch, the parts of it that transformers and
-# accelerate import (with numpy and sympy), and their other dependencies that are not under test; about nine tenths
-# of a rank's start-up. transformers and accelerate are not among them: each rank imports the code under test after
-# its environment is set. A module missing from an environment is skipped. These modules read some variables at
+# accelerate import (with numpy and sympy), and their other dependencies that are not under test; then the code under
+# test's common modules (rankpreload, which records what their import reads from the environment, for each rank to
+# check). A module missing from an environment is skipped. The modules before rankpreload read some variables at
 # import (IMPORT_TIME_ENV), which a run's ``env`` therefore may not set: the server would not see them. (Nor does it
 # see such a variable the test process sets after the server started: no proof does.)
 PRELOAD = [
@@ -64,6 +68,7 @@ PRELOAD = [
     "tqdm",
     "jinja2",
     "psutil",
+    "rankpreload",
 ]
 IMPORT_TIME_ENV = (
     "HOME",
@@ -119,10 +124,55 @@ def _short_socket_folder() -> None:
 def start_server() -> None:
     """Start the fork server now: it imports PRELOAD while this process goes on (collecting the tests, importing
     torch itself), instead of at the first run. Ranks fork from it later."""
+    _context({})
+    _ensure_server()
+
+
+def _ensure_server() -> None:
+    """The fork server running, started with this process's environment as ``os.environ`` has it (the ranks'), and
+    where it finds rankpreload."""
     from multiprocessing import forkserver
 
-    _context({})
-    forkserver.ensure_running()
+    here = os.path.dirname(os.path.abspath(__file__))
+    # Python 3.11's server does not take this process's sys.path (it is given it, and drops it): this folder goes
+    # first on its PYTHONPATH.
+    path = {b"PYTHONPATH": os.fsencode(os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))}
+    with _c_environment(path):
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _c_environment(extra: dict[bytes, bytes]):
+    """The C library's environment, which a new process inherits, equal to ``os.environ`` plus ``extra`` while
+    inside, and as it was after. They differ where C code sets a variable: GNU readline (imported with pdb, as pytest
+    does) sets COLUMNS and LINES there, and the preloaded libraries read them at import."""
+    wanted = {**dict(os.environb), **extra}
+    saved = _c_environ()
+    for key in saved.keys() - wanted.keys():
+        os.unsetenv(key)
+    for key, value in wanted.items():
+        if saved.get(key) != value:
+            os.putenv(key, value)
+    try:
+        yield
+    finally:
+        for key in wanted.keys() - saved.keys():
+            os.unsetenv(key)
+        for key, value in saved.items():
+            if wanted.get(key) != value:
+                os.putenv(key, value)
+
+
+def _c_environ() -> dict[bytes, bytes]:
+    """The C library's ``environ``, read as it is now (``os.environ`` is a copy made when Python started)."""
+    entries = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    found: dict[bytes, bytes] = {}
+    i = 0
+    while (entry := entries[i]) is not None:
+        key, _, value = entry.partition(b"=")
+        found[key] = value
+        i += 1
+    return found
 
 
 # On import: a test module that imports the harness will run ranks. Not in a rank, which imports this module while
@@ -162,6 +212,13 @@ def _child(fn, rank, world_size, port, args, env, results, init_group):
         LOCAL_WORLD_SIZE=str(world_size),
         TORCHELASTIC_USE_AGENT_STORE="True",
     )
+    preloaded = sys.modules.get("rankpreload")  # absent where the rank is not forked from the server
+    if preloaded is not None:
+        refused = preloaded.differences(os.environ, preloaded.RECORD)
+        if refused:
+            results.put((rank, "refused", refused))
+            return
+        preloaded.redo_writes(os.environ, preloaded.RECORD)
     try:
         if init_group:
             import torch.distributed as dist
@@ -193,6 +250,7 @@ def run_ranks(
     MASTER_PORT, ...) is set but no process group exists until the code under test creates one.
     """
     ctx = _context(env or {})
+    _ensure_server()
     rank_env = {**os.environ, **(env or {})}
     results = ctx.Queue()
     store = _agent_store(world_size)
@@ -224,6 +282,8 @@ def run_ranks(
                     ) from None
                 continue
             got[rank] = (kind, payload)
+            if kind == "refused":
+                raise ValueError(f"rank {rank} refused to run: {payload}")
             if kind == "error":
                 name, msg, files, tb = payload
                 raise RankFailed(rank, name, msg, files, tb)

@@ -7,6 +7,7 @@ store: rank 0 hosted the store and took it down when it left first.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -148,3 +149,128 @@ def test_a_rank_error_keeps_its_type_and_message():
     with pytest.raises(RankFailed) as caught:
         run_ranks(_fail, 2)
     assert (caught.value.rank, caught.value.exc_type, caught.value.exc_message) == (1, "KeyError", "'only rank 1'")
+
+
+# The fork server imports the code under test once (rankpreload); here a stand-in named as the first of its
+# LIBRARIES, which reads, sets and reports what it saw of the environment at import.
+FAKE_LIBRARY = """
+import json
+import os
+
+IMPORTED_BY = os.getpid()
+READ = os.environ.get("PATCHWHEEL_FAKE_READ")
+C_ONLY = os.environ.get("PATCHWHEEL_FAKE_C_ONLY")
+os.environ["PATCHWHEEL_FAKE_WROTE"] = "set at import"
+OWN = os.environ["PATCHWHEEL_FAKE_WROTE"]
+"""
+
+PRELOAD_RUN = """
+import json
+import json
+import os
+import sys
+
+# As GNU readline sets COLUMNS and LINES (imported with pdb, as pytest does): in the C library's environment, which
+# a new process inherits, not in os.environ, which is this process's and its ranks'.
+os.putenv("PATCHWHEEL_FAKE_C_ONLY", "c only")
+sys.path.insert(0, sys.argv[1])
+import harness
+
+
+def rank(rank, world_size):
+    import os
+    import sys
+
+    import transformers
+
+    return {
+        "imported_in_the_server": transformers.IMPORTED_BY not in (os.getpid(), int(sys.argv[2])),
+        "read": transformers.READ,
+        "c_only": transformers.C_ONLY,
+        "wrote": os.environ.get("PATCHWHEEL_FAKE_WROTE"),
+    }
+
+
+def refusal(**env):
+    try:
+        harness.run_ranks(rank, 1, env=env)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+if __name__ == "__main__":
+    ranks = harness.run_ranks(rank, 2, env={"PATCHWHEEL_HARNESS_GIVEN": "given"})
+    print(json.dumps({"ranks": ranks, "refused": refusal(PATCHWHEEL_FAKE_READ="given too late")}))
+"""
+
+
+def test_the_code_under_test_is_imported_in_the_server_as_each_rank_would_import_it(tmp_path):
+    """Each rank finds transformers imported in the fork server, as it would have imported it itself: with the test
+    process's environment (not a variable C code set beneath os.environ), and what the import set set again. A
+    variable it read that a run's ``env`` changes is refused, naming it and not its value."""
+    library = tmp_path / "site" / "transformers"
+    library.mkdir(parents=True)
+    (library / "__init__.py").write_text(FAKE_LIBRARY)
+    script = tmp_path / "run.py"
+    script.write_text(PRELOAD_RUN)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}  # the harness starts on import
+    env = {**env, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), *filter(None, [env.get("PYTHONPATH")])])}
+    res = subprocess.run(
+        [sys.executable, str(script), str(CONTRACT), str(os.getpid())],
+        env={**env, "PATCHWHEEL_FAKE_READ": "at the start"},
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    seen = {"imported_in_the_server": True, "read": "at the start", "c_only": None, "wrote": "set at import"}
+    assert got["ranks"] == [seen, seen]
+    assert got["refused"] == (
+        "rank 0 refused to run: transformers read PATCHWHEEL_FAKE_READ (another value here) at import in the fork "
+        "server, before this rank's environment was set; set it in the environment of the test process before it "
+        "imports the harness, not in run_ranks(env=...) or later"
+    )
+
+
+def _record(tmp_path, monkeypatch, **modules: str):
+    """rankpreload's record of importing ``modules`` (name -> source), made in tmp_path."""
+    import rankpreload
+
+    for name, source in modules.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in modules:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return rankpreload, rankpreload.record_imports(tuple(modules))
+
+
+def test_a_library_that_reads_the_whole_environment_at_import_is_refused(tmp_path, monkeypatch):
+    """Iterating over os.environ reads every variable, torchrun's too: no rank could match the server's."""
+    rankpreload, record = _record(tmp_path, monkeypatch, pw_fake_whole="import os\nKEYS = sorted(os.environ)\n")
+    assert record.imported == ["pw_fake_whole"] and record.whole == [f"pw_fake_whole: {tmp_path}/pw_fake_whole.py:2"]
+    assert rankpreload.differences(dict(os.environ), record).startswith(
+        f"pw_fake_whole: {tmp_path}/pw_fake_whole.py:2 read the whole environment while importing in the fork server"
+    )
+
+
+def test_what_a_library_reads_back_after_setting_it_is_its_own(tmp_path, monkeypatch):
+    """A default a library sets and then reads is not the environment's: a rank without it is not refused."""
+    monkeypatch.delenv("PATCHWHEEL_FAKE_DEFAULT", raising=False)
+    source = "import os\nos.environ['PATCHWHEEL_FAKE_DEFAULT'] = '1'\nVALUE = os.environ['PATCHWHEEL_FAKE_DEFAULT']\n"
+    rankpreload, record = _record(tmp_path, monkeypatch, pw_fake_default=source)
+    assert (record.read, record.wrote) == ({}, {"PATCHWHEEL_FAKE_DEFAULT": "1"})
+    rank_env: dict[str, str] = {}
+    assert rankpreload.differences(rank_env, record) == ""
+    rankpreload.redo_writes(rank_env, record)
+    assert rank_env == {"PATCHWHEEL_FAKE_DEFAULT": "1"}
+
+
+def test_a_refusal_names_the_variable_and_never_its_value(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATCHWHEEL_FAKE_TOKEN", "hf_secret_at_the_start")
+    source = "import os\nTOKEN = os.environ.get('PATCHWHEEL_FAKE_TOKEN')\nraise RuntimeError('broken')\n"
+    rankpreload, record = _record(tmp_path, monkeypatch, pw_fake_token=source, pw_fake_missing_dep="import nope\n")
+    assert record.imported == []  # each rank imports them itself, and meets their errors
+    said = rankpreload.differences({"PATCHWHEEL_FAKE_TOKEN": "hf_secret_in_the_rank"}, record)
+    assert "PATCHWHEEL_FAKE_TOKEN (another value here)" in said and "hf_secret" not in said

@@ -47,7 +47,7 @@ class Project:
     def __init__(self, root: Path) -> None:
         self.root = root
         (root / "tests" / "proof").mkdir(parents=True)
-        for name in ("conftest.py", "harness.py", "proofkit.py"):
+        for name in ("conftest.py", "harness.py", "proofkit.py", "rankpreload.py"):
             shutil.copy(CONTRACT / name, root / "tests" / "proof" / name)
         (root / "tests" / "guards").mkdir()
         (root / "tests" / "guards" / "test_demo.py").write_text(GUARD)
