@@ -68,6 +68,7 @@ PRELOAD = [
     "tqdm",
     "jinja2",
     "psutil",
+    "fsspec",  # reads every FSSPEC_* variable at import (it iterates over the environment), as tqdm does TQDM_*
     "rankpreload",
 ]
 IMPORT_TIME_ENV = (
@@ -85,6 +86,7 @@ IMPORT_TIME_ENV = (
     "HUGGINGFACE",
     "TOKENIZERS",
     "TQDM",
+    "FSSPEC",
 )
 
 

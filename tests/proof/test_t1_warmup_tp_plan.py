@@ -49,6 +49,7 @@ import sys
 from typing import Any
 
 import pytest
+import torch
 
 from harness import RankFailed, run_ranks
 from proofkit import BugSymptom, CouldNotObserve, no_accelerator, tp_needs_newer_torch
@@ -81,9 +82,9 @@ def _tiny_checkpoint(path):
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def _load_watching_warmup(model_class, ckpt, **load):
-    """``model_class.from_pretrained(ckpt, device_map="cpu")`` (or with ``load`` instead) on this rank; returns the
-    model and the byte sizes of the allocations ``caching_allocator_warmup`` made."""
+def _load_watching_warmup(model_class, ckpt, device_map="cpu", **load):
+    """``model_class.from_pretrained(ckpt, device_map=device_map)`` (or with ``load`` instead) on this rank; returns
+    the model and the byte sizes of the allocations ``caching_allocator_warmup`` made."""
     import torch
 
     assert torch.distributed.is_initialized()
@@ -91,7 +92,7 @@ def _load_watching_warmup(model_class, ckpt, **load):
 
     if not hasattr(modeling_utils, "caching_allocator_warmup"):
         raise CouldNotObserve("transformers.modeling_utils has no caching_allocator_warmup to watch")
-    if hasattr(modeling_utils, "is_accelerator_device"):
+    if device_map == "cpu" and hasattr(modeling_utils, "is_accelerator_device"):
         # transformers >= 4.52 drops the CPU from the warm-up before the plan is read. On this CPU-only machine,
         # let the warm-up count the CPU as the accelerator it stands in for, so it runs as it does on GPUs.
         modeling_utils.is_accelerator_device = lambda device: str(device) not in ("disk", "meta")
@@ -106,7 +107,7 @@ def _load_watching_warmup(model_class, ckpt, **load):
 
     torch.empty = spy_empty
     try:
-        model = model_class.from_pretrained(ckpt, **(load or {"device_map": "cpu"}))
+        model = model_class.from_pretrained(ckpt, **(load or {"device_map": device_map}))
     finally:
         torch.empty = real_empty
     return model, warmup_bytes
@@ -123,11 +124,16 @@ def _skip_where_post_init_is_required(ckpt):
         pytest.skip(f"this release requires post_init() of every model it loads: {exc}")
 
 
-def _load_without_post_init(rank, world_size, ckpt):
+def _load_without_post_init(rank, world_size, ckpt, device_map="cpu"):
     """On each rank: load with a class that skips post_init(); return the warm-up's bytes and the weights."""
-    model, warmup_bytes = _load_watching_warmup(no_post_init_llama(), ckpt)
+    model, warmup_bytes = _load_watching_warmup(no_post_init_llama(), ckpt, device_map)
     assert getattr(type(model), "_tp_plan", None) is None, "the test class must keep the None plan"
-    return {"warmup_bytes": warmup_bytes, "state": {k: v.clone() for k, v in model.state_dict().items()}}
+    return {"warmup_bytes": warmup_bytes, "state": _on_cpu(model)}
+
+
+def _on_cpu(model) -> dict:
+    """The model's tensors, copied to the CPU (from the GPU form's device too) to go back to the test process."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
 def _untied_llama():
@@ -141,16 +147,12 @@ def _untied_llama():
     return UntiedLlama
 
 
-def _load_llama_without_tensor_parallelism(rank, world_size, ckpt):
+def _load_llama_without_tensor_parallelism(rank, world_size, ckpt, device_map="cpu"):
     """On each rank: load a normal Llama (post_init() gives it a non-empty tensor-parallel plan) one replica per
     process, as DDP does; return the warm-up's bytes, the plan and the weights."""
-    model, warmup_bytes = _load_watching_warmup(_untied_llama(), ckpt)
+    model, warmup_bytes = _load_watching_warmup(_untied_llama(), ckpt, device_map)
     assert not getattr(model, "_tp_size", None), "the test must load without tensor parallelism"
-    return {
-        "warmup_bytes": warmup_bytes,
-        "tp_plan": dict(model._tp_plan or {}),
-        "state": {k: v.clone() for k, v in model.state_dict().items()},
-    }
+    return {"warmup_bytes": warmup_bytes, "tp_plan": dict(model._tp_plan or {}), "state": _on_cpu(model)}
 
 
 def _load_llama_tensor_parallel(rank, world_size, ckpt):
@@ -185,19 +187,27 @@ def _check_loaded(result, reference):
 
 @pytest.mark.may_skip(reason=POST_INIT_REQUIRED)
 def test_load_with_none_tp_plan_under_initialised_process_group(tmp_path):
+    _load_with_none_tp_plan(tmp_path, "cpu")
+
+
+def _load_with_none_tp_plan(tmp_path, device_map):
     reference = _tiny_checkpoint(tmp_path)
     _skip_where_post_init_is_required(tmp_path)
-    (result,) = run_ranks(_load_without_post_init, 1, str(tmp_path))
+    (result,) = run_ranks(_load_without_post_init, 1, str(tmp_path), device_map)
     _check_loaded(result, reference)
 
 
 @pytest.mark.may_skip(reason=POST_INIT_REQUIRED)
 def test_warmup_reserves_whole_model_on_two_ranks(tmp_path):
     """An empty plan means no tensor is sharded: each rank reserves the whole model, not 1/world_size of it."""
+    _whole_model_on_two_ranks(tmp_path, "cpu")
+
+
+def _whole_model_on_two_ranks(tmp_path, device_map):
     reference = _tiny_checkpoint(tmp_path)
     _skip_where_post_init_is_required(tmp_path)
     whole = sum(t.numel() * t.element_size() for t in reference.values())
-    for rank, result in enumerate(run_ranks(_load_without_post_init, 2, str(tmp_path))):
+    for rank, result in enumerate(run_ranks(_load_without_post_init, 2, str(tmp_path), device_map)):
         _check_loaded(result, reference)
         reserved = result["warmup_bytes"]  # the warm-up allocates float16 elements: bytes rounded down to even
         if not reserved:
@@ -212,9 +222,13 @@ def test_warmup_reserves_whole_model_on_two_ranks(tmp_path):
 
 def test_warmup_reserves_whole_model_without_tensor_parallelism(tmp_path):
     """A plan only shards when tensor parallelism is on: a plain two-rank load reserves the whole model per rank."""
+    _whole_model_without_tensor_parallelism(tmp_path, "cpu")
+
+
+def _whole_model_without_tensor_parallelism(tmp_path, device_map):
     reference = _tiny_checkpoint(tmp_path)
     whole = sum(t.numel() * t.element_size() for t in reference.values())
-    for rank, result in enumerate(run_ranks(_load_llama_without_tensor_parallelism, 2, str(tmp_path))):
+    for rank, result in enumerate(run_ranks(_load_llama_without_tensor_parallelism, 2, str(tmp_path), device_map)):
         _check_loaded(result, reference)
         if not result["tp_plan"]:
             raise CouldNotObserve(f"rank {rank}: the loaded Llama has no tensor-parallel plan to misapply")
@@ -226,6 +240,30 @@ def test_warmup_reserves_whole_model_without_tensor_parallelism(tmp_path):
                 "world size although this load is not tensor-parallel"
             )
         assert reserved == [whole // 2 * 2], f"rank {rank}: warm-up reserved {reserved} bytes for a {whole}-byte model"
+
+
+# The GPU forms: the same loads onto the first CUDA device, every rank on it (one gloo group), where the warm-up runs
+# as it does on users' GPUs, with nothing standing in for the accelerator.
+GPU_FORM = "the GPU form loads onto a CUDA device and needs one"
+ON_THE_GPU = {"": 0}
+
+
+@pytest.mark.may_skip(reason=f"{GPU_FORM}, or {POST_INIT_REQUIRED}")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU form: needs a CUDA device")
+def test_gpu_load_with_none_tp_plan_under_initialised_process_group(tmp_path):
+    _load_with_none_tp_plan(tmp_path, ON_THE_GPU)
+
+
+@pytest.mark.may_skip(reason=f"{GPU_FORM}, or {POST_INIT_REQUIRED}")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU form: needs a CUDA device")
+def test_gpu_warmup_reserves_whole_model_on_two_ranks(tmp_path):
+    _whole_model_on_two_ranks(tmp_path, ON_THE_GPU)
+
+
+@pytest.mark.may_skip(reason=GPU_FORM)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU form: needs a CUDA device")
+def test_gpu_warmup_reserves_whole_model_without_tensor_parallelism(tmp_path):
+    _whole_model_without_tensor_parallelism(tmp_path, ON_THE_GPU)
 
 
 def _load_tensor_parallel_without_post_init(rank, world_size, ckpt):

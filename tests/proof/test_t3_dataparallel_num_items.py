@@ -83,15 +83,28 @@ def _rows(n, supervised=SUPERVISED):
 
 
 def _train(
-    model, rows, tmp_path, steps, monkeypatch, base=None, n_gpu=REPLICAS, args_kw=None, simulated=True, **trainer_kw
+    model,
+    rows,
+    tmp_path,
+    steps,
+    monkeypatch,
+    base=None,
+    n_gpu=REPLICAS,
+    args_kw=None,
+    simulated=True,
+    device="cpu",
+    **trainer_kw,
 ):
     """The real Trainer (``base``, a Trainer subclass, if given) with ``n_gpu`` forced; records batches and losses.
     ``args_kw``: more ``TrainingArguments``. ``simulated=False``: no stand-in, torch's own ``nn.DataParallel`` on a
-    machine without accelerators, which has no device to scatter to and runs the module itself."""
+    machine without accelerators, which has no device to scatter to and runs the module itself. ``device="cuda"``
+    (the GPU form): torch's own ``nn.DataParallel`` on CUDA, each replica's rows recorded as the stand-in does."""
     from transformers import Trainer, TrainingArguments
 
     class RecordingTrainer(base or Trainer):  # type: ignore[misc]
         def training_step(self, model, inputs, num_items_in_batch=None):
+            if device != "cpu":
+                self.replica_log.append([])  # the replicas' forwards of this step (count_rows)
             self.batches.append({k: v.clone() for k, v in inputs.items()})
             loss = super().training_step(model, inputs, num_items_in_batch)
             self.losses.append(loss.item())
@@ -114,22 +127,28 @@ def _train(
         lr_scheduler_type="constant",
         max_grad_norm=0.0,
         report_to=[],
-        use_cpu=True,
+        use_cpu=device == "cpu",
         save_strategy="no",
         logging_steps=1,
         seed=0,
         dataloader_drop_last=False,
         **(args_kw or {}),
     )
-    assert args.device.type == "cpu"
+    assert args.device.type == device
     args._n_gpu = n_gpu  # what n_gpu visible GPUs give; the real Trainer then wraps DataParallel and scales the batch
     trainer = RecordingTrainer(model=model, args=args, train_dataset=rows, **trainer_kw)
     trainer.batches, trainer.losses, trainer.replica_log = [], [], log
+    if device != "cpu":
+
+        def count_rows(module, args, kwargs):  # each replica shares the module's hooks
+            trainer.replica_log[-1].append({"input_ids": kwargs["input_ids"]})
+
+        model.register_forward_pre_hook(count_rows, with_kwargs=True)
     trainer.eval_batches, trainer.eval_losses = [], []
     trainer.train()
     if n_gpu > 1:
         assert isinstance(trainer.model_wrapped, torch.nn.DataParallel)
-        assert log or not simulated, "the simulated DataParallel saw no forward"
+        assert trainer.replica_log or not simulated, "the simulated DataParallel saw no forward"
     return trainer
 
 
@@ -526,41 +545,19 @@ def test_model_that_ignores_the_count_keeps_the_mean_of_its_replicas(tmp_path, m
 
 @pytest.mark.may_skip(reason="the GPU form runs real nn.DataParallel and needs CUDA")
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU form: needs at least one CUDA device")
-def test_gpu_dataparallel_same_device_twice(tmp_path):
-    """GPU form: real nn.DataParallel. With one GPU, list it twice; with two, use both."""
-    from transformers import Trainer, TrainingArguments
+def test_gpu_dataparallel_same_device_twice(tmp_path, monkeypatch):
+    """GPU form of ``test_last_smaller_batch`` in training: torch's own ``nn.DataParallel`` on CUDA (its scatter,
+    replicate, parallel_apply and gather) with two replicas, on two GPUs or on one GPU listed twice. Trainer wraps
+    ``nn.DataParallel(model)``, which takes every visible device: with one GPU, that one twice."""
+    from torch.nn.parallel import data_parallel
 
     devices = [0, 1] if torch.cuda.device_count() > 1 else [0, 0]
-    probe = torch.nn.DataParallel(torch.nn.Linear(2, 2).cuda(), device_ids=devices)
-    try:
-        probe(torch.ones(4, 2, device="cuda"))
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"torch refuses DataParallel over {devices} ({exc}); this form needs two GPUs")
-    model = _model().cuda()
-    start = copy.deepcopy(model)
-    args = TrainingArguments(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=2,
-        max_steps=1,
-        learning_rate=0.5,
-        optim="sgd",
-        lr_scheduler_type="constant",
-        max_grad_norm=0.0,
-        report_to=[],
-        save_strategy="no",
-        seed=0,
-    )
-    assert args.n_gpu >= 1
-    args._n_gpu = len(devices)
-    trainer = Trainer(model=model, args=args, train_dataset=_rows(4))
-    batches = []
-    original = trainer.training_step
-
-    def training_step(m, inputs, n=None):
-        batches.append(inputs)
-        return original(m, inputs, n)
-
-    trainer.training_step = training_step
-    trainer.train()
-    _reference(start, [{k: v.cuda() for k, v in b.items()} for b in batches])
+    if devices == [0, 0]:
+        monkeypatch.setattr(data_parallel, "_get_all_device_indices", lambda: [0, 0])
+    model = _model()
+    start = copy.deepcopy(model).cuda()
+    trainer = _train(model, _rows(5), tmp_path, 2, monkeypatch, simulated=False, device="cuda")
+    assert trainer.model_wrapped.device_ids == devices
+    _check_replicas(trainer.replica_log, [[2, 2], [1]])
+    _check_losses(trainer.losses, _reference(start, trainer.batches))
     _assert_same_weights(model, start)
