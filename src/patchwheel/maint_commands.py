@@ -31,7 +31,7 @@ def _releases_and_proofs(args):
 
 
 def cmd_upstream_run(args) -> int:
-    from .maint.upstream import run as upstream
+    from .maint.upstream import matrixrun as upstream
 
     project = config.load(root(args))
     if args.new_torch and (args.releases or args.behaviour or args.text_only):
@@ -46,7 +46,7 @@ def cmd_upstream_run(args) -> int:
 
 
 def cmd_upstream_check(args) -> int:
-    from .maint.upstream import run as upstream
+    from .maint.upstream import matrixrun as upstream
     from .matrix import checks as matrix_checks
     from .matrix.table import Matrix
 
@@ -85,7 +85,7 @@ def cmd_upstream_check(args) -> int:
 
 
 def cmd_upstream_rerender(args) -> int:
-    from .maint.upstream import run as upstream
+    from .maint.upstream import matrixrun as upstream
 
     project = config.load(root(args))
     upstream.rerender(project)
@@ -260,7 +260,7 @@ def cmd_new(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .maint.export import run as export
+    from .maint.export import exportfolder as export
 
     export.export(config.load(root(args)), args.patch, Path(args.out) if args.out else None, author=args.author)
     return 0

@@ -149,7 +149,7 @@ def test_files_are_replaced_whole_in_one_place():
         "wheels/fetch.py": "a download, hashed as it streams, renamed into the cache once its sha256 is the pin's",
         "maint/proving/proofenv.py": "an environment folder, built aside and renamed into place",
         "maint/rebase.py": "a new line's series folder, renamed into place whole",
-        "maint/export/run.py": "an export folder, renamed into place whole",
+        "maint/export/exportfolder.py": "an export folder, renamed into place whole",
         "maint/refresh.py": "several patch files, all staged before any is renamed",
     }
     assert renames == {"atomic.py", *other}, renames
@@ -284,3 +284,13 @@ def test_advice_names_commands_a_fresh_clone_runs():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 found += [f"{name}: {m[0]}" for m in advice.finditer(node.value) if m[1].replace("-", "_") in sessions]
     assert sessions >= {"build", "lint", "status", "vendor", "new"} and found == [], found
+
+
+def test_no_two_modules_share_a_file_name():
+    """A module is named for its job, so that its file name alone says which one is meant: three `run.py` were
+    once renamed on import (`from .upstream import run as upstream`), each meaning another verb."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(name)
+    assert {file: names for file, names in by_name.items() if len(names) > 1} == {}

@@ -18,7 +18,7 @@ from conftest import CORE, INIT, RUFF_SETTINGS, TRAILERS, both_ways_ok, make_pat
 from patchwheel import gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.export import commit as export_commit
-from patchwheel.maint.export import run as export
+from patchwheel.maint.export import exportfolder as export
 from patchwheel.maint.export import submission, upstream_test
 from patchwheel.maint.proving import proofenv
 

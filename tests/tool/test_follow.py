@@ -455,7 +455,7 @@ def test_the_older_lines_proofs_run_beside_the_judge_s_once(monkeypatch, tmp_pat
 
     from patchwheel.errors import EnvironmentFailed
     from patchwheel.maint.proving import proofenv
-    from patchwheel.maint.upstream import run as upstream
+    from patchwheel.maint.upstream import matrixrun as upstream
 
     def patch(module, feature=False):
         return SimpleNamespace(test_module=module, is_feature=feature)

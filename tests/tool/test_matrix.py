@@ -7,7 +7,7 @@ from typing import Any
 
 from conftest import CORE
 from patchwheel import cli, series
-from patchwheel.maint.upstream import run as upstream
+from patchwheel.maint.upstream import matrixrun as upstream
 from patchwheel.maint.upstream.selection import Selection
 from patchwheel.matrix import checks as matrix_checks
 from patchwheel.matrix.checks import Finding

@@ -378,7 +378,7 @@ def test_cells_written_before_they_named_their_torch_take_the_matrix_s():
 
 
 def test_upstream_check_says_could_not_judge_not_stale(demo_project, monkeypatch, capsys):
-    from patchwheel.maint.upstream import run as upstream
+    from patchwheel.maint.upstream import matrixrun as upstream
 
     finding = Finding("unjudged", "the environment for demo 1.1.0 could not be made (no index)")
     monkeypatch.setattr(upstream, "check", lambda *a, **k: ([finding], 1))

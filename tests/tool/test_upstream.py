@@ -21,7 +21,7 @@ from patchwheel import cli
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.proving import mutants, proofenv, torchsource
-from patchwheel.maint.upstream import run as upstream
+from patchwheel.maint.upstream import matrixrun as upstream
 from patchwheel.maint.upstream.selection import Selection
 from patchwheel.reporter import silent
 from patchwheel.wheels import fetch, index

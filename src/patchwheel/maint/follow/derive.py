@@ -41,7 +41,7 @@ from ...wheels import fetch
 from .. import lintall, rebase
 from ..proving import proofenv
 from ..proving.setruns import Run
-from ..upstream import run as upstream
+from ..upstream import matrixrun as upstream
 from ..upstream.selection import Selection
 from . import run as follow
 from . import waiting

@@ -46,7 +46,7 @@ from ...wheels.build import build
 from .. import lintall, rebase
 from ..proving import proofenv
 from ..proving.setruns import Run
-from ..upstream import run as upstream
+from ..upstream import matrixrun as upstream
 from ..upstream.selection import Selection
 from .scratch import Scratch, TreeChanged, restate_torch
 

@@ -32,7 +32,7 @@ from ...reporter import CONSOLE, Reporter
 from ...series import Patch, parse_series
 from ...wheels import fetch
 from ..proving import proofenv
-from . import run as upstream
+from . import matrixrun as upstream
 from .selection import Selection, is_version
 
 FRAGMENT_SCHEMA = 1
