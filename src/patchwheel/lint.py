@@ -23,8 +23,9 @@ from .series import PATCH_NAME
 from .wheels import buildno, fetch, rewrite, vendored
 
 
-def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
-    """The first kind of problem the line has (its series, else the matrix, else its build record); none: []."""
+def record_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
+    """The first kind of problem what the tree records of a line has (its series and the stubs it names, else the
+    matrix, else its build record); none: []. Part of :func:`patchwheel.maint.lintall.line_problems`."""
     problems, patches = series.lint_series(line, project.root)
     problems += stub_problems(project, line)
     if not problems and matrix is not None:

@@ -246,7 +246,8 @@ def test_lint_has_one_entry_point():
     signature check too (issue 44), so that every line gets it wherever lint runs."""
     parts = {
         "lint_line": {"lint"},
-        "line_problems": {"maint.lintall", "maint.export.submission"},
+        "record_problems": {"maint.lintall"},
+        "upstream_pr_problems": {"maint.lintall", "maint.export.submission"},
         "suite_problems": {"maint.lintall"},
         "torch_problems": {"maint.lintall"},
         "tree_problems": {"maint.lintall"},
@@ -294,3 +295,14 @@ def test_no_two_modules_share_a_file_name():
         if path.name != "__init__.py":
             by_name.setdefault(path.name, []).append(name)
     assert {file: names for file, names in by_name.items() if len(names) > 1} == {}
+
+
+def test_each_lint_part_is_defined_once():
+    """A function that lists problems (``*_problems``) has one definition: ``line_problems`` was defined three times
+    (lint.py, maint/lintall.py, maint/export/submission.py), each checking another part of a line under one name."""
+    defined: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.endswith("_problems"):
+                defined.setdefault(node.name, []).append(name)
+    assert "line_problems" in defined and {f: m for f, m in defined.items() if len(m) > 1} == {}
