@@ -59,3 +59,57 @@ def test_the_retired_spellings_are_refused_with_the_verbs_there_are(demo_project
     assert exc.value.code == 2 and message in err, err
     assert old[0] != "upstream" or "{run,check,rerender}" in err, err
     assert not (demo_project.root / "patches" / "STATUS.json").exists() and not (demo_project.root / ".rebase").exists()
+
+
+#: What `--help` must not import: the library behind the commands (which reads TOML, parses requirements and
+#: markers, inspects code), each a cost every proof and guard session paid at each start of the tool.
+HEAVY = (
+    "inspect",
+    "tomllib",
+    "packaging.markers",
+    "packaging.requirements",
+    "packaging.specifiers",
+    "email.parser",
+    "patchwheel.torchaxis",
+    "patchwheel.config",
+    "patchwheel.commands",
+    "patchwheel.maint_commands",
+    "patchwheel.matrix.table",
+)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["build", "--help"], ["upstream", "run", "--help"], ["prove", "-h"]])
+def test_help_imports_no_heavy_module(argv):
+    """`python -m patchwheel --help` (and a command's own) loads the parser alone: the modules it imports are
+    listed by a fresh interpreter, not timed (`--help` took 0.37 s of CPU when the parser imported every command's
+    module, and torchaxis compiled packaging's regular expressions at import)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, runpy, sys\n"
+        "try:\n"
+        "    runpy.run_module('patchwheel', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code == 0, exc.code\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    src = str(Path(cli.__file__).parents[1])
+    res = subprocess.run(
+        [sys.executable, "-c", probe, *argv], capture_output=True, text=True, env={"PYTHONPATH": src}, check=True
+    )
+    imported = set(json.loads(res.stdout.splitlines()[-1]))
+    assert "patchwheel.cli" in imported and sorted(imported & set(HEAVY)) == []
+
+
+def test_each_command_names_a_function_there_is():
+    """The parser names each command's function as text (imported when the command runs): every one exists."""
+    actions = [a for a in cli.parser()._actions if a.dest == "cmd"]
+    subparsers = [p for a in actions for p in a.choices.values()]
+    while subparsers:
+        sub = subparsers.pop()
+        verbs = [a for a in sub._actions if a.dest == "verb"]
+        subparsers += [p for a in verbs for p in a.choices.values()]
+        if not verbs:
+            assert callable(cli.function(sub.get_default("func"))), sub.prog

@@ -661,7 +661,8 @@ def test_interrupt_message_names_dist_only_for_build(monkeypatch, capsys, argv, 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, func, interrupted)
+    module = "commands" if func in ("cmd_build", "cmd_lint") else "maint_commands"
+    monkeypatch.setattr(f"patchwheel.{module}.{func}", interrupted)  # the parser imports it when it runs
     assert cli.main(argv) == 130
     assert capsys.readouterr().err == said
 
