@@ -116,7 +116,7 @@ def cmd_watch_torch(args) -> int:
         return 0
     print(
         f"torch {newest} is out ({src}); [torch] newest of overlay/sets.toml is {project.torch.newest}: prove every "
-        f'set on it (TORCH_VERSION={newest} nox -s proof guards), then write newest = "{newest}" and bump the lines '
+        f'set on it (TORCH_VERSION={newest} nox -s prove), then write newest = "{newest}" and bump the lines '
         "(nox -s bump)"
     )
     return 1
@@ -241,7 +241,7 @@ def cmd_rebase(args) -> int:
         done = rebase.start(project, args.package, args.version, behaviour=not args.text_only)
     if not done:
         return 3  # stopped at a conflict, which it described
-    print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
+    print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s prove`)")
     return 0
 
 

@@ -410,7 +410,7 @@ def test_the_watch_says_when_torch_has_a_newer_release_than_the_newest_a_set_is_
     assert out.startswith(
         f"torch 2.15.0 is out ({folder} (TORCH_SOURCE)); [torch] newest of overlay/sets.toml is 2.14.1"
     )
-    assert "TORCH_VERSION=2.15.0 nox -s proof guards" in out, "a release candidate is not a release"
+    assert "TORCH_VERSION=2.15.0 nox -s prove" in out, "a release candidate is not a release"
 
 
 def test_an_unproven_floor_is_stated_with_why_and_claimed_nowhere():

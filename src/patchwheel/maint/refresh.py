@@ -271,7 +271,7 @@ def refresh(project: Project, package: str, version: str, ref: str, log: Callabl
             log(f"re-exported {_rel(project, q.path)}: its line numbers moved with the edit; its change is the same")
     refs = test_refs(target.trailers.get("Proof-Test") or target.trailers.get("Feature-Test"))
     tests = refs[0][0] + (f", {len(refs)} of its tests" if len(refs) > 1 else "") if refs else "its test"
-    log(f"next: run its proof both ways ({tests}): nox -s proof")
+    log(f"next: run its proof both ways ({tests}): nox -s prove")
 
 
 def _rel(project: Project, path: Path) -> str:

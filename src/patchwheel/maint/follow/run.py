@@ -385,6 +385,6 @@ def _by_hand(pkg: str, version: str) -> list[str]:
         f"nox -s rebase -- {pkg} {version}          # judge, drop, carry; stops at a conflict in .rebase/",
         f"nox -s rebase -- {pkg} {version} --continue   # after resolving it (git add)",
         f'set {pkg} = "{version}" in [set.{LATEST}] of overlay/sets.toml; remove the lines no set names',
-        f"nox -s build && nox -s \"proof(pins='{LATEST}')\" && nox -s \"guards(pins='{LATEST}')\"",
+        f"nox -s build && nox -t set-{LATEST}   # its proofs both ways and its guards",
         f"nox -s upstream -- run {pkg}=={version}   # the matrix",
     ]
