@@ -3,6 +3,7 @@ release, are gone (CHANGELOG.md lists each with what replaced it)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -105,11 +106,15 @@ def test_help_imports_no_heavy_module(argv):
 
 def test_each_command_names_a_function_there_is():
     """The parser names each command's function as text (imported when the command runs): every one exists."""
-    actions = [a for a in cli.parser()._actions if a.dest == "cmd"]
-    subparsers = [p for a in actions for p in a.choices.values()]
+
+    def below(parser: argparse.ArgumentParser, dest: str) -> list[argparse.ArgumentParser]:
+        actions = [a for a in parser._actions if a.dest == dest and isinstance(a.choices, dict)]
+        return [p for a in actions for p in a.choices.values()]  # type: ignore[union-attr]
+
+    subparsers = below(cli.parser(), "cmd")
     while subparsers:
         sub = subparsers.pop()
-        verbs = [a for a in sub._actions if a.dest == "verb"]
-        subparsers += [p for a in verbs for p in a.choices.values()]
+        verbs = below(sub, "verb")
+        subparsers += verbs
         if not verbs:
             assert callable(cli.function(sub.get_default("func"))), sub.prog

@@ -169,7 +169,7 @@ def test_the_proving_sessions_run_one_chain_of_the_prove_verb_each(noxfile, tmp_
         ("prove", {"pins": "latest", "chain": "pristine"}, ["--pristine"]),
         ("prove", {"pins": "latest", "chain": "guards"}, ["--guards"]),
         ("suite_prove", {"pins": "v4", "packages": "transformers", "chain": "fixed"}, ["--fixed", "--package"]),
-        ("suite_prove", {"pins": "v4", "packages": "a,b", "chain": "guards"}, ["--guards", "--package", "a", "--package"]),
+        ("suite_prove", {"pins": "v4", "packages": "a,b", "chain": "guards"}, ["--guards", "--package", "a"]),
     ]:
         session = Session()
         sessions[name].func(session, **kwargs)

@@ -1,5 +1,6 @@
 """Maintenance: the tools that keep the patch series right, above the build (which they call) and below the
-command line. A package per verb, each module named for its job (no two share a file name); what several verbs share stands beside them:
+command line. A package per verb, each module named for its job (no two share a file name); what several verbs
+share stands beside them:
 
 - :mod:`.workrepo`: the work repository every tool here starts from (a release's files as the base commit, the
   series as commits, a branch with another release's files);

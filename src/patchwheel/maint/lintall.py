@@ -4,8 +4,8 @@
 Each release line: its series and patch files (:func:`series.lint_line`), the committed matrix against the
 trailers and the build record (:func:`patchwheel.lint.record_problems`), the upstream signatures and names its
 patches keep or declare (:func:`patchwheel.lint.signature_problems`), then, on a package's newest line, the
-upstream-pr/ folders export sends upstream (:func:`submission.upstream_pr_problems`). The whole project besides: the sets
-the default suite proves, the torch floors, the files under patches/ and overlay/, and the vendored modules in
+upstream-pr/ folders export sends upstream (:func:`submission.upstream_pr_problems`). The whole project besides:
+the sets the default suite proves, the torch floors, the files under patches/ and overlay/, and the vendored modules in
 overlay/ against pristine + series (what `vendor --check` checks). Pristine + series is made once per line, for the
 signature check and the overlay's (:class:`Generated`)."""
 
