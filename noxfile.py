@@ -71,7 +71,7 @@ nox.options.sessions = [
         for chain in ("pristine", "fixed")
         for name, packages in SUITE_LINES
     ),
-    "upstream_check",
+    "matrix_check",
     "lint",
 ]
 nox.options.error_on_missing_interpreters = True
@@ -200,7 +200,7 @@ def only(packages: str) -> list[str]:
 
 def prove_chain(session: nox.Session, pins: str, *args: str) -> None:
     """`patchwheel prove`, one chain (a session's own core under `nox -j 4`), in cached environments on the shared
-    torch: the pristine pins' (~/.cache/patchwheel/envs) is shared by every session and the upstream check; the
+    torch: the pristine pins' (~/.cache/patchwheel/envs) is shared by every session and the matrix check; the
     +fixed builds' is this checkout's (.nox/.cache/fixed-<set>, shared by the set's sessions, kept while dist/
     holds the same wheels), so that no other checkout's dist/ replaces it under a running test. pytest's
     arguments (`nox -s prove -- -k t3`) reach every run."""
@@ -220,7 +220,7 @@ def torch_site(session: nox.Session) -> str:
 
 
 def shared_torch(session: nox.Session) -> list[str]:
-    """torch (TORCH_VERSION) for a test session from the shared base environment of the upstream check
+    """torch (TORCH_VERSION) for a test session from the shared base environment of the matrix check
     (~/.cache/patchwheel/envs/base-torch-<version>, made once, compiled): a .pth file puts it on the session's
     path, so each session installs only the release's wheels and their light dependencies. pip sees torch as
     installed; uv does not look through .pth files, so it is told to leave torch out. The install options."""
@@ -235,17 +235,17 @@ def shared_torch(session: nox.Session) -> list[str]:
 
 
 @nox.session
-def upstream(session: nox.Session) -> None:
+def matrix(session: nox.Session) -> None:
     """Patch x release matrix by text and behaviour -> patches/STATUS.{md,json} (args: run [releases, --text-only,
     ...] (the default), check [--transitions], rerender)."""
-    maint(session, "upstream", *(session.posargs or ["run"]))
+    maint(session, "matrix", *(session.posargs or ["run"]))
 
 
 @nox.session(allow_parallel=True)
-def upstream_check(session: nox.Session) -> None:
+def matrix_check(session: nox.Session) -> None:
     """Fails when the committed patches/STATUS.* disagrees with a fresh run on the releases of its Drop-When
     transitions (the smallest set that covers them all)."""
-    maint(session, "upstream", "check", "--transitions")
+    maint(session, "matrix", "check", "--transitions")
 
 
 @nox.session

@@ -56,10 +56,10 @@ HELP = {
     "them (exit 1: a known bug applies or a patched file was changed)",
     "prove": "prove a consumer set: its proofs on the pristine pins and on the +fixed builds (each after the "
     "status check), and its guards, pristine against +fixed (exit 1: a run failed)",
-    "upstream": "the patch x release matrix, by text and by behaviour: run, check, rerender",
-    "upstream run": "judge newer releases and merge them into the committed matrix",
-    "upstream check": "compare a fresh run with the committed matrix (exit 1 where it is stale)",
-    "upstream rerender": "rewrite the committed matrix with the current trailers and flags, running nothing",
+    "matrix": "the patch x release matrix, by text and by behaviour: run, check, rerender",
+    "matrix run": "judge newer releases and merge them into the committed matrix",
+    "matrix check": "compare a fresh run with the committed matrix (exit 1 where it is stale)",
+    "matrix rerender": "rewrite the committed matrix with the current trailers and flags, running nothing",
     "watch": "the upstream watch's three steps in CI: list, cell, merge",
     "watch list": "the (line, release) cells newer than the committed matrix, as JSON",
     "watch cell": "check one cell (text and proofs) into a fragment file",
@@ -96,13 +96,13 @@ def _command(subparsers, func: str, name: str, *, lines: bool = False, line: boo
 
 
 def _verbs(subparsers, name: str):
-    """A command made of verbs (``upstream run``): the subparsers of its verbs."""
+    """A command made of verbs (``matrix run``): the subparsers of its verbs."""
     return subparsers.add_parser(name, help=HELP[name]).add_subparsers(dest="verb", required=True)
 
 
 def _matrix_commands(sub) -> None:
-    upstream = _verbs(sub, "upstream")
-    run = _command(upstream, "maint_commands.cmd_upstream_run", "upstream run")
+    matrix = _verbs(sub, "matrix")
+    run = _command(matrix, "maint_commands.cmd_matrix_run", "matrix run")
     run.add_argument("releases", nargs="*", help="e.g. transformers==4.53.3 'accelerate>=1.10' (default: all newer)")
     run.add_argument("--every", action="store_true", help="run proofs on every selected release: nothing inferred")
     run.add_argument(
@@ -110,7 +110,7 @@ def _matrix_commands(sub) -> None:
         action="store_true",
         help="judge the whole matrix again under this run's torch (TORCH_VERSION), replacing the committed one",
     )
-    check = _command(upstream, "maint_commands.cmd_upstream_check", "upstream check")
+    check = _command(matrix, "maint_commands.cmd_matrix_check", "matrix check")
     check.add_argument("releases", nargs="*", help="e.g. transformers==4.54.0 (default: all newer)")
     check.add_argument(
         "--transitions",
@@ -126,7 +126,7 @@ def _matrix_commands(sub) -> None:
         )
         verb.add_argument("--text-only", action="store_true", help="skip the proof tests")
         verb.add_argument("--workers", type=int, default=2)
-    _command(upstream, "maint_commands.cmd_upstream_rerender", "upstream rerender")
+    _command(matrix, "maint_commands.cmd_matrix_rerender", "matrix rerender")
     watch = _verbs(sub, "watch")
     _command(watch, "maint_commands.cmd_watch_list", "watch list")
     _command(watch, "maint_commands.cmd_watch_torch", "watch torch")

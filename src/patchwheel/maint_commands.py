@@ -17,7 +17,7 @@ from .matrix.table import WHERE
 
 
 def _releases_and_proofs(args):
-    """The release selection and the releases to run proofs on, from `upstream run`'s options."""
+    """The release selection and the releases to run proofs on, from `matrix run`'s options."""
     from .maint.upstream.selection import Selection
 
     if args.text_only and args.behaviour:
@@ -30,7 +30,7 @@ def _releases_and_proofs(args):
     return Selection.parse(args.releases), behaviour
 
 
-def cmd_upstream_run(args) -> int:
+def cmd_matrix_run(args) -> int:
     from .maint.upstream import matrixrun as upstream
 
     project = config.load(root(args))
@@ -45,7 +45,7 @@ def cmd_upstream_run(args) -> int:
     return 0
 
 
-def cmd_upstream_check(args) -> int:
+def cmd_matrix_check(args) -> int:
     from .maint.upstream import matrixrun as upstream
     from .matrix import checks as matrix_checks
     from .matrix.table import Matrix
@@ -77,14 +77,14 @@ def cmd_upstream_check(args) -> int:
             "torch releases before changing the patch or the matrix"
         )
     if "stale" in kinds:
-        print(f"the committed matrix is stale: run `nox -s upstream` and commit {WHERE}")
+        print(f"the committed matrix is stale: run `nox -s matrix` and commit {WHERE}")
     if findings:
         return 1
     print(f"the committed matrix agrees with a fresh run on {releases} release(s)")
     return 0
 
 
-def cmd_upstream_rerender(args) -> int:
+def cmd_matrix_rerender(args) -> int:
     from .maint.upstream import matrixrun as upstream
 
     project = config.load(root(args))

@@ -320,7 +320,7 @@ def other_patch_set(demo: Demo) -> None:
 
 
 def stub_proof_runs(monkeypatch, tmp_path: Path, run_proof) -> None:
-    """The upstream check without real environments or pytest: ``release_env`` makes a folder per release (named
+    """The matrix check without real environments or pytest: ``release_env`` makes a folder per release (named
     as the real one), ``run_proof(env, root, proof, timeout=900, first_bug=False)`` is the caller's, and
     ``run_proofs`` runs it on each file."""
     from packaging.utils import parse_wheel_filename

@@ -62,7 +62,7 @@ def test_the_page_shows_each_step_with_its_command():
         "nox -s refresh",
         "chain='guards'",
         "--reexport",
-        "upstream -- rerender",
+        "matrix -- rerender",
         "nox -s lint",
         "nox -t set-",
         "--patch",

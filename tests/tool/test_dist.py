@@ -653,7 +653,7 @@ def test_python_that_is_not_an_interpreter(tmp_path, capsys, command):
     [
         (["build"], "cmd_build", "interrupted; dist/ is unchanged\n"),
         (["rebase", "demo", "1.1.0"], "cmd_rebase", "interrupted\n"),
-        (["upstream", "run"], "cmd_upstream_run", "interrupted\n"),
+        (["matrix", "run"], "cmd_matrix_run", "interrupted\n"),
         (["lint"], "cmd_lint", "interrupted\n"),
     ],
 )

@@ -95,7 +95,7 @@ def test_upstream_matrix_and_staleness_check(demo_project, capsys):
     assert diffs == [
         Finding("stale", "demo/1.0.0 0001-greet-comma.patch vs 1.1.0: text is offset, the committed matrix says clean")
     ]
-    assert cli.main(["--root", str(demo_project.root), "upstream", "check", "--text-only"]) == 1
+    assert cli.main(["--root", str(demo_project.root), "matrix", "check", "--text-only"]) == 1
     assert "vs 1.1.0: text is offset, the committed matrix says clean" in capsys.readouterr().out
 
 

@@ -70,7 +70,7 @@ def test_bisection_judges_every_cell_and_runs_both_sides_of_the_fix(demo_project
     versions = [f"1.{i}.0" for i in range(1, 10)]
     releases(demo_project, *versions)
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from="1.6.0")
-    code, out, err = main(capsys, demo_project.root, "upstream", "run")
+    code, out, err = main(capsys, demo_project.root, "matrix", "run")
     assert code == 0, err
     cells = row(demo_project)
     assert [cells[v]["behaviour"] for v in versions] == ["fails"] * 5 + ["passes"] * 4
@@ -89,7 +89,7 @@ def test_bisection_judges_every_cell_and_runs_both_sides_of_the_fix(demo_project
 def test_every_runs_each_release_and_infers_nothing(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, "1.1.0", "1.2.0", "1.3.0")
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run", "--every")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run", "--every")[0] == 0
     assert sorted(runs) == ["1.1.0", "1.2.0", "1.3.0"]
     assert not any("inferred_from" in c for c in row(demo_project).values())
 
@@ -99,7 +99,7 @@ def test_merging_a_run_reinfers_the_cells_beside_it(demo_project, monkeypatch, t
     back to unjudged, rather than leaving a wrong inference in the matrix."""
     releases(demo_project, "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     assert {v: "inferred_from" in c for v, c in row(demo_project).items()} == {
         "1.1.0": False,
         "1.2.0": True,
@@ -108,7 +108,7 @@ def test_merging_a_run_reinfers_the_cells_beside_it(demo_project, monkeypatch, t
         "1.5.0": False,
     }
     fake_proofs(monkeypatch, tmp_path, fixed_from="1.3.0")  # say 1.3.0 is found to pass after all
-    assert main(capsys, demo_project.root, "upstream", "run", "--behaviour", "demo==1.3.0", "demo==1.3.0")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run", "--behaviour", "demo==1.3.0", "demo==1.3.0")[0] == 0
     cells = row(demo_project)
     assert cells["1.3.0"]["behaviour"] == "passes" and "inferred_from" not in cells["1.3.0"]
     assert cells["1.2.0"]["behaviour"] is None and cells["1.4.0"]["behaviour"] is None
@@ -118,7 +118,7 @@ def test_merging_a_run_reinfers_the_cells_beside_it(demo_project, monkeypatch, t
 def test_transitions_select_where_drop_when_changes(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, *(f"1.{i}.0" for i in range(1, 6)))
     fake_proofs(monkeypatch, tmp_path, fixed_from="1.4.0")
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     matrix = status(demo_project)
     matrix["lines"][0]["patches"][0]["drop_when"] = "proof-passes-upstream"
     assert matrix_checks.transition_releases(Matrix.from_json(matrix)) == ["demo==1.4.0"]
@@ -163,7 +163,7 @@ def watch_setup(demo, monkeypatch, tmp_path, capsys, fixed_from: str | None) -> 
     dropped_by_its_proof(demo)
     releases(demo, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo.root, "matrix", "run")[0] == 0
     releases(demo, "1.2.0")
     assert list_cells(capsys, demo, tmp_path) == [listed(demo, "1.2.0")]
     fake_proofs(monkeypatch, tmp_path, fixed_from=fixed_from)
@@ -200,7 +200,7 @@ def test_watch_fails_where_a_patch_stops_applying(demo_project, monkeypatch, tmp
     dropped_by_its_proof(demo_project)
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', b'f"hello {name}"'))  # the patched line changed
     list_cells(capsys, demo_project, tmp_path)
     fragment = tmp_path / "f.json"
@@ -258,7 +258,7 @@ def test_watch_commands_refuse_bad_input(demo_project, capsys, args, message):
 def test_merge_refuses_a_file_that_is_not_a_fragment(demo_project, tmp_path, capsys, monkeypatch):
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     status_json = demo_project.root / "patches" / "STATUS.json"
     (tmp_path / "cells.json").write_text("[]")
     code, _, err = merge(capsys, demo_project, tmp_path, status_json)
@@ -278,7 +278,7 @@ def test_reinfer_does_not_infer_across_a_release_where_the_text_changes(demo_pro
     demo_project.add_release("1.4.0", b"# moved\n" + CORE)
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert (
-        main(capsys, demo_project.root, "upstream", "run", "--behaviour", "demo==1.1.0", "--behaviour", "demo==1.4.0")[
+        main(capsys, demo_project.root, "matrix", "run", "--behaviour", "demo==1.1.0", "--behaviour", "demo==1.4.0")[
             0
         ]
         == 0
@@ -287,7 +287,7 @@ def test_reinfer_does_not_infer_across_a_release_where_the_text_changes(demo_pro
     assert cells["1.2.0"]["text"] == "clean" and cells["1.3.0"]["text"] == "offset"
     assert cells["1.2.0"]["behaviour"] is None and cells["1.3.0"]["behaviour"] is None
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0  # the bisection runs the probe
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0  # the bisection runs the probe
     assert "1.3.0" in runs and row(demo_project)["1.2.0"].get("inferred_from") == ["1.1.0", "1.3.0"]
 
 
@@ -318,7 +318,7 @@ def test_attention_is_for_the_newest_line_and_names_a_proof_that_cannot_judge():
 def test_list_new_lists_a_late_patch_release_of_an_older_series(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, "1.1.0", "2.0.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     releases(demo_project, "1.1.1")  # published after 2.0.0
     assert list_cells(capsys, demo_project, tmp_path) == [listed(demo_project, "1.1.1")]
 
@@ -447,7 +447,7 @@ def test_merge_refuses_a_verdict_on_a_feature(demo_project, monkeypatch, tmp_pat
     )
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     releases(demo_project, "1.2.0")
     list_cells(capsys, demo_project, tmp_path)
     fragment = tmp_path / "f.json"

@@ -5,7 +5,7 @@ share stands beside them:
 - :mod:`.workrepo`: the work repository every tool here starts from (a release's files as the base commit, the
   series as commits, a branch with another release's files);
 - ``upstream/``: which patches still apply to newer releases (by text) and which upstream fixed (by behaviour),
-  recorded in the matrix; the watch spreads that over CI workers (`patchwheel upstream`, `patchwheel watch`);
+  recorded in the matrix; the watch spreads that over CI workers (`patchwheel matrix`, `patchwheel watch`);
 - ``follow/``: a line carried onto upstream's newer releases, in a scratch copy written back in one step
   (`patchwheel follow`, `patchwheel derive`);
 - :mod:`.lintall`: the one lint, everything `patchwheel lint` checks (follow and derive ask it of what they write);

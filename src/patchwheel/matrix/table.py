@@ -8,7 +8,7 @@ them), unless a release where a verdict can change lies between (a **probe**: a 
 Fixed-In release). ``Drop-When`` is evaluated per cell, and contradictions are flagged.
 
 This module is the only code that reads or writes the committed matrix (patches/STATUS.json, and STATUS.md, which
-:func:`render` makes): the upstream check, the watch, ``follow``, ``status``, ``export`` and lint all go
+:func:`render` makes): the matrix check, the watch, ``follow``, ``status``, ``export`` and lint all go
 through :class:`Matrix`. It needs only the standard library and ``packaging``: ``status`` and lint run in nox's own
 interpreter.
 
@@ -283,7 +283,7 @@ class Matrix:
     def require(cls, path: Path) -> Matrix:
         matrix = cls.load(path)
         if matrix is None:
-            raise MatrixError(f"{path} does not exist", "run `nox -s upstream` and commit the result")
+            raise MatrixError(f"{path} does not exist", "run `nox -s matrix` and commit the result")
         return matrix
 
     def save(self, path: Path) -> None:
@@ -315,7 +315,7 @@ class Matrix:
             raise MatrixError(
                 f"{WHERE} was judged with torch {self.torch}, this run with torch {torch}: merged, it would mix them",
                 f"run with TORCH_VERSION={self.torch}, or judge the whole matrix again under torch {torch}: "
-                "`nox -s upstream -- run --new-torch`",
+                "`nox -s matrix -- run --new-torch`",
             )
 
     def merged(self, new_lines: list[LineMatrix], torch: str) -> Matrix:
@@ -417,7 +417,7 @@ def md_code(text: object) -> str:
 HEADER = [
     "# Patch status against newer upstream releases",
     "",
-    "Written by `nox -s upstream`; do not edit. Each cell: text result, then behaviour.",
+    "Written by `nox -s matrix`; do not edit. Each cell: text result, then behaviour.",
     "",
     "Text: **C** clean, **O** offset, **3** needs a 3-way merge, **U** already upstream (reverse-applies or "
     "empty after merge), **X** conflict.  ",

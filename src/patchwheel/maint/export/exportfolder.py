@@ -210,7 +210,7 @@ def _judged(runs, where: str, sub: submission.Submission):
     if before.verdict != "fails":
         raise PatchError(
             f"upstream's test does not fail on pristine {where} as the bug does ({before.verdict}: {before.detail})",
-            "if the bug is fixed there, drop the patch (see the matrix, `nox -s upstream`); otherwise make the test "
+            "if the bug is fixed there, drop the patch (see the matrix, `nox -s matrix`); otherwise make the test "
             "show it, "
             f"with the exception {sub.folder}/expect.toml names",
         )

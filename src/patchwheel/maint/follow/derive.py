@@ -418,5 +418,5 @@ def _by_hand(done: Derived) -> list[str]:
             f"nox -s derive -- {spec} --from <another line>   # or from another line",
         ]
     return again + [
-        f"nox -s upstream -- run {spec}   # what every line says about {done.version}, by text and by proofs"
+        f"nox -s matrix -- run {spec}   # what every line says about {done.version}, by text and by proofs"
     ]
