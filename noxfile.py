@@ -236,14 +236,14 @@ def shared_torch(session: nox.Session) -> list[str]:
 
 @nox.session
 def matrix(session: nox.Session) -> None:
-    """Patch x release matrix by text and behaviour -> patches/STATUS.{md,json} (args: run [releases, --text-only,
+    """Patch x release matrix by text and behaviour -> patches/MATRIX.{md,json} (args: run [releases, --text-only,
     ...] (the default), check [--transitions], rerender)."""
     maint(session, "matrix", *(session.posargs or ["run"]))
 
 
 @nox.session(allow_parallel=True)
 def matrix_check(session: nox.Session) -> None:
-    """Fails when the committed patches/STATUS.* disagrees with a fresh run on the releases of its Drop-When
+    """Fails when the committed patches/MATRIX.* disagrees with a fresh run on the releases of its Drop-When
     transitions (the smallest set that covers them all)."""
     maint(session, "matrix", "check", "--transitions")
 

@@ -208,14 +208,14 @@ def matrix_run(tmp: Path, env: dict[str, str]) -> tuple[float, str]:
     alone): its wall time, and what it judged."""
     root = tmp / "project"
     shutil.rmtree(root, ignore_errors=True)
-    ignore = shutil.ignore_patterns("__pycache__", ".mypy_cache", "STATUS.*")
+    ignore = shutil.ignore_patterns("__pycache__", ".mypy_cache", "MATRIX.*")
     for part in ("overlay", "patches", "tests/proof"):
         shutil.copytree(ROOT / part, root / part, ignore=ignore)
     cmd = [sys.executable, "-m", "patchwheel", "--root", str(root), "matrix", "run", "--workers", "2"]
     t = time.perf_counter()
     subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **env}, check=True)
     seconds = time.perf_counter() - t
-    matrix = json.loads((root / "patches" / "STATUS.json").read_text())
+    matrix = json.loads((root / "patches" / "MATRIX.json").read_text())
     cells = [c for ln in matrix["lines"] for p in ln["patches"] for c in p["cells"].values()]
     run = {
         (ln["line"], v)
@@ -265,14 +265,14 @@ def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str,
         if members.get(package) == newest.version:
             set_member(project.sets_file, name, package, back)
     vendored.write(config.load(root), log=lambda m: None)
-    status = json.loads(project.status_json.read_text())
+    status = json.loads(project.matrix_json.read_text())
     status["lines"] = [ln for ln in status["lines"] if ln["line"] != newest.key]
     for ln in status["lines"]:
         if ln["line"].startswith(f"{package}/"):
             ln["releases"] = [r for r in ln["releases"] if r["version"] != newest.version]
             for row in ln["patches"]:
                 row["cells"].pop(newest.version, None)
-    project.status_json.write_text(json.dumps(status, indent=1) + "\n")
+    project.matrix_json.write_text(json.dumps(status, indent=1) + "\n")
     return root, back, newest.version
 
 

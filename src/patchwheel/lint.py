@@ -154,7 +154,7 @@ def tree_problems(project: Project) -> list[str]:
 def _unknown(project: Project, lines: dict, parts: tuple[str, ...], is_dir: bool) -> str | None:
     """Why a path under patches/ or overlay/ (its parts from the root) is not one lint knows; None: it is."""
     top, rest = parts[0], parts[1:]
-    matrix = project.status_json  # the committed matrix and its Markdown beside it
+    matrix = project.matrix_json  # the committed matrix and its Markdown beside it
     own = {"patches": (matrix.name, matrix.with_suffix(".md").name), "overlay": ("sets.toml", "NOTICE")}[top]
     if len(rest) == 1:
         if is_dir:

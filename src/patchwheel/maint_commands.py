@@ -54,7 +54,7 @@ def cmd_matrix_check(args) -> int:
     if args.transitions:
         if args.releases:
             raise ConfigError("--transitions selects the releases itself", "leave out the releases, or it")
-        args.releases = matrix_checks.transition_releases(Matrix.require(project.status_json))
+        args.releases = matrix_checks.transition_releases(Matrix.require(project.matrix_json))
         if not args.releases:
             print("the committed matrix has no Drop-When transition: nothing to check")
             return 0
@@ -89,7 +89,7 @@ def cmd_matrix_rerender(args) -> int:
 
     project = config.load(root(args))
     upstream.rerender(project)
-    print(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
+    print(f"wrote {project.matrix_json} and {project.matrix_json.with_suffix('.md')}")
     return 0
 
 
@@ -150,8 +150,8 @@ def cmd_watch_merge(args) -> int:
         )
     project = config.load(root(args))
     matrix, attention = watch.merge(project, [Path(f) for f in args.fragments], Path(args.cells))
-    matrix.save(project.status_json)
-    print(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
+    matrix.save(project.matrix_json)
+    print(f"wrote {project.matrix_json} and {project.matrix_json.with_suffix('.md')}")
     for line in attention:
         print(f"needs a maintainer: {line}")
     if attention:

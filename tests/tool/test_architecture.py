@@ -117,7 +117,7 @@ def test_the_probes_stand_alone():
 
 
 def test_the_committed_matrix_is_named_in_two_modules_at_most():
-    naming = [name for name, path in modules().items() if re.search(r"STATUS\.(json|md|\*)", path.read_text())]
+    naming = [name for name, path in modules().items() if re.search(r"MATRIX\.(json|md|\*)", path.read_text())]
     assert len(naming) <= 2 and "matrix.table" in naming, naming
 
 

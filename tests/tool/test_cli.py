@@ -34,7 +34,7 @@ def test_each_verb_takes_only_its_own_options(demo_project, capsys, args, messag
     except SystemExit as exc:  # argparse's own refusal
         code, err = exc.code, capsys.readouterr().err
     assert code == 2 and message in err, err
-    assert not (demo_project.root / "patches" / "STATUS.json").exists()
+    assert not (demo_project.root / "patches" / "MATRIX.json").exists()
 
 
 #: argparse's refusal of a retired verb (`upstream` is `matrix` since issue 46): it lists the verbs there are.
@@ -65,7 +65,7 @@ def test_the_retired_spellings_are_refused_with_the_verbs_there_are(demo_project
     err = capsys.readouterr().err
     assert exc.value.code == 2 and message in err, err
     assert old[0] not in ("upstream", "matrix") or "matrix" in err, err
-    assert not (demo_project.root / "patches" / "STATUS.json").exists() and not (demo_project.root / ".rebase").exists()
+    assert not (demo_project.root / "patches" / "MATRIX.json").exists() and not (demo_project.root / ".rebase").exists()
 
 
 #: What `--help` must not import: the library behind the commands (which reads TOML, parses requirements and

@@ -297,7 +297,7 @@ def test_export_sorts_versions_with_packaging(demo_project, tmp_path):
         v: {"text": "clean", "behaviour": b} for v, b in [("1.10.0", "fails"), ("1.2.0", "fails"), ("1.9.0", "passes")]
     }
     cells["1.3.0rc1"] = {"text": "clean", "behaviour": "error"}
-    (demo_project.root / "patches" / "STATUS.json").write_text(
+    (demo_project.root / "patches" / "MATRIX.json").write_text(
         json.dumps({"lines": [{"line": "demo/1.0.0", "patches": [{"name": "0001-greet-comma.patch", "cells": cells}]}]})
     )
     pr = (_export(demo_project, tmp_path) / "PR.md").read_text()

@@ -316,7 +316,7 @@ def test_rebase_onto_not_a_version(demo_project, capsys, extra):
 def test_upstream_selection_of_an_unknown_package(demo_project, capsys, args, message, hint):
     code, err = _main(capsys, demo_project.root, "matrix", "run", *args)
     assert code == 2 and err.startswith(message + "\n  fix: ") and hint in err, err
-    assert not (demo_project.root / "patches" / "STATUS.json").exists()
+    assert not (demo_project.root / "patches" / "MATRIX.json").exists()
 
 
 def test_upstream_behaviour_with_text_only_is_refused(demo_project, capsys):
@@ -325,7 +325,7 @@ def test_upstream_behaviour_with_text_only_is_refused(demo_project, capsys):
     assert code == 2 and err.startswith(
         "error: --behaviour selects releases for proof runs, and --text-only runs none\n  fix: "
     ), err
-    assert not (demo_project.root / "patches" / "STATUS.json").exists()
+    assert not (demo_project.root / "patches" / "MATRIX.json").exists()
 
 
 def test_upstream_behaviour_outside_the_release_selection(demo_project):

@@ -84,7 +84,7 @@ def _signature_problems(line: ReleaseLine, generated: Generated, found: list[str
 
 def parts(project: Project, lines: list[ReleaseLine] | None = None) -> Iterator[Part]:
     """What lint checks of ``lines`` (None: the whole project, which adds the project's own parts), in order."""
-    matrix = Matrix.load(project.status_json)
+    matrix = Matrix.load(project.matrix_json)
     generated = Generated()
     for line in project.all_lines() if lines is None else lines:
         problems = line_problems(project, line, matrix, generated)

@@ -7,7 +7,7 @@ A cell that was not run but lies between two run releases that agree takes their
 them), unless a release where a verdict can change lies between (a **probe**: a Drop-When or text change, a
 Fixed-In release). ``Drop-When`` is evaluated per cell, and contradictions are flagged.
 
-This module is the only code that reads or writes the committed matrix (patches/STATUS.json, and STATUS.md, which
+This module is the only code that reads or writes the committed matrix (patches/MATRIX.json, and MATRIX.md, which
 :func:`render` makes): the matrix check, the watch, ``follow``, ``status``, ``export`` and lint all go
 through :class:`Matrix`. It needs only the standard library and ``packaging``: ``status`` and lint run in nox's own
 interpreter.
@@ -35,8 +35,8 @@ from ..errors import MatrixError
 from ..series import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, parse_series, slug_of
 
 SCHEMA = 1
-#: Where the committed matrix lives, for messages (the path itself is ``Project.status_json``).
-WHERE = "patches/STATUS.*"
+#: Where the committed matrix lives, for messages (the path itself is ``Project.matrix_json``).
+WHERE = "patches/MATRIX.*"
 #: The verdicts a proof run gives; a feature's cells are marked FEATURE instead.
 VERDICTS = ("passes", "fails", "error")
 FEATURE = "n/a"
@@ -271,7 +271,7 @@ class Matrix:
 
     @classmethod
     def load(cls, path: Path) -> Matrix | None:
-        """The committed matrix at ``path`` (patches/STATUS.json), or None where there is none yet."""
+        """The committed matrix at ``path`` (patches/MATRIX.json), or None where there is none yet."""
         if not path.is_file():
             return None
         try:
@@ -415,7 +415,7 @@ def md_code(text: object) -> str:
 
 
 HEADER = [
-    "# Patch status against newer upstream releases",
+    "# The patch x release matrix: each patch against newer upstream releases",
     "",
     "Written by `nox -s matrix`; do not edit. Each cell: text result, then behaviour.",
     "",

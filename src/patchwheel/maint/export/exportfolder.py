@@ -257,7 +257,7 @@ def _measured(project: Project, line: ReleaseLine, patch: Patch, version: str) -
     plus the pins of the lines that carry the fix (their proofs fail there) and the release the export just ran."""
     shows: list[str] = [version]
     fixed: list[str] = []
-    matrix = Matrix.load(project.status_json)
+    matrix = Matrix.load(project.matrix_json)
     for entry in matrix.lines if matrix else []:
         if entry.package != line.package:
             continue

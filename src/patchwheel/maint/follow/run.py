@@ -370,13 +370,13 @@ def judge_into_matrix(
     """Judge ``lines`` on the selected releases newer than each (bisecting as the matrix check does) into the
     committed matrix, the rows of lines no longer pinned removed; refused when the matrix was judged with another
     torch than this run's proofs use."""
-    committed = Matrix.load(project.status_json) or Matrix()
+    committed = Matrix.load(project.matrix_json) or Matrix()
     torch = proofenv.torch_version()
     committed.check_torch(torch)  # before the judging, which takes minutes
     judged_lines = [upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in lines]
     matrix = committed.merged(judged_lines, torch=torch)
     matrix.keep_lines({line.key for line in project.all_lines()})
-    matrix.save(project.status_json)
+    matrix.save(project.matrix_json)
 
 
 def _by_hand(pkg: str, version: str) -> list[str]:
