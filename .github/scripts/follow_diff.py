@@ -20,7 +20,7 @@ What follow may change, and so all that is accepted:
 - ``overlay/NOTICE`` and the matrix, ``patches/MATRIX.json`` and ``patches/MATRIX.md``.
 
 No renames, copies, links, mode changes, binary hunks, or path component starting with ``.``. The checks run on
-what git itself staged (``git apply --cached`` into a scratch index), so what is checked is what is committed.
+what git itself staged (``git apply --cached`` into a temporary index), so what is checked is what is committed.
 The script needs the standard library, git and ``packaging`` (the job installs it from a hashed lock), nothing of
 the diff.
 Usage, in the checkout's root: ``python .github/scripts/follow_diff.py <package> <diff>``; exit 1 with the reasons

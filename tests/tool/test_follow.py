@@ -140,7 +140,7 @@ def test_an_interrupted_follow_leaves_the_project_as_it_was(demo_project, monkey
 
     with pytest.raises(KeyboardInterrupt):
         follow.follow(demo_project.load(), None, Prover(action=interrupt), log=lambda m: None)
-    assert tree(demo_project.root) == before  # and the autouse fixture: no patchwheel-* scratch folder is left
+    assert tree(demo_project.root) == before  # and the autouse fixture: no patchwheel-* temporary folder is left
 
 
 def test_a_failing_proof_run_stops_it(demo_project, monkeypatch, tmp_path):

@@ -278,9 +278,7 @@ def test_reinfer_does_not_infer_across_a_release_where_the_text_changes(demo_pro
     demo_project.add_release("1.4.0", b"# moved\n" + CORE)
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert (
-        main(capsys, demo_project.root, "matrix", "run", "--behaviour", "demo==1.1.0", "--behaviour", "demo==1.4.0")[
-            0
-        ]
+        main(capsys, demo_project.root, "matrix", "run", "--behaviour", "demo==1.1.0", "--behaviour", "demo==1.4.0")[0]
         == 0
     )
     cells = row(demo_project)

@@ -15,6 +15,6 @@ share stands beside them:
 - ``export/``: a patch as an upstream pull request, with upstream's style and upstream's own test
   (`patchwheel export`);
 - ``proving/``: proofs in cached environments of pristine releases, a consumer set proven both ways (`patchwheel
-  prove`, which the nox proof and guards sessions run), every hunk
+  prove`, which the nox prove sessions run, a chain each), every hunk
   needed (`patchwheel mutants`), upstream's own suite unchanged (`patchwheel upstream-suite`).
 """

@@ -417,6 +417,4 @@ def _by_hand(done: Derived) -> list[str]:
             f"nox -s derive -- {spec} --from {done.source} --set {done.set_name}   # again, once it is dealt with",
             f"nox -s derive -- {spec} --from <another line>   # or from another line",
         ]
-    return again + [
-        f"nox -s matrix -- run {spec}   # what every line says about {done.version}, by text and by proofs"
-    ]
+    return again + [f"nox -s matrix -- run {spec}   # what every line says about {done.version}, by text and by proofs"]
