@@ -34,7 +34,7 @@ _SETS_TOML = tomllib.loads((ROOT / "overlay" / "sets.toml").read_text())
 # the tool and the tests each session starts use the same one; TORCH_SOURCE says where it comes from.
 os.environ["TORCH_VERSION"] = os.environ.get("TORCH_VERSION") or _SETS_TOML["torch"]["suite"]
 TORCH = f"torch=={os.environ['TORCH_VERSION']}"
-#: Every consumer set: `nox -s proof guards` proves them all (the sets workflow does, daily and on each change).
+#: Every consumer set: `nox -s prove` proves them all (the sets workflow does, daily and on each change).
 SETS = sorted(_SETS_TOML["set"])
 #: The sets the default suite proves: [suite] of overlay/sets.toml (lint: `latest` and the newest line of each
 #: major version), or every set where it has none.
@@ -44,7 +44,7 @@ SUITE = _SETS_TOML.get("suite", {}).get("sets", SETS)
 def _lines_once(sets: list[str]) -> list[tuple[str, str]]:
     """Each suite set with the packages whose line no earlier suite set names: the default suite proves a line, and
     runs its guards, once (`latest` and `v4` share accelerate 1.15.0: its proofs and guards would run twice on the
-    same build). The sets workflow proves every set whole (`proof(...)`, `guards(...)`)."""
+    same build). The sets workflow proves every set whole (`prove(...)`)."""
     seen: set[tuple[str, str]] = set()
     out = []
     for name in sets:
@@ -64,14 +64,14 @@ SUITE_LINES = _lines_once(SUITE)
 # 6 min 29 s, four 4 min 52 s to 6 min 38 s. Their output is printed whole as each ends.
 nox.options.sessions = [
     "tests",
-    *(f"suite_guards(pins='{name}', packages='{packages}')" for name, packages in SUITE_LINES),
+    *(f"suite_prove(pins='{name}', packages='{packages}', chain='guards')" for name, packages in SUITE_LINES),
     "e2e",
     *(
-        f"suite_proof(pins='{name}', packages='{packages}', flavor='{flavor}')"
-        for flavor in ("pristine", "fixed")
+        f"suite_prove(pins='{name}', packages='{packages}', chain='{chain}')"
+        for chain in ("pristine", "fixed")
         for name, packages in SUITE_LINES
     ),
-    "upstream_check",
+    "matrix_check",
     "lint",
 ]
 nox.options.error_on_missing_interpreters = True
@@ -102,9 +102,10 @@ def bump(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none", default=False)
-def dist(session: nox.Session) -> None:
-    """dist/ built from the tree, for the sessions that test it (they require this one, which runs alone before
-    them: no session reads dist/ while it is rewritten). It takes no arguments, so theirs do not reach the build."""
+def build_dist(session: nox.Session) -> None:
+    """`patchwheel build` of every line into dist/, for the sessions that test it (they require this one, which runs
+    alone before them: no session reads dist/ while it is rewritten). It takes no arguments, so theirs do not reach
+    the build."""
     tool(session, "build")
 
 
@@ -149,7 +150,7 @@ def status(session: nox.Session) -> None:
     tool(session, "status", *session.posargs)
 
 
-@nox.session(allow_parallel=True, requires=["dist"])
+@nox.session(allow_parallel=True, requires=["build_dist"])
 def tests(session: nox.Session) -> None:
     """Tool tests: fast and offline, on synthetic wheels; plus checks of the real dist/ build."""
     session.install("-e", ".[test]", *shared_torch(session))  # torch: the proofs' rank harness is tested too
@@ -159,57 +160,50 @@ def tests(session: nox.Session) -> None:
 
 
 def _set_params() -> list:
-    """The sets, each tagged ``set-<name>``: `nox -t set-latest` runs that set's proofs both ways and its guards (what
-    the sets workflow runs per set and torch)."""
+    """The sets, each tagged ``set-<name>``: `nox -t set-latest` runs that set's proofs both ways and its guards, each
+    chain of `prove` (what the sets workflow runs per set and torch)."""
     return [nox.param(name, tags=[f"set-{name}"]) for name in SETS]
 
 
-@nox.session(venv_backend="none", allow_parallel=True, requires=["dist"])
-@nox.parametrize("flavor", ["pristine", "fixed"])
+#: The chains of `patchwheel prove` (its --pristine, --fixed, --guards), one a session.
+CHAINS = ("pristine", "fixed", "guards")
+
+
+@nox.session(venv_backend="none", allow_parallel=True, requires=["build_dist"])
+@nox.parametrize("chain", list(CHAINS))
 @nox.parametrize("pins", _set_params())
-def proof(session: nox.Session, flavor: str, pins: str) -> None:
-    """Proof tests on a consumer set's pristine pins (each must fail with its bug) or +fixed builds (must pass),
-    after the status check (exit 1 on the pristine pins, 0 on the +fixed builds)."""
-    prove(session, pins, f"--{flavor}")
+def prove(session: nox.Session, chain: str, pins: str) -> None:
+    """One chain of `patchwheel prove` on a consumer set: pristine, fixed (its proofs) or guards; `nox -s prove`: all.
+
+    pristine/fixed: the set's proof tests on its pristine pins (each must fail with its bug) or on its +fixed builds
+    (must pass), after the status check (exit 1 on the pristine pins, 0 on the +fixed builds). guards: differential
+    guards (tests/guards, each patch's Guard-Test): every scenario next to a bug runs on the set's pristine pins, then
+    on its +fixed builds, and what a user could observe must be equal unless the guard declares the difference
+    intended; then the guards that load an artifact (checkpoints, pickles) run on pristine again and load what +fixed
+    wrote, as +fixed loaded what pristine wrote (docs/proof-contract.md#nothing-else-changed-guards). `nox -t
+    set-<name>` runs one set's three chains."""
+    prove_chain(session, pins, f"--{chain}")
 
 
-@nox.session(venv_backend="none", allow_parallel=True, requires=["dist"])
-@nox.parametrize("flavor", ["pristine", "fixed"])
+@nox.session(venv_backend="none", allow_parallel=True, requires=["build_dist"])
+@nox.parametrize("chain", list(CHAINS))
 @nox.parametrize(("pins", "packages"), SUITE_LINES)
-def suite_proof(session: nox.Session, flavor: str, pins: str, packages: str) -> None:
-    """The default suite's proofs: the set's proof and feature tests of the packages whose line no earlier suite set
-    names (the others ran, on the same builds, in that set's session)."""
-    prove(session, pins, f"--{flavor}", *only(packages))
-
-
-@nox.session(venv_backend="none", allow_parallel=True, requires=["dist"])
-@nox.parametrize("pins", _set_params())
-def guards(session: nox.Session, pins: str) -> None:
-    """Differential guards (tests/guards, each patch's Guard-Test): every scenario next to a bug runs on the set's
-    pristine pins, then on its +fixed builds, and what a user could observe must be equal unless the guard declares
-    the difference intended; then the guards that load an artifact (checkpoints, pickles) run on pristine again and
-    load what +fixed wrote, as +fixed loaded what pristine wrote
-    (docs/proof-contract.md#nothing-else-changed-guards)."""
-    prove(session, pins, "--guards")
-
-
-@nox.session(venv_backend="none", allow_parallel=True, requires=["dist"])
-@nox.parametrize(("pins", "packages"), SUITE_LINES)
-def suite_guards(session: nox.Session, pins: str, packages: str) -> None:
-    """The default suite's guards: the set's guards of the packages whose line no earlier suite set names."""
-    prove(session, pins, "--guards", *only(packages))
+def suite_prove(session: nox.Session, chain: str, pins: str, packages: str) -> None:
+    """The default suite's proofs and guards: a chain of the set's, of the packages whose line no earlier suite set
+    names (the others ran, on the same builds, in that set's sessions)."""
+    prove_chain(session, pins, f"--{chain}", *only(packages))
 
 
 def only(packages: str) -> list[str]:
     return [arg for pkg in packages.split(",") for arg in ("--package", pkg)]
 
 
-def prove(session: nox.Session, pins: str, *args: str) -> None:
+def prove_chain(session: nox.Session, pins: str, *args: str) -> None:
     """`patchwheel prove`, one chain (a session's own core under `nox -j 4`), in cached environments on the shared
-    torch: the pristine pins' (~/.cache/patchwheel/envs) is shared by every session and the upstream check; the
+    torch: the pristine pins' (~/.cache/patchwheel/envs) is shared by every session and the matrix check; the
     +fixed builds' is this checkout's (.nox/.cache/fixed-<set>, shared by the set's sessions, kept while dist/
     holds the same wheels), so that no other checkout's dist/ replaces it under a running test. pytest's
-    arguments (`nox -s proof -- -k t3`) reach every run."""
+    arguments (`nox -s prove -- -k t3`) reach every run."""
     fixed_env = session.cache_dir / f"fixed-{pins}"
     tool(session, "prove", "--set", pins, *args, "--fixed-env", str(fixed_env), "--", *session.posargs)
 
@@ -226,7 +220,7 @@ def torch_site(session: nox.Session) -> str:
 
 
 def shared_torch(session: nox.Session) -> list[str]:
-    """torch (TORCH_VERSION) for a test session from the shared base environment of the upstream check
+    """torch (TORCH_VERSION) for a test session from the shared base environment of the matrix check
     (~/.cache/patchwheel/envs/base-torch-<version>, made once, compiled): a .pth file puts it on the session's
     path, so each session installs only the release's wheels and their light dependencies. pip sees torch as
     installed; uv does not look through .pth files, so it is told to leave torch out. The install options."""
@@ -241,17 +235,17 @@ def shared_torch(session: nox.Session) -> list[str]:
 
 
 @nox.session
-def upstream(session: nox.Session) -> None:
-    """Patch x release matrix by text and behaviour -> patches/STATUS.{md,json} (args: run [releases, --text-only,
+def matrix(session: nox.Session) -> None:
+    """Patch x release matrix by text and behaviour -> patches/MATRIX.{md,json} (args: run [releases, --text-only,
     ...] (the default), check [--transitions], rerender)."""
-    maint(session, "upstream", *(session.posargs or ["run"]))
+    maint(session, "matrix", *(session.posargs or ["run"]))
 
 
 @nox.session(allow_parallel=True)
-def upstream_check(session: nox.Session) -> None:
-    """Fails when the committed patches/STATUS.* disagrees with a fresh run on the releases of its Drop-When
+def matrix_check(session: nox.Session) -> None:
+    """Fails when the committed patches/MATRIX.* disagrees with a fresh run on the releases of its Drop-When
     transitions (the smallest set that covers them all)."""
-    maint(session, "upstream", "check", "--transitions")
+    maint(session, "matrix", "check", "--transitions")
 
 
 @nox.session
@@ -301,7 +295,7 @@ def export(session: nox.Session) -> None:
     session.run("python", "-m", "patchwheel", "export", *session.posargs)
 
 
-@nox.session(allow_parallel=True, requires=["dist"])
+@nox.session(allow_parallel=True, requires=["build_dist"])
 def e2e(session: nox.Session) -> None:
     """Publish to a real pypiserver on 127.0.0.1 and pip install the +fixed set into a fresh environment."""
     session.install("-e", ".[e2e]")
@@ -320,14 +314,14 @@ def e2e(session: nox.Session) -> None:
     )
 
 
-@nox.session(requires=["dist"])
+@nox.session(requires=["build_dist"])
 def mutants(session: nox.Session) -> None:
     """Revert each patch hunk alone and run its proof on the +fixed build (args: pkg[==version] ..., --out FILE).
     Not in the default suite: it runs every proof once per hunk (docs/proof-contract.md gives its duration)."""
     maint(session, "mutants", *session.posargs)
 
 
-@nox.session(requires=["dist"])
+@nox.session(requires=["build_dist"])
 def upstream_suite(session: nox.Session) -> None:
     """accelerate's own test suite (from its pinned sdist) on the pristine release and on the +fixed build: no test
     may pass on pristine and fail on +fixed (args: pkg[==version] ..., --out DIR). Not in the default suite: several

@@ -6,14 +6,14 @@
    apply the same series with git apply, `pip wheel --no-deps --no-build-isolation` it. Same series, same machine,
    same run; build isolation is off so the sdist route is not charged for installing setuptools.
 2. `nox -s build` wall time, cold (empty download cache, no dist/) and warm.
-3. the upstream check's text classification of a whole series against one release, from a warm cache.
+3. the matrix check's text classification of a whole series against one release, from a warm cache.
 4. runtime overhead of the fixes: `from_pretrained(ckpt, device_map="auto")` of a ~100 MB Llama checkpoint in a
    pristine and a +fixed environment (made once under bench/.venvs/, from the verified cache and dist/),
    alternating rounds, as the ratio of medians.
 5. cost of the opt-in dispatch diagnosis (accelerate `ACCELERATE_DIAGNOSE_DISPATCH`): `dispatch_model` of a
    synthetic module with a 3,000-entry device map (21,000 tensors, all on cpu) in a pristine accelerate 1.15.0
    environment and a +fixed one (bench/.venvs/), the switch off and on, alternating rounds, ratios of medians.
-6. the whole upstream matrix (`patchwheel upstream`: text for every cell, proofs where a verdict can change,
+6. the whole upstream matrix (`patchwheel matrix`: text for every cell, proofs where a verdict can change,
    bisection, the rest inferred) in a copy of the project, with both cores: warm (the wheels and environments
    cached) and, with --matrix cold, from an empty wheel, environment and uv cache as well.
 7. from "a release is on the index" to "its line is proven and written": `patchwheel follow transformers` in a copy
@@ -204,18 +204,18 @@ def dispatch_rows(t: dict[str, float], rounds: int, version: str) -> list[tuple[
 
 
 def matrix_run(tmp: Path, env: dict[str, str]) -> tuple[float, str]:
-    """`patchwheel upstream` over every line and release, in a copy of the project (the committed matrix is left
+    """`patchwheel matrix` over every line and release, in a copy of the project (the committed matrix is left
     alone): its wall time, and what it judged."""
     root = tmp / "project"
     shutil.rmtree(root, ignore_errors=True)
-    ignore = shutil.ignore_patterns("__pycache__", ".mypy_cache", "STATUS.*")
+    ignore = shutil.ignore_patterns("__pycache__", ".mypy_cache", "MATRIX.*")
     for part in ("overlay", "patches", "tests/proof"):
         shutil.copytree(ROOT / part, root / part, ignore=ignore)
-    cmd = [sys.executable, "-m", "patchwheel", "--root", str(root), "upstream", "--workers", "2"]
+    cmd = [sys.executable, "-m", "patchwheel", "--root", str(root), "matrix", "run", "--workers", "2"]
     t = time.perf_counter()
     subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **env}, check=True)
     seconds = time.perf_counter() - t
-    matrix = json.loads((root / "patches" / "STATUS.json").read_text())
+    matrix = json.loads((root / "patches" / "MATRIX.json").read_text())
     cells = [c for ln in matrix["lines"] for p in ln["patches"] for c in p["cells"].values()]
     run = {
         (ln["line"], v)
@@ -265,14 +265,14 @@ def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str,
         if members.get(package) == newest.version:
             set_member(project.sets_file, name, package, back)
     vendored.write(config.load(root), log=lambda m: None)
-    status = json.loads(project.status_json.read_text())
+    status = json.loads(project.matrix_json.read_text())
     status["lines"] = [ln for ln in status["lines"] if ln["line"] != newest.key]
     for ln in status["lines"]:
         if ln["line"].startswith(f"{package}/"):
             ln["releases"] = [r for r in ln["releases"] if r["version"] != newest.version]
             for row in ln["patches"]:
                 row["cells"].pop(newest.version, None)
-    project.status_json.write_text(json.dumps(status, indent=1) + "\n")
+    project.matrix_json.write_text(json.dumps(status, indent=1) + "\n")
     return root, back, newest.version
 
 

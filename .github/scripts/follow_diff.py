@@ -17,10 +17,10 @@ What follow may change, and so all that is accepted:
   another's version (a line ``5.24`` beside or after ``5.24.0`` would give one version two sets of build numbers,
   ``"v5.23.0" = 1`` beside ``"5.23.0" = 6`` was read as 5.23.0's retired number);
 - in ``overlay/sets.toml``: the ``latest`` set's entry for this package, moved to the new line; nothing else;
-- ``overlay/NOTICE`` and the matrix, ``patches/STATUS.json`` and ``patches/STATUS.md``.
+- ``overlay/NOTICE`` and the matrix, ``patches/MATRIX.json`` and ``patches/MATRIX.md``.
 
 No renames, copies, links, mode changes, binary hunks, or path component starting with ``.``. The checks run on
-what git itself staged (``git apply --cached`` into a scratch index), so what is checked is what is committed.
+what git itself staged (``git apply --cached`` into a temporary index), so what is checked is what is committed.
 The script needs the standard library, git and ``packaging`` (the job installs it from a hashed lock), nothing of
 the diff.
 Usage, in the checkout's root: ``python .github/scripts/follow_diff.py <package> <diff>``; exit 1 with the reasons
@@ -39,7 +39,7 @@ import tomllib
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-_SHARED = ("overlay/NOTICE", "patches/STATUS.json", "patches/STATUS.md")
+_SHARED = ("overlay/NOTICE", "patches/MATRIX.json", "patches/MATRIX.md")
 
 
 #: The index the diff is staged into first: a file of its own, so a refused diff leaves the checkout untouched.

@@ -4,40 +4,16 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 from pathlib import Path
 
-from . import torchaxis
-from .commands import (
-    cmd_build,
-    cmd_bump,
-    cmd_diagnose,
-    cmd_lint,
-    cmd_status,
-    cmd_vendor,
-)
 from .errors import PatchwheelError
-from .maint_commands import (
-    cmd_base_env,
-    cmd_derive,
-    cmd_export,
-    cmd_follow,
-    cmd_mutants,
-    cmd_new,
-    cmd_prove,
-    cmd_rebase,
-    cmd_refresh,
-    cmd_upstream_check,
-    cmd_upstream_rerender,
-    cmd_upstream_run,
-    cmd_upstream_suite,
-    cmd_watch_cell,
-    cmd_watch_list,
-    cmd_watch_merge,
-    cmd_watch_torch,
-)
-from .matrix.table import WHERE
+
+# The parser names each command's function as "module.function" and imports it only when that command runs: `--help`
+# (and a command's own `-h`) then imports none of the library (torchaxis, config, packaging's requirements, the
+# matrix), which every proof and guard session would pay for at each start (a tool test checks it).
 
 
 def _terminated(signum, frame) -> None:
@@ -48,10 +24,12 @@ def _terminated(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    from . import torchaxis
+
     torchaxis.use_suite_torch(Path(args.root))
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        return args.func(args)
+        return function(args.func)(args)
     except PatchwheelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -60,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def function(name: str):
+    """The function of a command, named "module.function" (a module of this package), imported now."""
+    module, _, func = name.rpartition(".")
+    return getattr(importlib.import_module(f".{module}", __package__), func)
 
 
 #: What each command does, as `patchwheel --help` lists it.
@@ -72,14 +56,14 @@ HELP = {
     "them (exit 1: a known bug applies or a patched file was changed)",
     "prove": "prove a consumer set: its proofs on the pristine pins and on the +fixed builds (each after the "
     "status check), and its guards, pristine against +fixed (exit 1: a run failed)",
-    "upstream": "the patch x release matrix, by text and by behaviour: run, check, rerender",
-    "upstream run": f"judge newer releases and merge them into {WHERE}",
-    "upstream check": "compare a fresh run with the committed matrix (exit 1 where it is stale)",
-    "upstream rerender": f"rewrite {WHERE} with the current trailers and flags, running nothing",
+    "matrix": "the patch x release matrix, by text and by behaviour: run, check, rerender",
+    "matrix run": "judge newer releases and merge them into the committed matrix",
+    "matrix check": "compare a fresh run with the committed matrix (exit 1 where it is stale)",
+    "matrix rerender": "rewrite the committed matrix with the current trailers and flags, running nothing",
     "watch": "the upstream watch's three steps in CI: list, cell, merge",
     "watch list": "the (line, release) cells newer than the committed matrix, as JSON",
     "watch cell": "check one cell (text and proofs) into a fragment file",
-    "watch merge": f"merge the cells' fragments into {WHERE}",
+    "watch merge": "merge the cells' fragments into the committed matrix",
     "watch torch": "whether the torch source has a torch newer than [torch] newest of overlay/sets.toml (exit 1)",
     "follow": "carry each package's newest line onto the newer upstream releases, where nothing needs judgement "
     "(exit 1: a package stopped, with the commands a maintainer runs)",
@@ -98,7 +82,7 @@ HELP = {
 LINES_HELP = "pkg or pkg==version (default: every release line)"
 
 
-def _command(subparsers, func, name: str, *, lines: bool = False, line: bool = False) -> argparse.ArgumentParser:
+def _command(subparsers, func: str, name: str, *, lines: bool = False, line: bool = False) -> argparse.ArgumentParser:
     """A subcommand whose arguments reach ``func``: with ``lines``, the release lines it works on (all by
     default); with ``line``, one line, as package and version."""
     command = subparsers.add_parser(name.split()[-1], help=HELP[name])
@@ -112,13 +96,13 @@ def _command(subparsers, func, name: str, *, lines: bool = False, line: bool = F
 
 
 def _verbs(subparsers, name: str):
-    """A command made of verbs (``upstream run``): the subparsers of its verbs."""
+    """A command made of verbs (``matrix run``): the subparsers of its verbs."""
     return subparsers.add_parser(name, help=HELP[name]).add_subparsers(dest="verb", required=True)
 
 
 def _matrix_commands(sub) -> None:
-    upstream = _verbs(sub, "upstream")
-    run = _command(upstream, cmd_upstream_run, "upstream run")
+    matrix = _verbs(sub, "matrix")
+    run = _command(matrix, "maint_commands.cmd_matrix_run", "matrix run")
     run.add_argument("releases", nargs="*", help="e.g. transformers==4.53.3 'accelerate>=1.10' (default: all newer)")
     run.add_argument("--every", action="store_true", help="run proofs on every selected release: nothing inferred")
     run.add_argument(
@@ -126,7 +110,7 @@ def _matrix_commands(sub) -> None:
         action="store_true",
         help="judge the whole matrix again under this run's torch (TORCH_VERSION), replacing the committed one",
     )
-    check = _command(upstream, cmd_upstream_check, "upstream check")
+    check = _command(matrix, "maint_commands.cmd_matrix_check", "matrix check")
     check.add_argument("releases", nargs="*", help="e.g. transformers==4.54.0 (default: all newer)")
     check.add_argument(
         "--transitions",
@@ -142,57 +126,57 @@ def _matrix_commands(sub) -> None:
         )
         verb.add_argument("--text-only", action="store_true", help="skip the proof tests")
         verb.add_argument("--workers", type=int, default=2)
-    _command(upstream, cmd_upstream_rerender, "upstream rerender")
+    _command(matrix, "maint_commands.cmd_matrix_rerender", "matrix rerender")
     watch = _verbs(sub, "watch")
-    _command(watch, cmd_watch_list, "watch list")
-    _command(watch, cmd_watch_torch, "watch torch")
-    cell = _command(watch, cmd_watch_cell, "watch cell")
+    _command(watch, "maint_commands.cmd_watch_list", "watch list")
+    _command(watch, "maint_commands.cmd_watch_torch", "watch torch")
+    cell = _command(watch, "maint_commands.cmd_watch_cell", "watch cell")
     cell.add_argument("release", nargs="*", help="the cell's release, e.g. transformers==5.25.0")
     cell.add_argument("--line", help="the release line, e.g. transformers/5.24.0")
     cell.add_argument("--fragment", metavar="FILE", help="the fragment to write")
     cell.add_argument("--workers", type=int, default=2)
-    merge = _command(watch, cmd_watch_merge, "watch merge")
+    merge = _command(watch, "maint_commands.cmd_watch_merge", "watch merge")
     merge.add_argument("fragments", nargs="+", metavar="FRAGMENT")
     merge.add_argument("--cells", metavar="FILE", help="the cells `watch list` printed: all it merges")
 
 
 def _maintenance_commands(sub) -> None:
-    follow = _command(sub, cmd_follow, "follow")
+    follow = _command(sub, "maint_commands.cmd_follow", "follow")
     follow.add_argument("packages", nargs="*", help="e.g. transformers (default: every package)")
     follow.add_argument("--report", metavar="FILE", help="also write what it did as Markdown (a pull request's body)")
     follow.add_argument("--pending", action="store_true", help="print the packages with a newer release, as JSON")
-    derive = _command(sub, cmd_derive, "derive")
+    derive = _command(sub, "maint_commands.cmd_derive", "derive")
     derive.add_argument("release", help="pkg==version, e.g. transformers==4.57.6")
     derive.add_argument("--from", dest="source", metavar="VERSION", help="the line to carry (default: the nearest)")
     derive.add_argument("--set", dest="set_name", help="the consumer set naming the line (default: v<major>.<minor>)")
     then = derive.add_mutually_exclusive_group()
     then.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     then.add_argument("--abort", action="store_true", help="drop the work folder a conflict left")
-    rebase = _command(sub, cmd_rebase, "rebase", line=True)
+    rebase = _command(sub, "maint_commands.cmd_rebase", "rebase", line=True)
     rebase.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     rebase.add_argument("--text-only", action="store_true", help="do not drop patches whose proof passes upstream")
     rebase.add_argument("--reexport", action="store_true", help="re-export the line's patches (after hand edits)")
-    refresh = _command(sub, cmd_refresh, "refresh", line=True)
+    refresh = _command(sub, "maint_commands.cmd_refresh", "refresh", line=True)
     refresh.add_argument("patch", help="its slug, file name or number, e.g. name-meta-tensors or 0002")
-    new = _command(sub, cmd_new, "new", line=True)
+    new = _command(sub, "maint_commands.cmd_new", "new", line=True)
     new.add_argument("slug", help="the patch's name, e.g. fix-warmup-tp-plan")
     new.add_argument("--feature", action="store_true", help="a capability (Feature-Test), not a bug fix")
-    export = _command(sub, cmd_export, "export")
+    export = _command(sub, "maint_commands.cmd_export", "export")
     export.add_argument("patch", help="slug or file name, e.g. prepare-refuses-dtensor-ddp")
     export.add_argument("--author", help='"Name <email>" of the commit (default: git config user.name, user.email)')
     export.add_argument("--out", help="folder (default: <root>/export)")
-    mutants = _command(sub, cmd_mutants, "mutants", lines=True)
+    mutants = _command(sub, "maint_commands.cmd_mutants", "mutants", lines=True)
     mutants.add_argument("--out", help="also write the table to this file")
     mutants.add_argument("--patch", help="only the hunks of this patch (slug, file name or number), e.g. a new one")
-    suite = _command(sub, cmd_upstream_suite, "upstream-suite", lines=True)
+    suite = _command(sub, "maint_commands.cmd_upstream_suite", "upstream-suite", lines=True)
     suite.add_argument("--dist", help="folder holding the +fixed wheels (default: <root>/dist)")
     suite.add_argument("--out", help="keep the junit reports, logs and summary.json here")
-    _command(sub, cmd_base_env, "base-env")
+    _command(sub, "maint_commands.cmd_base_env", "base-env")
     _prove_command(sub)
 
 
 def _prove_command(sub) -> None:
-    prove = _command(sub, cmd_prove, "prove")
+    prove = _command(sub, "maint_commands.cmd_prove", "prove")
     prove.add_argument("--set", required=True, help="the consumer set, e.g. latest (overlay/sets.toml)")
     chain = prove.add_mutually_exclusive_group()
     chain.add_argument("--pristine", action="store_true", help="only the proofs on the pristine pins")
@@ -211,18 +195,18 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
     ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    build = _command(sub, cmd_build, "build", lines=True)
+    build = _command(sub, "commands.cmd_build", "build", lines=True)
     build.add_argument("--dist", help="output folder (default: <root>/dist)")
     build.add_argument("--clean", action="store_true", help="replace dist/ even if it holds another patch set")
-    _command(sub, cmd_lint, "lint", lines=True)
-    _command(sub, cmd_bump, "bump", lines=True)
-    status = _command(sub, cmd_status, "status")
+    _command(sub, "commands.cmd_lint", "lint", lines=True)
+    _command(sub, "commands.cmd_bump", "bump", lines=True)
+    status = _command(sub, "commands.cmd_status", "status")
     status.add_argument("--python", help="interpreter of the environment to inspect (default: this one)")
     status.add_argument("--json", action="store_true")
-    vendor = _command(sub, cmd_vendor, "vendor", lines=True)
+    vendor = _command(sub, "commands.cmd_vendor", "vendor", lines=True)
     vendor.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs, naming it")
     vendor.add_argument("--force", action="store_true", help="overwrite modules edited by hand (the edits are lost)")
-    diagnose = _command(sub, cmd_diagnose, "diagnose")
+    diagnose = _command(sub, "commands.cmd_diagnose", "diagnose")
     diagnose.add_argument("checkpoint")
     diagnose.add_argument("--python", help="interpreter of the environment to use (default: this one)")
     diagnose.add_argument("--max-memory", nargs="*", help="DEVICE=SIZE, as from_pretrained's (0=20GiB cpu=8GiB)")

@@ -125,7 +125,7 @@ def cmd_status(args) -> int:
             raise ConfigError(f"{args.python} printed a status report of an unexpected shape: {why}", hint)
     else:
         rep = status.report(names)
-    knownbugs.annotate(project, Matrix.load(project.status_json), rep)
+    knownbugs.annotate(project, Matrix.load(project.matrix_json), rep)
     rep["torch_note"] = status.torch_note(rep)  # information only: the exit status does not change
     if args.json:
         print(json.dumps(rep, indent=2))

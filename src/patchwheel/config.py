@@ -114,7 +114,7 @@ class ReleaseLine:
 
 #: Where the shared paths are, under the project root.
 PATHS = {
-    "status_json": "patches/STATUS.json",
+    "matrix_json": "patches/MATRIX.json",
     "dist": "dist",
     "sets_file": "overlay/sets.toml",
     "notice": "overlay/NOTICE",
@@ -133,7 +133,7 @@ class Project:
     suite: tuple[str, ...] | None = None  # the sets the default suite proves ([suite] sets); None: every set
     torch: TorchAxis | None = None  # the torch each set is proven on ([torch]); None: not stated
     # The paths every tool shares, set from ``root`` once (PATHS says where each is):
-    status_json: Path = field(init=False)  # the committed matrix (its Markdown, STATUS.md, beside it)
+    matrix_json: Path = field(init=False)  # the committed matrix (its Markdown, MATRIX.md, beside it)
     dist: Path = field(init=False)  # where `build` writes by default, and the suite's sessions read
     sets_file: Path = field(init=False)
     notice: Path = field(init=False)  # where the vendored modules come from, and under which license

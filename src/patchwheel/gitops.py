@@ -1,6 +1,6 @@
 """Small functions over git for patch import/export (after Electron's script/lib/git.py).
 
-Every git subprocess of the tool runs with :func:`git_env`: scratch repositories live in a temporary folder outside
+Every git subprocess of the tool runs with :func:`git_env`: temporary repositories live in a temporary folder outside
 any work tree, with a fixed identity and none of the user's or the system's git configuration, so exports are
 byte-stable and ``git apply`` is as strict on every machine as it is here.
 """
@@ -66,7 +66,7 @@ def _check_version() -> None:
 
 
 def git_env(root: Path) -> dict[str, str]:
-    """The environment of every git subprocess of the tool, for a work tree or scratch folder at ``root``.
+    """The environment of every git subprocess of the tool, for a work tree or temporary folder at ``root``.
 
     - The caller's ``GIT_*`` variables are removed (a GIT_DIR or GIT_INDEX_FILE from a hook would redirect us).
     - ``GIT_CEILING_DIRECTORIES`` stops at ``root``'s parent: ``git apply`` inside another work tree silently skips
@@ -168,7 +168,7 @@ def run_git(repo: Path, *args: str) -> tuple[int, bytes]:
     return res.returncode, res.stdout
 
 
-def scratch_repo(files: Mapping[str, bytes], message: str = "pristine") -> Path:
+def temp_repo(files: Mapping[str, bytes], message: str = "pristine") -> Path:
     """A new repository under a temporary folder, with ``files`` committed as its first commit. The caller removes
     ``repo.parent``; when a step fails here, this function does."""
     tmp = Path(tempfile.mkdtemp(prefix="patchwheel-git-"))

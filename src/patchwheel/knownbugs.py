@@ -77,7 +77,7 @@ def for_package(project: Project, matrix: Matrix | None, package: str, version: 
                 "subject": row.subject,
                 "upstream_issue": issues.get(row.slug, ""),
                 "evidence": (
-                    f"its proof fails on pristine {package} {version} (upstream check, line {mline.line}): "
+                    f"its proof fails on pristine {package} {version} (matrix check, line {mline.line}): "
                     f"{cell.behaviour_detail or ''}"
                 ),
             }

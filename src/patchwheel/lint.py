@@ -23,8 +23,9 @@ from .series import PATCH_NAME
 from .wheels import buildno, fetch, rewrite, vendored
 
 
-def line_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
-    """The first kind of problem the line has (its series, else the matrix, else its build record); none: []."""
+def record_problems(project: Project, line: ReleaseLine, matrix: Matrix | None) -> list[str]:
+    """The first kind of problem what the tree records of a line has (its series and the stubs it names, else the
+    matrix, else its build record); none: []. Part of :func:`patchwheel.maint.lintall.line_problems`."""
     problems, patches = series.lint_series(line, project.root)
     problems += stub_problems(project, line)
     if not problems and matrix is not None:
@@ -153,7 +154,7 @@ def tree_problems(project: Project) -> list[str]:
 def _unknown(project: Project, lines: dict, parts: tuple[str, ...], is_dir: bool) -> str | None:
     """Why a path under patches/ or overlay/ (its parts from the root) is not one lint knows; None: it is."""
     top, rest = parts[0], parts[1:]
-    matrix = project.status_json  # the committed matrix and its Markdown beside it
+    matrix = project.matrix_json  # the committed matrix and its Markdown beside it
     own = {"patches": (matrix.name, matrix.with_suffix(".md").name), "overlay": ("sets.toml", "NOTICE")}[top]
     if len(rest) == 1:
         if is_dir:

@@ -17,7 +17,7 @@ from .matrix.table import WHERE
 
 
 def _releases_and_proofs(args):
-    """The release selection and the releases to run proofs on, from `upstream run`'s options."""
+    """The release selection and the releases to run proofs on, from `matrix run`'s options."""
     from .maint.upstream.selection import Selection
 
     if args.text_only and args.behaviour:
@@ -30,8 +30,8 @@ def _releases_and_proofs(args):
     return Selection.parse(args.releases), behaviour
 
 
-def cmd_upstream_run(args) -> int:
-    from .maint.upstream import run as upstream
+def cmd_matrix_run(args) -> int:
+    from .maint.upstream import matrixrun as upstream
 
     project = config.load(root(args))
     if args.new_torch and (args.releases or args.behaviour or args.text_only):
@@ -45,8 +45,8 @@ def cmd_upstream_run(args) -> int:
     return 0
 
 
-def cmd_upstream_check(args) -> int:
-    from .maint.upstream import run as upstream
+def cmd_matrix_check(args) -> int:
+    from .maint.upstream import matrixrun as upstream
     from .matrix import checks as matrix_checks
     from .matrix.table import Matrix
 
@@ -54,7 +54,7 @@ def cmd_upstream_check(args) -> int:
     if args.transitions:
         if args.releases:
             raise ConfigError("--transitions selects the releases itself", "leave out the releases, or it")
-        args.releases = matrix_checks.transition_releases(Matrix.require(project.status_json))
+        args.releases = matrix_checks.transition_releases(Matrix.require(project.matrix_json))
         if not args.releases:
             print("the committed matrix has no Drop-When transition: nothing to check")
             return 0
@@ -77,19 +77,19 @@ def cmd_upstream_check(args) -> int:
             "torch releases before changing the patch or the matrix"
         )
     if "stale" in kinds:
-        print(f"the committed matrix is stale: run `nox -s upstream` and commit {WHERE}")
+        print(f"the committed matrix is stale: run `nox -s matrix` and commit {WHERE}")
     if findings:
         return 1
     print(f"the committed matrix agrees with a fresh run on {releases} release(s)")
     return 0
 
 
-def cmd_upstream_rerender(args) -> int:
-    from .maint.upstream import run as upstream
+def cmd_matrix_rerender(args) -> int:
+    from .maint.upstream import matrixrun as upstream
 
     project = config.load(root(args))
     upstream.rerender(project)
-    print(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
+    print(f"wrote {project.matrix_json} and {project.matrix_json.with_suffix('.md')}")
     return 0
 
 
@@ -116,7 +116,7 @@ def cmd_watch_torch(args) -> int:
         return 0
     print(
         f"torch {newest} is out ({src}); [torch] newest of overlay/sets.toml is {project.torch.newest}: prove every "
-        f'set on it (TORCH_VERSION={newest} nox -s proof guards), then write newest = "{newest}" and bump the lines '
+        f'set on it (TORCH_VERSION={newest} nox -s prove), then write newest = "{newest}" and bump the lines '
         "(nox -s bump)"
     )
     return 1
@@ -150,8 +150,8 @@ def cmd_watch_merge(args) -> int:
         )
     project = config.load(root(args))
     matrix, attention = watch.merge(project, [Path(f) for f in args.fragments], Path(args.cells))
-    matrix.save(project.status_json)
-    print(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
+    matrix.save(project.matrix_json)
+    print(f"wrote {project.matrix_json} and {project.matrix_json.with_suffix('.md')}")
     for line in attention:
         print(f"needs a maintainer: {line}")
     if attention:
@@ -241,7 +241,7 @@ def cmd_rebase(args) -> int:
         done = rebase.start(project, args.package, args.version, behaviour=not args.text_only)
     if not done:
         return 3  # stopped at a conflict, which it described
-    print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s proof`)")
+    print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s prove`)")
     return 0
 
 
@@ -260,7 +260,7 @@ def cmd_new(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .maint.export import run as export
+    from .maint.export import exportfolder as export
 
     export.export(config.load(root(args)), args.patch, Path(args.out) if args.out else None, author=args.author)
     return 0

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email import policy
 from email.parser import HeaderParser
@@ -377,11 +377,14 @@ def parse_series(line: ReleaseLine) -> list[Patch]:
     return out
 
 
-def checked_series(line: ReleaseLine, *, messages: bool = True, numstat: bool = True) -> list[Patch]:
+def checked_series(
+    line: ReleaseLine, *, messages: bool | Callable[[list[Patch]], bool] = True, numstat: bool = True
+) -> list[Patch]:
     """The line's patches in series order, each parsed once by the lint (:func:`lint_series`), which refuses a bad
     series: for a command that acts on it (build, vendor, refresh, rebase, export, the upstream matrix).
     ``messages=False``: messages and trailers not judged (vendor, refresh and new change the code of a patch whose
-    message is still being written); ``numstat=False``: what git reads is left to the caller (the build asks the git
+    message is still being written), or a question put to the parsed series (the build: judged unless a draft);
+    ``numstat=False``: what git reads is left to the caller (the build asks the git
     that applies the series, :func:`apply.apply_series`)."""
     problems, series = lint_series(line, messages=messages, numstat=numstat)
     if problems:
@@ -436,60 +439,76 @@ def lint_line(line: ReleaseLine, root: Path | None = None, *, messages: bool = T
 
 
 def lint_series(
-    line: ReleaseLine, root: Path | None = None, *, messages: bool = True, numstat: bool = True
+    line: ReleaseLine,
+    root: Path | None = None,
+    *,
+    messages: bool | Callable[[list[Patch]], bool] = True,
+    numstat: bool = True,
 ) -> tuple[list[str], list[Patch]]:
     """(every problem of the line's series, its patches parsed on the way: each once); flags as in checked_series.
     The lint: names and numbering, the files, where git am cuts a message, what git applies (one ``git apply
-    --numstat`` a patch), the trailers and the message, the paths against the wheel, files beside the series."""
-    problems: list[str] = []
+    --numstat`` a patch), the trailers and the message, the paths against the wheel, files beside the series.
+    ``messages`` may be a question put to the parsed series (the build's: is it a draft?)."""
     try:
         names = series_names(line)
     except PatchwheelError as exc:
         return [exc.message], []
-    series: list[Patch] = []
-    seen: set[str] = set()
-    for i, name in enumerate(names, 1):
-        if name in seen:
-            problems.append(f"series lists {name} twice")
-        seen.add(name)
-        m = PATCH_NAME.match(name)
-        if not m:
-            problems.append(f"series entry {name!r} is not named NNNN-slug.patch (lower-case slug)")
-        elif int(m.group(1)) != i:
-            problems.append(f"series entry {name} is number {i} in the series; renumber it {i:04d}-{m.group(2)}.patch")
-        path = line.patch_dir / name
-        if not path.is_file():
-            problems.append(f"series entry {name} has no file {path}")
-            continue
-        try:
-            patch = parse_patch(path)
-        except PatchwheelError as exc:
-            problems.append(exc.message)
-            continue
-        series.append(patch)
-        if cut := mailinfo_cut(patch):
-            problems.append(cut)
-        if numstat and (disagreement := git_disagrees(patch)):
-            problems.append(disagreement)
-        if messages:
-            problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
-            if todo := todo_lines(patch.subject, patch.message):
-                problems.append(
-                    f"{name}: its message still has {len(todo)} TODO line(s) of the template `nox -s new` wrote "
-                    f"(first: {todo[0].strip()[:60]!r}): write them"
-                )
-        for p in patch.touched:
-            if line.wheel_path(p) is None:
-                problems.append(
-                    f"{name}: touches {p}, which is not under {line.upstream_path(line.import_name)}/ "
-                    "and so is not in the wheel"
-                )
+    found = [_parsed_entry(line, i, name, names[: i - 1]) for i, name in enumerate(names, 1)]
+    series = [patch for _, patch in found if patch is not None]
+    judge = messages(series) if callable(messages) else messages
+    for said, patch in found:
+        if patch is not None:
+            said += _patch_problems(line, patch, root, messages=judge, numstat=numstat)
+    problems = [why for said, _ in found for why in said]
     for stray in sorted(line.patch_dir.iterdir()):
-        if stray.name != "series" and stray.name not in seen:
+        if stray.name != "series" and stray.name not in names:
             problems.append(
                 f"{stray.name} is in {line.patch_dir} but not in its series (add it to series or delete it)"
             )
     return problems, series
+
+
+def _parsed_entry(line: ReleaseLine, i: int, name: str, before: list[str]) -> tuple[list[str], Patch | None]:
+    """Series entry number ``i`` (``before``: the entries above it): the problems of its name and file, and its
+    patch, parsed (None where it cannot be)."""
+    said: list[str] = []
+    if name in before:
+        said.append(f"series lists {name} twice")
+    m = PATCH_NAME.match(name)
+    if not m:
+        said.append(f"series entry {name!r} is not named NNNN-slug.patch (lower-case slug)")
+    elif int(m.group(1)) != i:
+        said.append(f"series entry {name} is number {i} in the series; renumber it {i:04d}-{m.group(2)}.patch")
+    path = line.patch_dir / name
+    if not path.is_file():
+        return [*said, f"series entry {name} has no file {path}"], None
+    try:
+        return said, parse_patch(path)
+    except PatchwheelError as exc:
+        return [*said, exc.message], None
+
+
+def _patch_problems(line: ReleaseLine, patch: Patch, root: Path | None, *, messages: bool, numstat: bool) -> list[str]:
+    """What the lint finds in one parsed patch of the line's series."""
+    name, problems = patch.name, []
+    if cut := mailinfo_cut(patch):
+        problems.append(cut)
+    if numstat and (disagreement := git_disagrees(patch)):
+        problems.append(disagreement)
+    if messages:
+        problems += validate_trailers(patch, line, root or line.patch_dir.parents[2])
+        if todo := todo_lines(patch.subject, patch.message):
+            problems.append(
+                f"{name}: its message still has {len(todo)} TODO line(s) of the template `nox -s new` wrote "
+                f"(first: {todo[0].strip()[:60]!r}): write them"
+            )
+    for p in patch.touched:
+        if line.wheel_path(p) is None:
+            problems.append(
+                f"{name}: touches {p}, which is not under {line.upstream_path(line.import_name)}/ "
+                "and so is not in the wheel"
+            )
+    return problems
 
 
 #: Drop-When value for a bug no upstream release is known to fix: dropped when its proof passes on a release.

@@ -1,4 +1,4 @@
-"""A temporary folder owned by one object, removed when it is closed: the scratch trees of apply and follow."""
+"""A temporary folder owned by one object, removed when it is closed: the apply trees, follow's scratch copy."""
 
 from __future__ import annotations
 

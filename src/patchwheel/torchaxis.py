@@ -21,15 +21,16 @@ import re
 import sys
 import tomllib
 from dataclasses import dataclass, field
-from email.parser import Parser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from packaging.markers import UndefinedEnvironmentName
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 #: A torch release as this file writes it: three numbers, nothing else (2.13.0, never 2.13 or 2.13.0+cpu).
 RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\Z")
@@ -118,7 +119,13 @@ def use_suite_torch(root: Path) -> None:
 
 def declared(metadata: str) -> list[Requirement]:
     """The torch requirements a wheel's METADATA declares for a user who installs it with torch: unconditional
-    ones and those of the ``torch`` extra."""
+    ones and those of the ``torch`` extra. (packaging's requirement parser, which compiles many regular expressions,
+    and the e-mail parser are imported here: every command reads the suite's torch from this module at its start.)"""
+    from email.parser import Parser
+
+    from packaging.markers import UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
+
     out = []
     for line in Parser().parsestr(metadata).get_all("Requires-Dist") or []:
         try:

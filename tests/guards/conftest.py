@@ -126,7 +126,7 @@ def pytest_configure(config):
     if (record or against or readback) and os.environ.get("PYTHONHASHSEED") in (None, "", "random"):
         raise pytest.UsageError(
             "guards compare two runs: set PYTHONHASHSEED (e.g. PYTHONHASHSEED=0) so that both order sets of strings "
-            "alike (a library message may list one); `nox -s guards` sets it"
+            "alike (a library message may list one); `nox -s prove` sets it"
         )
     if sum(bool(x) for x in (record, against, readback)) > 1:
         raise pytest.UsageError(

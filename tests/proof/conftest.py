@@ -30,7 +30,7 @@ Outcomes that prove nothing are failures: a pass where the bug was expected (``X
 another error; a ``CouldNotObserve`` (spy empty, ranks lost, an ImportError: the test could not look); a skip, in
 any phase, unless the test is marked ``may_skip(reason=...)`` naming why it may (the GPU form), and then the
 summary lists it under "did not run". ``--proof-expect=observe`` judges nothing and reports each outcome to
-``$PATCHWHEEL_PROOF_REPORT``, where a skip or an error reads "could not judge" (the upstream check and rebase).
+``$PATCHWHEEL_PROOF_REPORT``, where a skip or an error reads "could not judge" (the matrix check and rebase).
 
 ``--proof-replay FILE`` (a list of observe-mode report entries, e.g. what `follow` judged a new release with): a
 test whose call an earlier run observed **on the same inputs** is judged on that observation instead of running

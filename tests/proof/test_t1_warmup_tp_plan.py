@@ -9,7 +9,7 @@ Reproduction on CPU, no mocks: real gloo process groups on 127.0.0.1 (spawned ra
 checkpoint saved here, a ``LlamaPreTrainedModel`` subclass that skips ``post_init()``, ``device_map="cpu"``. On
 4.50.x ``"cpu"`` becomes ``torch.device("cpu")``, which the warm-up's ``in ["cpu", "disk"]`` filter misses, so the
 warm-up runs natively on CPU. From 4.52 the warm-up filters the CPU out first (``is_accelerator_device``); there
-the test lets the CPU count as an accelerator, so the same code path runs (only needed for the upstream check).
+the test lets the CPU count as an accelerator, so the same code path runs (only needed for the matrix check).
 
 A correct fix treats ``None`` as an empty plan *and* skips the plan regex when the plan is empty. Upstream's 4.54
 fix (``or []``) compiles the empty regex, which matches every name, so on 2 ranks every tensor's warm-up size is

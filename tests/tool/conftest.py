@@ -91,7 +91,7 @@ def inner_pytest_has_no_plugins() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def scratch_temp(tmp_path_factory, monkeypatch) -> Iterator[Path]:
-    """Every test gets its own temporary folder (``tempfile`` and TMPDIR); a ``patchwheel-*`` scratch folder the
+    """Every test gets its own temporary folder (``tempfile`` and TMPDIR); a ``patchwheel-*`` temporary folder the
     tool or the test leaves there fails it. Only the tool's own prefix counts, so other temporary files are fine.
     And its own XDG_STATE_HOME: where the tool keeps a write-back's journal for a project that is no git checkout
     (the demo project), never the user's."""
@@ -169,7 +169,7 @@ def make_patch(files: dict[str, bytes], edit, subject: str, trailers: dict[str, 
 def git_patch(files: dict[str, bytes], change, subject: str, trailers: dict[str, str]) -> bytes:
     """A real format-patch of what ``change(repo)`` does to a repository holding ``files`` (links and modes
     included): commit, change, commit, export."""
-    repo = gitops.scratch_repo(files)
+    repo = gitops.temp_repo(files)
     try:
         change(repo)
         gitops.git(repo, "add", "-A")
@@ -320,7 +320,7 @@ def other_patch_set(demo: Demo) -> None:
 
 
 def stub_proof_runs(monkeypatch, tmp_path: Path, run_proof) -> None:
-    """The upstream check without real environments or pytest: ``release_env`` makes a folder per release (named
+    """The matrix check without real environments or pytest: ``release_env`` makes a folder per release (named
     as the real one), ``run_proof(env, root, proof, timeout=900, first_bug=False)`` is the caller's, and
     ``run_proofs`` runs it on each file."""
     from packaging.utils import parse_wheel_filename

@@ -57,12 +57,12 @@ def test_the_page_shows_each_step_with_its_command():
     text = PAGE.read_text()
     for step in (
         "nox -s new",
-        "flavor='pristine'",
-        "flavor='fixed'",
+        "chain='pristine'",
+        "chain='fixed'",
         "nox -s refresh",
-        "guards(pins=",
+        "chain='guards'",
         "--reexport",
-        "upstream -- rerender",
+        "matrix -- rerender",
         "nox -s lint",
         "nox -t set-",
         "--patch",

@@ -117,7 +117,7 @@ def test_the_probes_stand_alone():
 
 
 def test_the_committed_matrix_is_named_in_two_modules_at_most():
-    naming = [name for name, path in modules().items() if re.search(r"STATUS\.(json|md|\*)", path.read_text())]
+    naming = [name for name, path in modules().items() if re.search(r"MATRIX\.(json|md|\*)", path.read_text())]
     assert len(naming) <= 2 and "matrix.table" in naming, naming
 
 
@@ -149,7 +149,7 @@ def test_files_are_replaced_whole_in_one_place():
         "wheels/fetch.py": "a download, hashed as it streams, renamed into the cache once its sha256 is the pin's",
         "maint/proving/proofenv.py": "an environment folder, built aside and renamed into place",
         "maint/rebase.py": "a new line's series folder, renamed into place whole",
-        "maint/export/run.py": "an export folder, renamed into place whole",
+        "maint/export/exportfolder.py": "an export folder, renamed into place whole",
         "maint/refresh.py": "several patch files, all staged before any is renamed",
     }
     assert renames == {"atomic.py", *other}, renames
@@ -246,7 +246,8 @@ def test_lint_has_one_entry_point():
     signature check too (issue 44), so that every line gets it wherever lint runs."""
     parts = {
         "lint_line": {"lint"},
-        "line_problems": {"maint.lintall", "maint.export.submission"},
+        "record_problems": {"maint.lintall"},
+        "upstream_pr_problems": {"maint.lintall", "maint.export.submission"},
         "suite_problems": {"maint.lintall"},
         "torch_problems": {"maint.lintall"},
         "tree_problems": {"maint.lintall"},
@@ -284,3 +285,24 @@ def test_advice_names_commands_a_fresh_clone_runs():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                 found += [f"{name}: {m[0]}" for m in advice.finditer(node.value) if m[1].replace("-", "_") in sessions]
     assert sessions >= {"build", "lint", "status", "vendor", "new"} and found == [], found
+
+
+def test_no_two_modules_share_a_file_name():
+    """A module is named for its job, so that its file name alone says which one is meant: three `run.py` were
+    once renamed on import (`from .upstream import run as upstream`), each meaning another verb."""
+    by_name: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            by_name.setdefault(path.name, []).append(name)
+    assert {file: names for file, names in by_name.items() if len(names) > 1} == {}
+
+
+def test_each_lint_part_is_defined_once():
+    """A function that lists problems (``*_problems``) has one definition: ``line_problems`` was defined three times
+    (lint.py, maint/lintall.py, maint/export/submission.py), each checking another part of a line under one name."""
+    defined: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.endswith("_problems"):
+                defined.setdefault(node.name, []).append(name)
+    assert "line_problems" in defined and {f: m for f, m in defined.items() if len(m) > 1} == {}

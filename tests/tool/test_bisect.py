@@ -1,5 +1,5 @@
 """The bisection that judges every cell of the matrix: driven here by made-up verdict sequences, with runs finishing
-in any order while two are in flight, as the upstream check's workers finish them."""
+in any order while two are in flight, as the matrix check's workers finish them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ VERDICTS = ("fails", "passes", "error")
 
 
 def inferred(plan: Plan, versions: list[str], rows: list[str]) -> dict[str, dict[str, dict]]:
-    """The cells of the plan's runs as the upstream check writes them (the matrix's reinfer fills the rest): patch
+    """The cells of the plan's runs as the matrix check writes them (the matrix's reinfer fills the rest): patch
     -> release -> cell. One text result for all releases: the only probes are the plan's own."""
     line = LineMatrix("demo/1.0.0", [], [Release(v, "", "") for v in versions], [])
     for row in rows:
@@ -29,7 +29,7 @@ def inferred(plan: Plan, versions: list[str], rows: list[str]) -> dict[str, dict
 
 
 def drive(plan: Plan, truth: dict[str, dict[str, str]], workers: int, seed: int) -> list[str]:
-    """Run the plan as the upstream check does: keep ``workers`` runs in flight, finish one at random, ask again.
+    """Run the plan as the matrix check does: keep ``workers`` runs in flight, finish one at random, ask again.
     ``truth``: release -> patch -> verdict. The releases run, in the order they were started."""
     rng, running, started = random.Random(seed), list[str](), list[str]()
     while True:

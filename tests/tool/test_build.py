@@ -190,7 +190,7 @@ def test_build_with_tmpdir_inside_a_git_work_tree_still_applies_every_patch(demo
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
-    # GIT_CEILING_DIRECTORIES stops git at the scratch folder's parent, so this must still build correctly,
+    # GIT_CEILING_DIRECTORIES stops git at the temporary folder's parent, so this must still build correctly,
     # and each patch is then proven present by the reverse check.
     (built,) = _build(demo_project)
     assert built.patches

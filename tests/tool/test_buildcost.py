@@ -149,3 +149,38 @@ def test_a_wheel_member_recompressed_is_compared_by_content(demo_project, tmp_pa
         with pytest.raises(PatchwheelError) as err:
             verify(line, other, demo_project.upstream, parse_series(line))
         assert "WHEEL is not upstream's with the Build line" in err.value.message
+
+
+def test_a_build_reads_and_checks_each_series_once(demo_project, monkeypatch, tmp_path):
+    """A line's series file is read, each of its patches parsed and the series checked once in a build: the build's
+    lint, its draft check, its build tag (the inputs digest) and the wheel's names, asked by the rewrite and by verify,
+    each read it again (every patch was parsed 7 times, the series file read 9 times, in one build)."""
+    from patchwheel import series
+
+    demo_project.bump()
+    parsed: Counter = Counter()
+    listed: Counter = Counter()
+    checked: Counter = Counter()
+    real_parse, real_names, real_lint = series.parse_patch, series.series_names, series.lint_series
+
+    def parse_patch(path):
+        parsed[Path(path).name] += 1
+        return real_parse(path)
+
+    def series_names(line):
+        listed[line.key] += 1
+        return real_names(line)
+
+    def lint_series(line, *args, **kw):
+        checked[line.key] += 1
+        return real_lint(line, *args, **kw)
+
+    monkeypatch.setattr(series, "parse_patch", parse_patch)
+    monkeypatch.setattr(series, "series_names", series_names)
+    monkeypatch.setattr(series, "lint_series", lint_series)
+    build_mod.build(demo_project.load(), tmp_path / "dist", log=lambda m: None)
+    assert (dict(parsed), dict(listed), dict(checked)) == (
+        {"0001-greet-comma.patch": 1},
+        {"demo/1.0.0": 1},
+        {"demo/1.0.0": 1},
+    )

@@ -69,7 +69,7 @@ def test_a_derive_backwards_makes_the_line_its_set_and_its_matrix(demo_project, 
     assert b'"hello, " + name' in (demo_project.root / "overlay" / "demo" / "0.9.0" / "demo" / "core.py").read_bytes()
     assert ("0.9.0", "tests/proof/test_demo.py") in judged, "judged by its proof on the pristine release"
     assert [v.decision for v in done.verdicts] == ["carried (offset): its proof still fails"]
-    status = json.loads((demo_project.root / "patches" / "STATUS.json").read_text())
+    status = json.loads((demo_project.root / "patches" / "MATRIX.json").read_text())
     assert [ln["line"] for ln in status["lines"]] == ["demo/0.9.0"], "the new line judged on the newer releases"
     assert [r["version"] for r in status["lines"][0]["releases"]] == ["1.0.0"]
     assert [members for members, _ in prover.calls] == [{"demo": "0.9.0"}]
@@ -95,7 +95,7 @@ def test_a_derive_forwards_carries_the_nearest_line_and_keeps_the_others(demo_pr
     assert project.sets["v1"] == {"demo": "1.1.0"} and project.sets["latest"] == {"demo": "2.0.0"}
     assert project.line("demo").version == "2.0.0", "the newest line stays what follow carries"
     assert "derived from 1.0.0" in (project.line("demo", "1.1.0").patch_dir / "series").read_text()
-    status = json.loads((demo_project.root / "patches" / "STATUS.json").read_text())
+    status = json.loads((demo_project.root / "patches" / "MATRIX.json").read_text())
     mine = next(ln for ln in status["lines"] if ln["line"] == "demo/1.1.0")
     assert [r["version"] for r in mine["releases"]] == ["2.0.0"]
     # From the newer line instead, when asked: the same line, carried backwards.

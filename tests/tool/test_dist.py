@@ -653,7 +653,7 @@ def test_python_that_is_not_an_interpreter(tmp_path, capsys, command):
     [
         (["build"], "cmd_build", "interrupted; dist/ is unchanged\n"),
         (["rebase", "demo", "1.1.0"], "cmd_rebase", "interrupted\n"),
-        (["upstream", "run"], "cmd_upstream_run", "interrupted\n"),
+        (["matrix", "run"], "cmd_matrix_run", "interrupted\n"),
         (["lint"], "cmd_lint", "interrupted\n"),
     ],
 )
@@ -661,7 +661,8 @@ def test_interrupt_message_names_dist_only_for_build(monkeypatch, capsys, argv, 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, func, interrupted)
+    module = "commands" if func in ("cmd_build", "cmd_lint") else "maint_commands"
+    monkeypatch.setattr(f"patchwheel.{module}.{func}", interrupted)  # the parser imports it when it runs
     assert cli.main(argv) == 130
     assert capsys.readouterr().err == said
 

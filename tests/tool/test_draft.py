@@ -247,7 +247,7 @@ def test_status_reads_a_draft_series(demo_project):
 
 
 def test_rerender_lists_a_new_patch():
-    """patches/STATUS.md names every patch: a new one gets its row (no cells until a run judges it), and a line
+    """patches/MATRIX.md names every patch: a new one gets its row (no cells until a run judges it), and a line
     with no newer release lists exactly its series (a patch removed or renumbered there is not left behind)."""
     from patchwheel.matrix.table import LineMatrix, Matrix, Release, Row
 

@@ -18,7 +18,7 @@ from conftest import CORE, INIT, RUFF_SETTINGS, TRAILERS, both_ways_ok, make_pat
 from patchwheel import gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.export import commit as export_commit
-from patchwheel.maint.export import run as export
+from patchwheel.maint.export import exportfolder as export
 from patchwheel.maint.export import submission, upstream_test
 from patchwheel.maint.proving import proofenv
 
@@ -61,7 +61,7 @@ def test_export_is_the_contributors_commit_with_upstreams_test(demo_project, tmp
     assert b"diff --git a/tests/test_greet.py b/tests/test_greet.py\nnew file mode 100644" in mbox
     for ours in (b"Proof-Test", b"Drop-When", b"Guard-Test", b"Upstream-Status", b"tests/proof/", b"patchwheel"):
         assert ours not in mbox
-    repo = gitops.scratch_repo({"src/demo/core.py": b"# moved\n" + CORE})  # an independent git am
+    repo = gitops.temp_repo({"src/demo/core.py": b"# moved\n" + CORE})  # an independent git am
     try:
         gitops.am(repo, out / "0001-greet-comma.patch")
         assert FIX in (repo / "src" / "demo" / "core.py").read_bytes()
@@ -297,7 +297,7 @@ def test_export_sorts_versions_with_packaging(demo_project, tmp_path):
         v: {"text": "clean", "behaviour": b} for v, b in [("1.10.0", "fails"), ("1.2.0", "fails"), ("1.9.0", "passes")]
     }
     cells["1.3.0rc1"] = {"text": "clean", "behaviour": "error"}
-    (demo_project.root / "patches" / "STATUS.json").write_text(
+    (demo_project.root / "patches" / "MATRIX.json").write_text(
         json.dumps({"lines": [{"line": "demo/1.0.0", "patches": [{"name": "0001-greet-comma.patch", "cells": cells}]}]})
     )
     pr = (_export(demo_project, tmp_path) / "PR.md").read_text()
@@ -468,7 +468,7 @@ def test_a_fix_proposed_elsewhere_exports_the_test_for_their_pull_request(demo_p
     assert b"diff --git a/tests/test_greet.py" in mbox and b"src/demo/core.py" not in mbox  # their fix is theirs
     assert b"\nRefs #1\n" in mbox and b"Fixes" not in mbox  # their pull request closes the issue, not this commit
     fixed = {"src/demo/core.py": b"# moved\n" + CORE.replace(b'"hello " + name', FIX)}
-    repo = gitops.scratch_repo(fixed)  # their branch: git am takes the test on top of it
+    repo = gitops.temp_repo(fixed)  # their branch: git am takes the test on top of it
     try:
         gitops.am(repo, out / "0001-greet-comma.patch")
         assert (repo / "tests" / "test_greet.py").is_file()

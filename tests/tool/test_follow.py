@@ -50,7 +50,7 @@ def test_a_release_the_series_carries_onto_becomes_the_latest_line(demo_project,
     assert not (demo_project.root / "patches" / "demo" / "1.0.0").exists()
     assert not (demo_project.root / "overlay" / "demo" / "1.0.0").exists()
     assert lintall.problems(project) == [], "what follow writes passes lint"
-    status = json.loads((demo_project.root / "patches" / "STATUS.json").read_text())
+    status = json.loads((demo_project.root / "patches" / "MATRIX.json").read_text())
     assert [ln["line"] for ln in status["lines"]] == ["demo/1.1.0"]
     # The set was proven on a build of the new line, made in the scratch copy: the project has no dist/.
     assert [members for members, _ in prover.calls] == [{"demo": "1.1.0"}]
@@ -140,7 +140,7 @@ def test_an_interrupted_follow_leaves_the_project_as_it_was(demo_project, monkey
 
     with pytest.raises(KeyboardInterrupt):
         follow.follow(demo_project.load(), None, Prover(action=interrupt), log=lambda m: None)
-    assert tree(demo_project.root) == before  # and the autouse fixture: no patchwheel-* scratch folder is left
+    assert tree(demo_project.root) == before  # and the autouse fixture: no patchwheel-* temporary folder is left
 
 
 def test_a_failing_proof_run_stops_it(demo_project, monkeypatch, tmp_path):
@@ -398,7 +398,7 @@ def test_a_matrix_of_another_torch_stops_it(demo_project, monkeypatch, tmp_path)
     latest_only(demo_project)
     demo_project.add_release("1.1.0", CORE)
     proofs(monkeypatch, tmp_path)
-    (demo_project.root / "patches" / "STATUS.json").write_text('{"schema": 1, "torch": "1.0.0", "lines": []}\n')
+    (demo_project.root / "patches" / "MATRIX.json").write_text('{"schema": 1, "torch": "1.0.0", "lines": []}\n')
     (done,) = follow.follow(demo_project.load(), None, Prover(), log=lambda m: None)
     assert done.stop is not None and "judged with torch 1.0.0" in done.stop.why
 
@@ -455,7 +455,7 @@ def test_the_older_lines_proofs_run_beside_the_judge_s_once(monkeypatch, tmp_pat
 
     from patchwheel.errors import EnvironmentFailed
     from patchwheel.maint.proving import proofenv
-    from patchwheel.maint.upstream import run as upstream
+    from patchwheel.maint.upstream import matrixrun as upstream
 
     def patch(module, feature=False):
         return SimpleNamespace(test_module=module, is_feature=feature)

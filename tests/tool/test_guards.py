@@ -3,8 +3,9 @@
 A small project holds the real guard plugin and an installed package "demo" (a folder on PYTHONPATH with its
 dist-info): pristine 1.0.0, or a +fixed build of it whose code differs where a rule plants a difference. One guard
 module holds a guard per rule; it runs with ``--guard-record`` on pristine, then with ``--guard-against`` on the
-+fixed build, as `nox -s guards` runs it, and each test reads its guard's outcome from the JUnit report (the runs
-are made once per worker). The refusals that stop a whole run (wrong builds, no hash seed) run on their own.
++fixed build, as `nox -s prove` runs it (its guards chain), and each test reads its guard's outcome from the JUnit
+report (the runs are made once per worker). The refusals that stop a whole run (wrong builds, no hash seed) run on
+their own.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ def test_user_hooks_do_not_run(tmp_path, monkeypatch, how):
         plain, "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-q", "--allow-empty", "--no-verify", "-m", "x"
     )
     assert res.returncode != 0 and "a user hook ran" in res.stderr  # --no-verify does not stop them all
-    repo = gitops.scratch_repo(FILES)
+    repo = gitops.temp_repo(FILES)
     try:
         gitops.write_files(repo, edit_greet(dict(FILES)))
         gitops.git(repo, "add", "-A")
@@ -163,7 +163,7 @@ def test_user_hooks_do_not_run(tmp_path, monkeypatch, how):
         shutil.rmtree(repo.parent)
 
 
-def test_user_ignore_and_attributes_files_do_not_reach_scratch_repositories(tmp_path, monkeypatch):
+def test_user_ignore_and_attributes_files_do_not_reach_temp_repositories(tmp_path, monkeypatch):
     _user_config(tmp_path, monkeypatch, "", "xdg")
     xdg = Path(os.environ["XDG_CONFIG_HOME"])
     (xdg / "git" / "ignore").write_text("*.py\n")
@@ -426,13 +426,13 @@ def test_non_ascii_subject_is_decoded(demo_project):
 def test_scratch_tree_that_fails_leaves_nothing(scratch_temp):
     inside_a_repo = {".git/HEAD": b"ref: refs/heads/main\n", ".git/objects/.keep": b"", ".git/refs/.keep": b""}
     with pytest.raises(PatchwheelError, match="is inside a git work tree"):
-        apply.ScratchTree(inside_a_repo)
+        apply.ApplyTree(inside_a_repo)
     assert list(scratch_temp.iterdir()) == []
 
 
-def test_scratch_repo_that_fails_leaves_nothing(scratch_temp):
+def test_temp_repo_that_fails_leaves_nothing(scratch_temp):
     with pytest.raises(PatchwheelError, match="git add -A failed"):
-        gitops.scratch_repo({".git/index": b"not an index"})
+        gitops.temp_repo({".git/index": b"not an index"})
     assert list(scratch_temp.iterdir()) == []
 
 

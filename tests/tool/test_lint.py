@@ -206,7 +206,7 @@ def test_the_demo_tree_is_clean(demo_project):
         ("overlay/other/1.0.0/LICENSE", "is not a package of this project"),
         ("overlay/demo/1.0.0/README.md", "is not LICENSE, VENDORED.json or a module under demo/"),
         ("overlay/extra.toml", "is not sets.toml, NOTICE or a package's folder"),
-        ("patches/README.md", "is not STATUS.json, STATUS.md or a package's folder"),
+        ("patches/README.md", "is not MATRIX.json, MATRIX.md or a package's folder"),
         ("overlay/demo/pins.toml.orig", "is not pins.toml or a release line's folder"),
     ],
 )

@@ -7,7 +7,7 @@ from typing import Any
 
 from conftest import CORE
 from patchwheel import cli, series
-from patchwheel.maint.upstream import run as upstream
+from patchwheel.maint.upstream import matrixrun as upstream
 from patchwheel.maint.upstream.selection import Selection
 from patchwheel.matrix import checks as matrix_checks
 from patchwheel.matrix.checks import Finding
@@ -39,7 +39,7 @@ def test_merge_keeps_a_run_verdict_over_a_new_inference():
 
 def test_status_md_escapes_the_text_it_shows():
     """A proof's detail is upstream's own message (``<class 'torch.Tensor'>``, a ``|``, backticks, a newline): in
-    STATUS.md it reads as written, never as HTML, a link, a new table column or a new block."""
+    MATRIX.md it reads as written, never as HTML, a link, a new table column or a new block."""
     detail = "expected <class 'torch.Tensor'> | got `None`\n# Heading [x](http://e) *b* \\ <script>"
     cell = {"text": "clean", "behaviour": "fails", "behaviour_detail": detail, "drop_when_met": True}
     cell["flags"] = flags(True, "fails")
@@ -86,16 +86,16 @@ def test_upstream_matrix_and_staleness_check(demo_project, capsys):
     upstream.record(
         project, upstream.check_lines(project, sel, None, workers=2, bisect=False, report=silent()), silent()
     )
-    md = (demo_project.root / "patches" / "STATUS.md").read_text()
+    md = (demo_project.root / "patches" / "MATRIX.md").read_text()
     assert "| 0001-greet-comma | O · | U · |" in md, md
     assert upstream.check(project, sel, None, workers=1, report=silent()) == ([], 2)
-    status = demo_project.root / "patches" / "STATUS.json"
+    status = demo_project.root / "patches" / "MATRIX.json"
     status.write_text(status.read_text().replace('"text": "offset"', '"text": "clean"'))
     diffs, _ = upstream.check(project, sel, None, workers=1, report=silent())
     assert diffs == [
         Finding("stale", "demo/1.0.0 0001-greet-comma.patch vs 1.1.0: text is offset, the committed matrix says clean")
     ]
-    assert cli.main(["--root", str(demo_project.root), "upstream", "check", "--text-only"]) == 1
+    assert cli.main(["--root", str(demo_project.root), "matrix", "check", "--text-only"]) == 1
     assert "vs 1.1.0: text is offset, the committed matrix says clean" in capsys.readouterr().out
 
 

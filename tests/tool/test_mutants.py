@@ -19,7 +19,7 @@ from patchwheel.errors import PatchwheelError
 from patchwheel.maint.proving import mutants, proofenv
 from patchwheel.maint.proving.mutants import HunkRef, Outcome, Result
 from patchwheel.wheels import build as build_mod
-from patchwheel.wheels.apply import ScratchTree, git_env
+from patchwheel.wheels.apply import ApplyTree, git_env
 
 LONG = CORE + b"".join(f"\n\ndef f{i}(x):\n    return x + {i}\n".encode() for i in range(12))
 UP = {"src/demo/core.py": LONG, "src/demo/__init__.py": INIT}
@@ -60,7 +60,7 @@ def _series(demo, second_edit, first_trailers=None, second_trailers=None):
     return line, series.parse_series(line)
 
 
-def _apply(tree: ScratchTree, diff: bytes, *extra: str) -> subprocess.CompletedProcess:
+def _apply(tree: ApplyTree, diff: bytes, *extra: str) -> subprocess.CompletedProcess:
     path = tree.root.parent / "one.diff"
     path.write_bytes(diff)
     return subprocess.run(
@@ -82,7 +82,7 @@ def test_hunks_split_a_multi_hunk_multi_file_patch(tmp_path):
     assert hs[2].header == "@@ -0,0 +1,3 @@" and b"\nnew file mode 100644\n" in hs[2].diff
     for h in hs:
         assert h.diff.startswith(b"diff --git ") and h.diff.count(b"\n@@ ") == 1
-        with ScratchTree(UP) as tree:  # each applies alone to the pristine files
+        with ApplyTree(UP) as tree:  # each applies alone to the pristine files
             assert _apply(tree, h.diff, "--check").returncode == 0, h
     rebuilt, last_head = b"", None
     for h in hs:  # together they are the patch: file headers once, then the hunks
@@ -90,7 +90,7 @@ def test_hunks_split_a_multi_hunk_multi_file_patch(tmp_path):
         rebuilt += (head + b"\n" if head != last_head else b"") + b"@@ " + body
         last_head = head
     assert rebuilt == patch.raw[patch.raw.index(b"diff --git ") :]
-    with ScratchTree(UP) as tree:  # and applied one by one, they make the patched files
+    with ApplyTree(UP) as tree:  # and applied one by one, they make the patched files
         for h in hs:
             assert _apply(tree, h.diff).returncode == 0
         assert tree.read(sorted({*UP, "src/demo/extra.py"})) == edit_two_far_hunks_and_a_file(dict(UP))

@@ -57,15 +57,15 @@ def test_sessions_that_read_dist_require_the_build_and_do_not_build_themselves(n
     import nox.registry
 
     sessions = nox.registry.get()
-    for name in ("tests", "proof", "guards", "e2e", "mutants", "upstream_suite"):
-        assert sessions[name].requires == ["dist"], name
-    assert not sessions["dist"].allow_parallel  # runs alone
+    for name in ("tests", "prove", "suite_prove", "e2e", "mutants", "upstream_suite"):
+        assert sessions[name].requires == ["build_dist"], name
+    assert not sessions["build_dist"].allow_parallel  # runs alone
     suite = list(nox.options.sessions or [])
     assert suite, "the noxfile names the default sessions"
     for name in suite:
         assert sessions[name.split("(")[0]].allow_parallel, name
     text = (ROOT / "noxfile.py").read_text()
-    assert text.count('tool(session, "build")') == 1  # the dist session's (the build session passes its args)
+    assert text.count('tool(session, "build")') == 1  # build_dist's (the build session passes its args)
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_sessions_that_read_dist_require_the_build_and_do_not_build_themselves(n
 )
 def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven, guarded):
     """`nox` (the README's test command) proves the sets [suite] names, both ways with their guards, each line once
-    (`other` 2.0 is in every set); `nox -s proof guards` proves every set whole (the sets workflow). Asked of nox
+    (`other` 2.0 is in every set); `nox -s prove` proves every set whole (the sets workflow). Asked of nox
     itself: the sessions it selects by default."""
     import json
     import subprocess
@@ -96,18 +96,18 @@ def test_the_default_suite_proves_the_sets_of_suite(tmp_path, suite, proven, gua
     selected = json.loads(listed.stdout)
     by_kind: dict[str, dict[str, str]] = {}
     for s in selected:
-        if s["name"] in ("suite_proof", "suite_guards"):
-            kind = s["name"] + s["call_spec"].get("flavor", "")
+        if s["name"] == "suite_prove":
+            kind = s["call_spec"]["chain"]
             by_kind.setdefault(kind, {})[s["call_spec"]["pins"]] = s["call_spec"]["packages"]
-    assert by_kind == {kind: guarded for kind in ("suite_prooffixed", "suite_proofpristine", "suite_guards")}
+    assert by_kind == {kind: guarded for kind in ("fixed", "pristine", "guards")}
     assert set(guarded) == set(proven)
     everything = subprocess.run(
-        [sys.executable, "-m", "nox", "-l", "--json", "-f", str(tmp_path / "noxfile.py"), "-s", "proof", "guards"],
+        [sys.executable, "-m", "nox", "-l", "--json", "-f", str(tmp_path / "noxfile.py"), "-s", "prove"],
         capture_output=True,
         text=True,
         check=True,
     )
-    proving = [s for s in json.loads(everything.stdout) if s["name"] in ("proof", "guards")]
+    proving = [s for s in json.loads(everything.stdout) if s["name"] == "prove"]
     assert len(proving) == 3 * 3, "proof both ways and guards, for every set"
 
 
@@ -141,14 +141,12 @@ def test_each_set_s_sessions_carry_its_tag_for_the_sets_workflow(noxfile):
             text=True,
             check=True,
         )
-        chosen = sorted(s["session"] for s in json.loads(listed.stdout) if s["session"] != "dist")
-        assert chosen == sorted(
-            [f"guards(pins='{name}')", *(f"proof(pins='{name}', flavor='{f}')" for f in ("pristine", "fixed"))]
-        ), chosen
+        chosen = sorted(s["session"] for s in json.loads(listed.stdout) if s["session"] != "build_dist")
+        assert chosen == sorted(f"prove(pins='{name}', chain='{c}')" for c in ("pristine", "fixed", "guards")), chosen
 
 
 def test_the_proving_sessions_run_one_chain_of_the_prove_verb_each(noxfile, tmp_path):
-    """proof, guards and their suite forms are `patchwheel prove`, one chain each (a session's own core under
+    """prove and suite_prove are `patchwheel prove`, one chain each (a session's own core under
     `nox -j 4`), the +fixed environment the set's sessions share in
     this checkout's .nox/, the session's arguments (`-- -k t3`) to
     pytest; the old helper verbs are gone."""
@@ -168,10 +166,10 @@ def test_the_proving_sessions_run_one_chain_of_the_prove_verb_each(noxfile, tmp_
     sessions = nox.registry.get()
     fixed = ["--fixed-env", "", "--", "-k", "t3"]
     for name, kwargs, chain in [
-        ("proof", {"pins": "latest", "flavor": "pristine"}, ["--pristine"]),
-        ("guards", {"pins": "latest"}, ["--guards"]),
-        ("suite_proof", {"pins": "v4", "packages": "transformers", "flavor": "fixed"}, ["--fixed", "--package"]),
-        ("suite_guards", {"pins": "v4", "packages": "a,b"}, ["--guards", "--package", "a", "--package"]),
+        ("prove", {"pins": "latest", "chain": "pristine"}, ["--pristine"]),
+        ("prove", {"pins": "latest", "chain": "guards"}, ["--guards"]),
+        ("suite_prove", {"pins": "v4", "packages": "transformers", "chain": "fixed"}, ["--fixed", "--package"]),
+        ("suite_prove", {"pins": "v4", "packages": "a,b", "chain": "guards"}, ["--guards", "--package", "a"]),
     ]:
         session = Session()
         sessions[name].func(session, **kwargs)
@@ -183,3 +181,46 @@ def test_the_proving_sessions_run_one_chain_of_the_prove_verb_each(noxfile, tmp_
         assert sessions[name].venv_backend == "none", "the verb makes its environments"
     text = (ROOT / "noxfile.py").read_text()
     assert '"requirements"' not in text and 'tool(session, "guards"' not in text
+
+
+def test_each_session_is_named_for_the_verb_it_runs(noxfile, tmp_path):
+    """A session that runs the tool carries its verb's name (`suite_prove` and `build_dist` add what they run it
+    on): the command line said `prove` where nox said `proof(pins=..., flavor=...)` and `guards(...)`, and `dist`
+    ran `build`. Sessions that run pytest or the benchmarks (tests, e2e, bench) are named for what they test."""
+    import nox.registry
+
+    class Session:
+        posargs: list[str] = []
+        cache_dir = tmp_path
+        venv_backend = "uv"
+
+        def __init__(self) -> None:
+            self.ran: list[list[str]] = []
+
+        def run(self, *args, **kw):
+            self.ran.append([str(a) for a in args])
+            return f"{tmp_path}\n"
+
+        def install(self, *args, **kw) -> None:
+            pass
+
+        def create_tmp(self) -> str:
+            return str(tmp_path)
+
+    named = {}
+    for name, session in nox.registry.get().items():
+        fake = Session()
+        kwargs = {"pins": "latest", "packages": "demo", "chain": "fixed", "flavor": "fixed"}
+        session.func(fake, **{k: v for k, v in kwargs.items() if k in session.func.__code__.co_varnames})
+        if any("pytest" in run or "bench/bench.py" in run for run in fake.ran):
+            continue
+        verbs = [run[run.index("patchwheel") + 1] for run in fake.ran if "patchwheel" in run]
+        if verbs:
+            named[name] = verbs[0]
+    wrong = {
+        name: verb
+        for name, verb in named.items()
+        if not any(name.split("_")[i : i + len(v)] == v for v in [verb.replace("-", "_").split("_")] for i in range(3))
+    }
+    assert wrong == {}, "sessions not named for their verb"
+    assert {"prove", "suite_prove", "build_dist", "matrix_check"} <= set(named), sorted(named)

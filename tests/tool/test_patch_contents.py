@@ -1,5 +1,5 @@
 """What a patch may hold, and what the tool reads back from the trees it applies patches to: no symbolic link,
-submodule or file mode reaches a tree; no file outside a scratch tree is read; and what lint reads of a patch is
+submodule or file mode reaches a tree; no file outside a apply tree is read; and what lint reads of a patch is
 exactly what ``git apply`` applies."""
 
 from __future__ import annotations
@@ -109,13 +109,13 @@ def test_a_link_in_a_patch_never_brings_its_target_into_the_overlay(demo_project
 
 
 @pytest.mark.parametrize("where", ["file", "folder"])
-def test_a_scratch_tree_is_read_without_following_links(tmp_path, where):
-    """However a link got into a scratch tree, reading the tree back never reads what it points to."""
+def test_an_apply_tree_is_read_without_following_links(tmp_path, where):
+    """However a link got into a apply tree, reading the tree back never reads what it points to."""
     outside = tmp_path / "outside"
     (outside / "demo").mkdir(parents=True)
     (outside / "secret").write_bytes(SECRET)
     (outside / "demo" / "core.py").write_bytes(SECRET)
-    with apply.ScratchTree(FILES) as tree:
+    with apply.ApplyTree(FILES) as tree:
         if where == "file":
             (tree.root / "src" / "demo" / "core.py").unlink()
             (tree.root / "src" / "demo" / "core.py").symlink_to(outside / "secret")
@@ -127,15 +127,15 @@ def test_a_scratch_tree_is_read_without_following_links(tmp_path, where):
     assert (
         err.value.message
         == {
-            "file": "src/demo/core.py in the scratch tree is a symbolic link: refusing to read through it",
-            "folder": "src/demo in the scratch tree is a symbolic link: refusing to read src/demo/core.py through it",
+            "file": "src/demo/core.py in the apply tree is a symbolic link: refusing to read through it",
+            "folder": "src/demo in the apply tree is a symbolic link: refusing to read src/demo/core.py through it",
         }[where]
     )
     assert "a patch may only create regular files" in err.value.hint
 
 
-def test_a_scratch_tree_reads_files_and_absent_files(tmp_path):
-    with apply.ScratchTree(FILES) as tree:
+def test_an_apply_tree_reads_files_and_absent_files(tmp_path):
+    with apply.ApplyTree(FILES) as tree:
         os.mkfifo(tree.root / "src" / "demo" / "fifo.py")
         got = tree.read(["src/demo/core.py", "src/demo/missing.py", "src/demo/core.py/under-a-file", "src"])
         assert got == {
@@ -144,7 +144,7 @@ def test_a_scratch_tree_reads_files_and_absent_files(tmp_path):
             "src/demo/core.py/under-a-file": None,
             "src": None,
         }
-        with pytest.raises(PatchwheelError, match="src/demo/fifo.py in the scratch tree is not a regular file"):
+        with pytest.raises(PatchwheelError, match="src/demo/fifo.py in the apply tree is not a regular file"):
             tree.read(["src/demo/fifo.py"])
 
 

@@ -360,7 +360,7 @@ def test_a_line_lists_the_tests_that_still_show_the_bug(project):
 
 
 def test_first_bug_stops_a_module_at_the_first_test_that_shows_the_bug_and_not_before(project):
-    """The upstream check's runs skip the rest of a module once a test shows the bug (its verdict, fails, is
+    """The matrix check's runs skip the rest of a module once a test shows the bug (its verdict, fails, is
     decided); a pass or a failure of another kind before it does not, another module in the same run goes on, and
     the verdict is the one the whole module gives."""
     module = project.module(

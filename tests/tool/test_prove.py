@@ -1,4 +1,4 @@
-"""`patchwheel prove` (what the nox proof and guards sessions run, one chain each, and follow's proving step runs
+"""`patchwheel prove` (what the nox prove and suite_prove sessions run, one chain each, and follow's proving step runs
 whole): its arguments, the runs it starts, and its exit status: the status check saying otherwise (exit 0 on the
 pristine pins, 1 on the +fixed builds) or a failed run fails it. The environments are stand-ins: which pytest runs
 start, in which environment, is what is checked here (test_setruns.py: follow's side; test_status.py: the status

@@ -40,7 +40,7 @@ def test_series_regenerates_byte_for_byte(line):
     touched = sorted({p for patch in patches for p in patch.touched})
     with zipfile.ZipFile(fetch.fetch(line.package, line.wheel)) as zf:
         files = {p: zf.read(line.wheel_path(p)) for p in touched if line.wheel_path(p) in zf.namelist()}
-    repo = gitops.scratch_repo(files)
+    repo = gitops.temp_repo(files)
     try:
         for patch in patches:
             gitops.am(repo, patch.path)

@@ -341,7 +341,7 @@ def _matrix(torch: str, behaviour: str, detail: str = "") -> Matrix:
 
 def test_the_staleness_check_compares_like_with_like():
     """An environment that could not be made, and a verdict under another torch, were both called "stale" (with
-    the advice to run `nox -s upstream`, which would have saved a matrix of mixed torches)."""
+    the advice to run `nox -s matrix`, which would have saved a matrix of mixed torches)."""
     committed = _matrix("2.13.0", "fails")
     lost = _matrix("2.14.1", "error", NO_ENVIRONMENT + "uv pip install failed: huggingface-hub was not found").lines
     assert compare(committed, lost) == [
@@ -377,19 +377,19 @@ def test_cells_written_before_they_named_their_torch_take_the_matrix_s():
     assert Matrix.from_json(data).lines[0].patches[0].cells["1.1.0"].torch == "2.13.0"
 
 
-def test_upstream_check_says_could_not_judge_not_stale(demo_project, monkeypatch, capsys):
-    from patchwheel.maint.upstream import run as upstream
+def test_matrix_check_says_could_not_judge_not_stale(demo_project, monkeypatch, capsys):
+    from patchwheel.maint.upstream import matrixrun as upstream
 
     finding = Finding("unjudged", "the environment for demo 1.1.0 could not be made (no index)")
     monkeypatch.setattr(upstream, "check", lambda *a, **k: ([finding], 1))
-    assert cli.main(["--root", str(demo_project.root), "upstream", "check"]) == 1
+    assert cli.main(["--root", str(demo_project.root), "matrix", "check"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("could not judge: the environment for demo 1.1.0 could not be made (no index)\n")
-    assert "stale" not in out and "nox -s upstream" not in out
+    assert "stale" not in out and "nox -s matrix" not in out
 
 
 def test_new_torch_judges_the_whole_matrix(demo_project, capsys):
-    assert cli.main(["--root", str(demo_project.root), "upstream", "run", "--new-torch", "demo==1.1.0"]) == 2
+    assert cli.main(["--root", str(demo_project.root), "matrix", "run", "--new-torch", "demo==1.1.0"]) == 2
     assert "--new-torch judges the whole matrix again" in capsys.readouterr().err
 
 
@@ -410,7 +410,7 @@ def test_the_watch_says_when_torch_has_a_newer_release_than_the_newest_a_set_is_
     assert out.startswith(
         f"torch 2.15.0 is out ({folder} (TORCH_SOURCE)); [torch] newest of overlay/sets.toml is 2.14.1"
     )
-    assert "TORCH_VERSION=2.15.0 nox -s proof guards" in out, "a release candidate is not a release"
+    assert "TORCH_VERSION=2.15.0 nox -s prove" in out, "a release candidate is not a release"
 
 
 def test_an_unproven_floor_is_stated_with_why_and_claimed_nowhere():

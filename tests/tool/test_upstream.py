@@ -1,4 +1,4 @@
-"""The upstream check's machinery under load and under bad input: shared environments built once however many
+"""The matrix check's machinery under load and under bad input: shared environments built once however many
 threads or processes ask, verdicts judged once per run, wheel names and versions read with ``packaging``, user
 errors instead of tracebacks, and one place that spawns (and kills) proof runs. Nothing here makes a real
 virtual environment: ``proofenv._create`` and ``proofenv._install`` are faked."""
@@ -21,7 +21,7 @@ from patchwheel import cli
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint.proving import mutants, proofenv, torchsource
-from patchwheel.maint.upstream import run as upstream
+from patchwheel.maint.upstream import matrixrun as upstream
 from patchwheel.maint.upstream.selection import Selection
 from patchwheel.reporter import silent
 from patchwheel.wheels import fetch, index
@@ -102,7 +102,7 @@ print(sum(value is None for value in seen))
 
 
 def test_workers_never_see_sysconfig_half_filled(tmp_path):
-    """A cold upstream check failed: both workers made their first environment at once, sysconfig filled its
+    """A cold matrix check failed: both workers made their first environment at once, sysconfig filled its
     variables in one while the other read EXE as None (TypeError in uv's find_uv_bin). In a fresh interpreter,
     without the fill on proofenv's import, 16 threads see None in every run."""
     script = tmp_path / "first_environments.py"
@@ -314,18 +314,18 @@ def test_rebase_onto_not_a_version(demo_project, capsys, extra):
     ],
 )
 def test_upstream_selection_of_an_unknown_package(demo_project, capsys, args, message, hint):
-    code, err = _main(capsys, demo_project.root, "upstream", "run", *args)
+    code, err = _main(capsys, demo_project.root, "matrix", "run", *args)
     assert code == 2 and err.startswith(message + "\n  fix: ") and hint in err, err
-    assert not (demo_project.root / "patches" / "STATUS.json").exists()
+    assert not (demo_project.root / "patches" / "MATRIX.json").exists()
 
 
 def test_upstream_behaviour_with_text_only_is_refused(demo_project, capsys):
     """``--text-only`` runs no proof, so a ``--behaviour`` selection beside it was dropped unread (even a bogus one)."""
-    code, err = _main(capsys, demo_project.root, "upstream", "run", "--text-only", "--behaviour", "bogus")
+    code, err = _main(capsys, demo_project.root, "matrix", "run", "--text-only", "--behaviour", "bogus")
     assert code == 2 and err.startswith(
         "error: --behaviour selects releases for proof runs, and --text-only runs none\n  fix: "
     ), err
-    assert not (demo_project.root / "patches" / "STATUS.json").exists()
+    assert not (demo_project.root / "patches" / "MATRIX.json").exists()
 
 
 def test_upstream_behaviour_outside_the_release_selection(demo_project):

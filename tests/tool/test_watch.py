@@ -1,5 +1,5 @@
 """Every cell of the matrix judged, and the upstream watch that keeps it so in CI: the bisection over real (demo)
-releases, the listing of new cells, one fragment per cell, the merge into patches/STATUS.* with its verdict on what
+releases, the listing of new cells, one fragment per cell, the merge into patches/MATRIX.* with its verdict on what
 needs a maintainer (the workflows that run those commands: test_workflows.py). Proof runs are faked (a verdict
 per release); everything else (index, wheels, text check, the CLI) is real."""
 
@@ -50,7 +50,7 @@ def releases(demo, *versions: str) -> None:
 
 
 def status(demo) -> dict:
-    return json.loads((demo.root / "patches" / "STATUS.json").read_text())
+    return json.loads((demo.root / "patches" / "MATRIX.json").read_text())
 
 
 def row(demo) -> dict:
@@ -70,7 +70,7 @@ def test_bisection_judges_every_cell_and_runs_both_sides_of_the_fix(demo_project
     versions = [f"1.{i}.0" for i in range(1, 10)]
     releases(demo_project, *versions)
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from="1.6.0")
-    code, out, err = main(capsys, demo_project.root, "upstream", "run")
+    code, out, err = main(capsys, demo_project.root, "matrix", "run")
     assert code == 0, err
     cells = row(demo_project)
     assert [cells[v]["behaviour"] for v in versions] == ["fails"] * 5 + ["passes"] * 4
@@ -81,7 +81,7 @@ def test_bisection_judges_every_cell_and_runs_both_sides_of_the_fix(demo_project
     for v in inferred:
         left, right = cells[v]["inferred_from"]
         assert cells[left]["behaviour"] == cells[right]["behaviour"] == cells[v]["behaviour"]
-    md = (demo_project.root / "patches" / "STATUS.md").read_text()
+    md = (demo_project.root / "patches" / "MATRIX.md").read_text()
     assert "C ·" not in md and "C (✗)" in md and "C (✓)" in md and "C ✓" in md
     assert "/9" in err and "ETA" in err  # progress: releases done of the total, with an ETA
 
@@ -89,7 +89,7 @@ def test_bisection_judges_every_cell_and_runs_both_sides_of_the_fix(demo_project
 def test_every_runs_each_release_and_infers_nothing(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, "1.1.0", "1.2.0", "1.3.0")
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run", "--every")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run", "--every")[0] == 0
     assert sorted(runs) == ["1.1.0", "1.2.0", "1.3.0"]
     assert not any("inferred_from" in c for c in row(demo_project).values())
 
@@ -99,7 +99,7 @@ def test_merging_a_run_reinfers_the_cells_beside_it(demo_project, monkeypatch, t
     back to unjudged, rather than leaving a wrong inference in the matrix."""
     releases(demo_project, "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     assert {v: "inferred_from" in c for v, c in row(demo_project).items()} == {
         "1.1.0": False,
         "1.2.0": True,
@@ -108,17 +108,17 @@ def test_merging_a_run_reinfers_the_cells_beside_it(demo_project, monkeypatch, t
         "1.5.0": False,
     }
     fake_proofs(monkeypatch, tmp_path, fixed_from="1.3.0")  # say 1.3.0 is found to pass after all
-    assert main(capsys, demo_project.root, "upstream", "run", "--behaviour", "demo==1.3.0", "demo==1.3.0")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run", "--behaviour", "demo==1.3.0", "demo==1.3.0")[0] == 0
     cells = row(demo_project)
     assert cells["1.3.0"]["behaviour"] == "passes" and "inferred_from" not in cells["1.3.0"]
     assert cells["1.2.0"]["behaviour"] is None and cells["1.4.0"]["behaviour"] is None
-    assert "C ·" in (demo_project.root / "patches" / "STATUS.md").read_text()
+    assert "C ·" in (demo_project.root / "patches" / "MATRIX.md").read_text()
 
 
 def test_transitions_select_where_drop_when_changes(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, *(f"1.{i}.0" for i in range(1, 6)))
     fake_proofs(monkeypatch, tmp_path, fixed_from="1.4.0")
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     matrix = status(demo_project)
     matrix["lines"][0]["patches"][0]["drop_when"] = "proof-passes-upstream"
     assert matrix_checks.transition_releases(Matrix.from_json(matrix)) == ["demo==1.4.0"]
@@ -163,7 +163,7 @@ def watch_setup(demo, monkeypatch, tmp_path, capsys, fixed_from: str | None) -> 
     dropped_by_its_proof(demo)
     releases(demo, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo.root, "matrix", "run")[0] == 0
     releases(demo, "1.2.0")
     assert list_cells(capsys, demo, tmp_path) == [listed(demo, "1.2.0")]
     fake_proofs(monkeypatch, tmp_path, fixed_from=fixed_from)
@@ -181,7 +181,7 @@ def test_watch_merges_a_new_release_and_lists_nothing_after(demo_project, monkey
     assert code == 0, out + err
     cells = row(demo_project)
     assert cells["1.2.0"]["behaviour"] == "fails" and cells["1.1.0"]["behaviour"] == "fails"
-    assert "1.2.0" in (demo_project.root / "patches" / "STATUS.md").read_text()
+    assert "1.2.0" in (demo_project.root / "patches" / "MATRIX.md").read_text()
     assert json.loads(main(capsys, demo_project.root, "watch", "list")[1]) == []
 
 
@@ -200,7 +200,7 @@ def test_watch_fails_where_a_patch_stops_applying(demo_project, monkeypatch, tmp
     dropped_by_its_proof(demo_project)
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     demo_project.add_release("1.2.0", CORE.replace(b'"hello " + name', b'f"hello {name}"'))  # the patched line changed
     list_cells(capsys, demo_project, tmp_path)
     fragment = tmp_path / "f.json"
@@ -226,11 +226,11 @@ def test_merge_refuses_a_fragment_of_another_patch_series(demo_project, monkeypa
     from conftest import other_patch_set
 
     fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
-    before = (demo_project.root / "patches" / "STATUS.json").read_bytes()
+    before = (demo_project.root / "patches" / "MATRIX.json").read_bytes()
     other_patch_set(demo_project)
     code, _, err = merge(capsys, demo_project, tmp_path, fragment)
     assert code == 2 and "was judged with another patch series of demo/1.0.0" in err
-    assert (demo_project.root / "patches" / "STATUS.json").read_bytes() == before  # nothing half-written
+    assert (demo_project.root / "patches" / "MATRIX.json").read_bytes() == before  # nothing half-written
 
 
 @pytest.mark.parametrize(
@@ -258,10 +258,10 @@ def test_watch_commands_refuse_bad_input(demo_project, capsys, args, message):
 def test_merge_refuses_a_file_that_is_not_a_fragment(demo_project, tmp_path, capsys, monkeypatch):
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
-    status_json = demo_project.root / "patches" / "STATUS.json"
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
+    matrix_json = demo_project.root / "patches" / "MATRIX.json"
     (tmp_path / "cells.json").write_text("[]")
-    code, _, err = merge(capsys, demo_project, tmp_path, status_json)
+    code, _, err = merge(capsys, demo_project, tmp_path, matrix_json)
     assert code == 2 and "is not a fragment of this tool" in err
     code, _, err = merge(capsys, demo_project, tmp_path, tmp_path / "missing.json")
     assert code == 2 and f"cannot read the fragment {tmp_path / 'missing.json'}" in err
@@ -278,16 +278,14 @@ def test_reinfer_does_not_infer_across_a_release_where_the_text_changes(demo_pro
     demo_project.add_release("1.4.0", b"# moved\n" + CORE)
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
     assert (
-        main(capsys, demo_project.root, "upstream", "run", "--behaviour", "demo==1.1.0", "--behaviour", "demo==1.4.0")[
-            0
-        ]
+        main(capsys, demo_project.root, "matrix", "run", "--behaviour", "demo==1.1.0", "--behaviour", "demo==1.4.0")[0]
         == 0
     )
     cells = row(demo_project)
     assert cells["1.2.0"]["text"] == "clean" and cells["1.3.0"]["text"] == "offset"
     assert cells["1.2.0"]["behaviour"] is None and cells["1.3.0"]["behaviour"] is None
     runs = fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0  # the bisection runs the probe
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0  # the bisection runs the probe
     assert "1.3.0" in runs and row(demo_project)["1.2.0"].get("inferred_from") == ["1.1.0", "1.3.0"]
 
 
@@ -318,7 +316,7 @@ def test_attention_is_for_the_newest_line_and_names_a_proof_that_cannot_judge():
 def test_list_new_lists_a_late_patch_release_of_an_older_series(demo_project, monkeypatch, tmp_path, capsys):
     releases(demo_project, "1.1.0", "2.0.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     releases(demo_project, "1.1.1")  # published after 2.0.0
     assert list_cells(capsys, demo_project, tmp_path) == [listed(demo_project, "1.1.1")]
 
@@ -381,12 +379,12 @@ def test_merge_refuses_a_forged_fragment_and_writes_nothing(demo_project, monkey
     edit, message = FORGERIES[forgery]
     fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
     forge(fragment, edit)
-    before = {p.name: p.read_bytes() for p in (demo_project.root / "patches").glob("STATUS.*")}
+    before = {p.name: p.read_bytes() for p in (demo_project.root / "patches").glob("MATRIX.*")}
     code, out, err = merge(capsys, demo_project, tmp_path, fragment)
     assert (code, out) == (2, ""), out + err
     assert err.startswith(f"error: fragment {fragment}: {message}"), err
     assert len(err.splitlines()) == 2 and err.splitlines()[1].startswith("  fix: "), err
-    assert {p.name: p.read_bytes() for p in (demo_project.root / "patches").glob("STATUS.*")} == before
+    assert {p.name: p.read_bytes() for p in (demo_project.root / "patches").glob("MATRIX.*")} == before
 
 
 def test_merge_takes_one_fragment_a_cell(demo_project, monkeypatch, tmp_path, capsys):
@@ -401,7 +399,7 @@ def test_merge_takes_one_fragment_a_cell(demo_project, monkeypatch, tmp_path, ca
         f"error: fragment {twin}: line.releases[0].version: demo/1.0.0 vs 1.2.0 is the cell of {fragment} too: "
         "one fragment a cell\n  fix: "
     ), err
-    assert "1.2.0" not in (demo_project.root / "patches" / "STATUS.md").read_text()
+    assert "1.2.0" not in (demo_project.root / "patches" / "MATRIX.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -427,10 +425,10 @@ def test_merge_takes_one_fragment_a_cell(demo_project, monkeypatch, tmp_path, ca
 def test_merge_refuses_a_list_of_cells_it_cannot_read(demo_project, monkeypatch, tmp_path, capsys, cells, message):
     fragment = watch_setup(demo_project, monkeypatch, tmp_path, capsys, fixed_from=None)
     (tmp_path / "cells.json").write_text(cells)
-    before = (demo_project.root / "patches" / "STATUS.json").read_bytes()
+    before = (demo_project.root / "patches" / "MATRIX.json").read_bytes()
     code, out, err = merge(capsys, demo_project, tmp_path, fragment)
     assert (code, out) == (2, "") and err.startswith("error: ") and message in err, err
-    assert (demo_project.root / "patches" / "STATUS.json").read_bytes() == before
+    assert (demo_project.root / "patches" / "MATRIX.json").read_bytes() == before
 
 
 def test_merge_refuses_a_verdict_on_a_feature(demo_project, monkeypatch, tmp_path, capsys):
@@ -447,7 +445,7 @@ def test_merge_refuses_a_verdict_on_a_feature(demo_project, monkeypatch, tmp_pat
     )
     releases(demo_project, "1.1.0")
     fake_proofs(monkeypatch, tmp_path, fixed_from=None)
-    assert main(capsys, demo_project.root, "upstream", "run")[0] == 0
+    assert main(capsys, demo_project.root, "matrix", "run")[0] == 0
     releases(demo_project, "1.2.0")
     list_cells(capsys, demo_project, tmp_path)
     fragment = tmp_path / "f.json"
@@ -511,7 +509,7 @@ def test_merge_refuses_any_change_it_can_check(watched, data):
     )
     forged_file = tmp_path / "forged.json"
     forged_file.write_text(json.dumps(forged))
-    status = {p: p.read_bytes() for p in (demo.root / "patches").glob("STATUS.*")}
+    status = {p: p.read_bytes() for p in (demo.root / "patches").glob("MATRIX.*")}
     code, out, err = merge(capsys, demo, tmp_path, forged_file)
     note(f"rc={code}\nout={out}\nerr={err}")
     assert "Traceback" not in out + err

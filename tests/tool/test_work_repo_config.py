@@ -100,7 +100,7 @@ def test_rebase_continue_runs_no_program_the_work_repository_names(demo_project,
 
 
 def test_derive_continue_runs_no_program_the_work_repository_names(demo_project, monkeypatch, tmp_path, scratch_temp):
-    """All of them at once, in a derive's folder (which --continue copies into a scratch project first): refused
+    """All of them at once, in a derive's folder (which --continue copies into a scratch copy first): refused
     before the copy, every key named, the folder left as it was."""
     work = derive_waiting(demo_project, monkeypatch, tmp_path)
     keys = [plant(work / "repo", tmp_path, how) for how in ("gpg", "include", "filter", "editors", "hooks")]

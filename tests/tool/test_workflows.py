@@ -197,7 +197,7 @@ def test_follow_runs_read_only_and_its_pull_request_takes_only_its_new_line(tmp_
         (repo / "overlay/demo/1.1.0/demo/core.py").write_text("fixed = True\n")
         (repo / "overlay/demo/pins.toml").write_text(PINS + NEW_LINE)
         (repo / "overlay/sets.toml").write_text(SETS.replace('demo = "1.0.0"\nother', 'demo = "1.1.0"\nother'))
-        (repo / "patches/STATUS.md").write_text("the matrix\n")
+        (repo / "patches/MATRIX.md").write_text("the matrix\n")
 
     def workflow_edit(repo):
         (repo / ".github" / "workflows" / "w.yml").write_text("on: push\n")

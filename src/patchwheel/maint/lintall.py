@@ -2,10 +2,10 @@
 `derive` ask of the tree they are about to write.
 
 Each release line: its series and patch files (:func:`series.lint_line`), the committed matrix against the
-trailers and the build record (:func:`patchwheel.lint.line_problems`), the upstream signatures and names its
+trailers and the build record (:func:`patchwheel.lint.record_problems`), the upstream signatures and names its
 patches keep or declare (:func:`patchwheel.lint.signature_problems`), then, on a package's newest line, the
-upstream-pr/ folders export sends upstream (:func:`submission.line_problems`). The whole project besides: the sets
-the default suite proves, the torch floors, the files under patches/ and overlay/, and the vendored modules in
+upstream-pr/ folders export sends upstream (:func:`submission.upstream_pr_problems`). The whole project besides:
+the sets the default suite proves, the torch floors, the files under patches/ and overlay/, and the vendored modules in
 overlay/ against pristine + series (what `vendor --check` checks). Pristine + series is made once per line, for the
 signature check and the overlay's (:class:`Generated`)."""
 
@@ -64,11 +64,11 @@ def line_problems(
     project: Project, line: ReleaseLine, matrix: Matrix | None, generated: Generated | None = None
 ) -> list[str]:
     """Everything lint asks of one line: its series, the matrix and its build record, the upstream signatures its
-    patches keep, then, on a package's newest line, what export sends upstream."""
-    problems = lint.line_problems(project, line, matrix)
+    patches keep, then, on a package's newest line, what export sends upstream (the one ``line_problems``)."""
+    problems = lint.record_problems(project, line, matrix)
     problems += _signature_problems(line, generated or Generated(), problems)
     if not problems and line.key == project.lines[line.package][-1].key:
-        problems = submission.line_problems(project.root, line)
+        problems = submission.upstream_pr_problems(project.root, line)
     return problems
 
 
@@ -84,7 +84,7 @@ def _signature_problems(line: ReleaseLine, generated: Generated, found: list[str
 
 def parts(project: Project, lines: list[ReleaseLine] | None = None) -> Iterator[Part]:
     """What lint checks of ``lines`` (None: the whole project, which adds the project's own parts), in order."""
-    matrix = Matrix.load(project.status_json)
+    matrix = Matrix.load(project.matrix_json)
     generated = Generated()
     for line in project.all_lines() if lines is None else lines:
         problems = line_problems(project, line, matrix, generated)

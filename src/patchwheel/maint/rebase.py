@@ -32,7 +32,7 @@ from ..series import PATCH_NAME, Patch, checked_series, parse_patch, patch_name,
 from ..wheels import buildno, fetch, vendored
 from .follow import waiting
 from .proving import proofenv
-from .upstream.run import companions
+from .upstream.matrixrun import companions
 from .upstream.textcheck import carry
 from .workrepo import WorkRepo, release_files, touched
 

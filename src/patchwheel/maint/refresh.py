@@ -34,7 +34,7 @@ from ..names import path_problem
 from ..reporter import CONSOLE
 from ..series import HUNK_HEADER, SLUG, Patch, checked_series, find, mailinfo_cut, parse_patch, test_refs
 from ..wheels import buildno, fetch, vendored
-from ..wheels.apply import ScratchTree, apply_line, explain_failure
+from ..wheels.apply import ApplyTree, apply_line, explain_failure
 from . import stubs
 from .workrepo import WorkRepo, release_files
 
@@ -142,7 +142,7 @@ def _owners(work: WorkRepo, edits: Edits) -> list[tuple[str, int, str]]:
 def _under_later(edits: Edits, later: list[Patch]) -> dict[str, bytes | None]:
     """The edited state with the later patches taken off again (last first, strictly): the state the refreshed
     patch must leave. A later patch that no longer reverses needs lines the edit changed."""
-    with ScratchTree(edits.state) as tree:
+    with ApplyTree(edits.state) as tree:
         for q in reversed(later):
             rc, out = gitops.try_git(tree.root, "apply", "--reverse", "--whitespace=nowarn", str(q.path))
             if rc != 0:
@@ -271,7 +271,7 @@ def refresh(project: Project, package: str, version: str, ref: str, log: Callabl
             log(f"re-exported {_rel(project, q.path)}: its line numbers moved with the edit; its change is the same")
     refs = test_refs(target.trailers.get("Proof-Test") or target.trailers.get("Feature-Test"))
     tests = refs[0][0] + (f", {len(refs)} of its tests" if len(refs) > 1 else "") if refs else "its test"
-    log(f"next: run its proof both ways ({tests}): nox -s proof")
+    log(f"next: run its proof both ways ({tests}): nox -s prove")
 
 
 def _rel(project: Project, path: Path) -> str:

@@ -1,6 +1,6 @@
 """The work repository every maintenance tool starts from (after Fedora's rebase-helper and gbp's patch queue).
 
-A scratch git repository outside any work tree (:func:`patchwheel.gitops.scratch_repo`):
+A temporary git repository outside any work tree (:func:`patchwheel.gitops.temp_repo`):
 
 - the base commit holds a release's files, only those the series touches (read from the sha256-pinned wheel,
   laid out as in upstream's git tree: ``src/transformers/...``);
@@ -55,7 +55,7 @@ class WorkRepo:
     def create(cls, files: Mapping[str, bytes | None], message: str, at: Path | None = None) -> WorkRepo:
         """A new repository whose first commit holds ``files`` (None entries: absent). With ``at`` the repository
         is moved there to outlive the command (a rebase waiting for a human), and :meth:`close` keeps it."""
-        repo = gitops.scratch_repo({k: v for k, v in files.items() if v is not None}, message)
+        repo = gitops.temp_repo({k: v for k, v in files.items() if v is not None}, message)
         if at is None:
             return cls(repo, rev(repo), _owned=repo.parent)
         try:

@@ -174,7 +174,7 @@ def problems(matrix: Matrix, line_key: str, series: list[Patch]) -> list[str]:
         ):
             out.append(
                 f"{line_key} {patch.name}: {WHERE} was written with other trailers "
-                "(Drop-When, Upstream-Status): run `nox -s upstream -- rerender` and commit it"
+                "(Drop-When, Upstream-Status): run `nox -s matrix -- rerender` and commit it"
             )
         for version, cell in row.cells.items():
             found = flags(drop_when_met(patch.trailers.get("Drop-When"), version), cell.behaviour)

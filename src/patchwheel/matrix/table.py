@@ -7,8 +7,8 @@ A cell that was not run but lies between two run releases that agree takes their
 them), unless a release where a verdict can change lies between (a **probe**: a Drop-When or text change, a
 Fixed-In release). ``Drop-When`` is evaluated per cell, and contradictions are flagged.
 
-This module is the only code that reads or writes the committed matrix (patches/STATUS.json, and STATUS.md, which
-:func:`render` makes): the upstream check, the watch, ``follow``, ``status``, ``export`` and lint all go
+This module is the only code that reads or writes the committed matrix (patches/MATRIX.json, and MATRIX.md, which
+:func:`render` makes): the matrix check, the watch, ``follow``, ``status``, ``export`` and lint all go
 through :class:`Matrix`. It needs only the standard library and ``packaging``: ``status`` and lint run in nox's own
 interpreter.
 
@@ -35,8 +35,8 @@ from ..errors import MatrixError
 from ..series import DROP_BY_BEHAVIOUR, DROP_BY_PR, Patch, parse_series, slug_of
 
 SCHEMA = 1
-#: Where the committed matrix lives, for messages (the path itself is ``Project.status_json``).
-WHERE = "patches/STATUS.*"
+#: Where the committed matrix lives, for messages (the path itself is ``Project.matrix_json``).
+WHERE = "patches/MATRIX.*"
 #: The verdicts a proof run gives; a feature's cells are marked FEATURE instead.
 VERDICTS = ("passes", "fails", "error")
 FEATURE = "n/a"
@@ -271,7 +271,7 @@ class Matrix:
 
     @classmethod
     def load(cls, path: Path) -> Matrix | None:
-        """The committed matrix at ``path`` (patches/STATUS.json), or None where there is none yet."""
+        """The committed matrix at ``path`` (patches/MATRIX.json), or None where there is none yet."""
         if not path.is_file():
             return None
         try:
@@ -283,7 +283,7 @@ class Matrix:
     def require(cls, path: Path) -> Matrix:
         matrix = cls.load(path)
         if matrix is None:
-            raise MatrixError(f"{path} does not exist", "run `nox -s upstream` and commit the result")
+            raise MatrixError(f"{path} does not exist", "run `nox -s matrix` and commit the result")
         return matrix
 
     def save(self, path: Path) -> None:
@@ -315,7 +315,7 @@ class Matrix:
             raise MatrixError(
                 f"{WHERE} was judged with torch {self.torch}, this run with torch {torch}: merged, it would mix them",
                 f"run with TORCH_VERSION={self.torch}, or judge the whole matrix again under torch {torch}: "
-                "`nox -s upstream -- run --new-torch`",
+                "`nox -s matrix -- run --new-torch`",
             )
 
     def merged(self, new_lines: list[LineMatrix], torch: str) -> Matrix:
@@ -415,9 +415,9 @@ def md_code(text: object) -> str:
 
 
 HEADER = [
-    "# Patch status against newer upstream releases",
+    "# The patch x release matrix: each patch against newer upstream releases",
     "",
-    "Written by `nox -s upstream`; do not edit. Each cell: text result, then behaviour.",
+    "Written by `nox -s matrix`; do not edit. Each cell: text result, then behaviour.",
     "",
     "Text: **C** clean, **O** offset, **3** needs a 3-way merge, **U** already upstream (reverse-applies or "
     "empty after merge), **X** conflict.  ",

@@ -1,4 +1,4 @@
-"""Apply a patch series strictly with ``git apply``, in a scratch tree outside any git work tree.
+"""Apply a patch series strictly with ``git apply``, in a apply tree outside any git work tree.
 
 Traps this module exists for (all of them exit 0 elsewhere): ``git apply`` inside another work tree silently
 skips every file; ``patch --batch`` reverses an already-applied patch; GNU patch fuzzes; so does ``git apply`` under
@@ -67,7 +67,7 @@ def read_regular(root: Path, rel: str) -> bytes | None:
                     raise
                 what = "" if here == rel else f"{rel} "
                 raise ApplyError(
-                    f"{here} in the scratch tree is a symbolic link: refusing to read {what}through it",
+                    f"{here} in the apply tree is a symbolic link: refusing to read {what}through it",
                     "a patch may only create regular files (`nox -s lint` refuses links): report this",
                 ) from None
         mode = os.fstat(fd).st_mode
@@ -75,7 +75,7 @@ def read_regular(root: Path, rel: str) -> bytes | None:
             return None
         if not stat.S_ISREG(mode):
             raise ApplyError(
-                f"{rel} in the scratch tree is not a regular file: refusing to read it",
+                f"{rel} in the apply tree is not a regular file: refusing to read it",
                 "a patch may only create regular files: report this",
             )
         with os.fdopen(fd, "rb") as fh:
@@ -95,7 +95,7 @@ def _git_would_find_a_repository(root: Path) -> bool:
     return all(os.path.lexists(root / name) for name in ("HEAD", "objects", "refs"))
 
 
-class ScratchTree(TempFolder):
+class ApplyTree(TempFolder):
     """A temporary tree laid out like upstream's git tree, holding only the files the series touches."""
 
     def __init__(self, files: dict[str, bytes]) -> None:
@@ -109,7 +109,7 @@ class ScratchTree(TempFolder):
                 p.write_bytes(data)
             if _git_would_find_a_repository(self.root):  # git apply would skip every file
                 raise ApplyError(
-                    f"scratch tree {self.root} is inside a git work tree",
+                    f"apply tree {self.root} is inside a git work tree",
                     "set TMPDIR to a folder outside any git repository",
                 )
         except BaseException:  # nobody holds the object yet to close it
@@ -137,7 +137,7 @@ def apply_series(
     for patch in patches:  # lint's check, where the build left it to the one git process above
         if disagreement := git_disagrees(patch):
             raise PatchError(f"patch series of {where} is not valid:\n  - {disagreement}", _LINT_HINT)
-    with ScratchTree(start) as tree:
+    with ApplyTree(start) as tree:
         for patch in patches:
             rc, out = _git_apply(tree.root, patch)
             if rc != 0:
@@ -156,7 +156,7 @@ def apply_series(
             if _git_apply(tree.root, patch, "--reverse", "--check")[0] != 0:
                 raise ApplyError(
                     f"{patch.name}: git apply reported success but the change is not present",
-                    "report this: the scratch tree must be outside any git work tree",
+                    "report this: the apply tree must be outside any git work tree",
                 )
         return tree.read(touched)
 
@@ -166,7 +166,7 @@ def _apply_at_once(patches: list[Patch], start: dict[str, bytes], touched: list[
     before left), which also says what it applied (``--numstat``: it must be what lint reads, :func:`git_disagrees`),
     and proven present by undoing it in memory (:mod:`undo`). None when any of that fails: the caller then applies
     patch by patch, for the first problem and its message."""
-    with ScratchTree(start) as tree:
+    with ApplyTree(start) as tree:
         args = ["apply", "--whitespace=nowarn", "--numstat", "-z", "--apply", *(str(p.path) for p in patches)]
         code, out = run_git(tree.root, *args)
         if code != 0 or parse_numstat(out) != tuple((f.added, f.deleted, f.path) for p in patches for f in p.files):
@@ -180,7 +180,7 @@ def _apply_at_once(patches: list[Patch], start: dict[str, bytes], touched: list[
 
 def reverse_series(patches: list[Patch], patched: dict[str, bytes | None]) -> dict[str, bytes | None]:
     """Undo ``patches`` (last first) on ``patched`` files; each must reverse-apply strictly."""
-    with ScratchTree({p: d for p, d in patched.items() if d is not None}) as tree:
+    with ApplyTree({p: d for p, d in patched.items() if d is not None}) as tree:
         for patch in reversed(patches):
             rc, out = _git_apply(tree.root, patch, "--reverse")
             if rc != 0:

@@ -72,18 +72,19 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     the build changes or reads: the others are copied raw, their RECORD rows taken from upstream's RECORD, which the
     first build from that pinned wheel audits whole (:mod:`records`; until then every member is inflated once)."""
     t0 = time.perf_counter()
-    if drafts := buildno.drafts(line):  # new's template: built for the proofs, named as a draft, never recorded
-        patches = checked_series(line, messages=False, numstat=False)
+    # lint, the series read and parsed once (what git reads in each patch: checked as it applies them); a draft's
+    # messages (new's template) are not judged: built for the proofs, named as a draft, never recorded
+    patches = checked_series(line, messages=lambda series: not buildno.draft_names(series), numstat=False)
+    names = rewrite.wheel_names(line, patches)
+    if drafts := buildno.draft_names(patches):
         log(
             f"a draft: the message of {drafts[0]} is the template `nox -s new` wrote; built for the proofs as "
-            f"{buildno.tag(line)} into the dist folder's drafts/ (no upload of its *.whl takes it), left out of the "
+            f"{names.tag} into the dist folder's drafts/ (no upload of its *.whl takes it), left out of the "
             "index and pins; `nox -s lint` refuses it until it is written"
         )
     else:
-        patches = checked_series(line, numstat=False)  # lint (what git reads in each patch: checked as it applies them)
-        buildno.require_number(line)  # the wheel's name must be the series' own
+        buildno.require_number(line, patches)  # the wheel's name must be the series' own
     upstream_wheel, blob = fetch_mod.fetch_verified(line.package, line.wheel, log=log)  # fetch
-    names = rewrite.wheel_names(line)
     record = f"{names.old_distinfo}/RECORD"
     if records.audited(line.wheel.sha256):
         touched = {w for p in patches for t in p.touched if (w := line.wheel_path(t)) is not None}
@@ -102,16 +103,18 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     files = rewrite.Members(upstream_wheel, entries)
     patched = apply_line(line, patches, files)  # apply
     manifest = manifest_for(line, patches, patched)  # rewrite
-    new_entries = rewrite.plan(line, entries, patched, manifest, rows)[1]
+    new_entries = rewrite.plan(line, entries, patched, manifest, rows, names)[1]
     dest = wheel_file(out_dir, names.filename)  # a draft's into drafts/: for the proofs, never uploaded
     dest.parent.mkdir(exist_ok=True)
     rewrite.write(new_entries, dest)
     built = dest.read_bytes()
     in_wheel: dict[str, bytes | None] = {}
-    verify(line, dest, upstream_wheel, patches, entries, built_bytes=built, upstream_rows=rows, files=in_wheel)
+    verify(
+        line, dest, upstream_wheel, patches, entries, built_bytes=built, upstream_rows=rows, files=in_wheel, names=names
+    )
     vendored.check_wheel(line, dest, patched, in_wheel)  # the patched files, as the wheel holds them
     sha = hashlib.sha256(built).hexdigest()
-    records.remember_built(line, names.filename, sha)
+    records.remember_built(line, names.filename, sha, buildno.inputs_digest(line, patches))
     return Built(line, names.filename, sha, patches, time.perf_counter() - t0)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import config, draft, gitops
 from ..config import BuildRecord, Project, ReleaseLine
@@ -33,17 +34,21 @@ from ..configfiles import write_record
 from ..errors import ConfigError, PatchError, PatchwheelError
 from ..reporter import CONSOLE
 
+if TYPE_CHECKING:
+    from ..series import Patch
+
 #: The rewrite's output format: raise it when the same inputs would give a wheel other bytes (every line's record
 #: then asks for a bump, so no published name gets the new bytes).
 REWRITE_FORMAT = 1
 
 
-def inputs_digest(line: ReleaseLine) -> str:
+def inputs_digest(line: ReleaseLine, series: list[Patch] | None = None) -> str:
     """The sha256 of everything the wheel's bytes depend on: the pinned upstream wheel (file name and sha256), the
     line's local label, import name and source root, the rewrite's format, the torch releases it is proven on (its
     manifest names them), and the series as the build reads it
     (each listed patch's name and the sha256 of its bytes, in order; comments and blank lines of ``series`` change
-    nothing in the wheel, so they do not count)."""
+    nothing in the wheel, so they do not count). ``series``: the line's patches where the caller has read them (the
+    build), else read here."""
     from ..series import series_names
 
     h = hashlib.sha256()
@@ -56,6 +61,10 @@ def inputs_digest(line: ReleaseLine) -> str:
         *([f"proven-torch {' '.join(line.proven_torch)}"] if line.proven_torch else []),
     ):
         h.update(part.encode() + b"\n")
+    if series is not None:
+        for patch in series:
+            h.update(f"patch {patch.name}\0{patch.sha256}\n".encode())
+        return h.hexdigest()
     for name in series_names(line):
         path = line.patch_dir / name
         if not path.is_file():
@@ -68,12 +77,12 @@ def inputs_digest(line: ReleaseLine) -> str:
 TAG_DIGEST = 12
 
 
-def tag(line: ReleaseLine) -> str:
+def tag(line: ReleaseLine, series: list[Patch] | None = None) -> str:
     """The wheel's build tag: the number, then ``_`` and the start of the inputs digest (``2_0735a3436692``), so that
     two clones that record the same number for other inputs build two names; "" for a line without a record. A
     draft series (:mod:`draft`) has no number: ``0_draft_`` and the start of its inputs digest."""
-    if drafts(line):
-        return f"{draft.DRAFT_TAG}{inputs_digest(line)[:TAG_DIGEST]}"
+    if drafts(line) if series is None else draft_names(series):
+        return f"{draft.DRAFT_TAG}{inputs_digest(line, series)[:TAG_DIGEST]}"
     return f"{line.build.number}_{line.build.inputs[:TAG_DIGEST]}" if line.build else ""
 
 
@@ -83,21 +92,25 @@ def drafts(line: ReleaseLine) -> list[str]:
     from ..series import parse_patch, series_names
 
     try:
-        patches = [(name, parse_patch(line.patch_dir / name)) for name in series_names(line)]
-        return [name for name, p in patches if draft.todo_lines(p.subject, p.message)]
+        return draft_names([parse_patch(line.patch_dir / name) for name in series_names(line)])
     except (PatchwheelError, OSError, ValueError):
         return []
+
+
+def draft_names(series: list[Patch]) -> list[str]:
+    """The patches of a parsed series whose message is still the template `nox -s new` wrote (:func:`drafts`)."""
+    return [p.name for p in series if draft.todo_lines(p.subject, p.message)]
 
 
 def _bump_command(line: ReleaseLine) -> str:
     return f"nox -s bump -- {line.package}=={line.version}"
 
 
-def problem(line: ReleaseLine) -> str | None:
+def problem(line: ReleaseLine, series: list[Patch] | None = None) -> str | None:
     """Why the line's recorded build number does not name its inputs; None when it does."""
     pins = f"overlay/{line.package}/pins.toml"
     try:
-        digest = inputs_digest(line)
+        digest = inputs_digest(line, series)
     except PatchwheelError as exc:
         return exc.message
     if line.build is None:
@@ -164,9 +177,9 @@ def history_problem(line: ReleaseLine, root: Path) -> str | None:
     )
 
 
-def require_number(line: ReleaseLine) -> None:
+def require_number(line: ReleaseLine, series: list[Patch] | None = None) -> None:
     """:func:`problem` as an error (what the build calls before it names a wheel)."""
-    if why := problem(line):
+    if why := problem(line, series):
         raise ConfigError(
             f"{line.key}: {why}", "then rebuild; docs/maintainers/release-lines.md#build-numbers says why"
         )

@@ -67,9 +67,10 @@ def _key(*parts: str) -> str:
     return hashlib.sha256("\n".join([f"patchwheel record {_SCHEMA}", tool_digest(), *parts]).encode()).hexdigest()
 
 
-def line_key(line: ReleaseLine) -> str:
-    """The key of a line's built wheel: its inputs, its vendored modules, the tool's code."""
-    return _key(f"inputs {buildno.inputs_digest(line)}", f"overlay {_overlay_digest(line)}")
+def line_key(line: ReleaseLine, inputs: str | None = None) -> str:
+    """The key of a line's built wheel: its inputs (``inputs``: their digest, where the caller has made it), its
+    vendored modules, the tool's code."""
+    return _key(f"inputs {inputs or buildno.inputs_digest(line)}", f"overlay {_overlay_digest(line)}")
 
 
 def _write(path: Path, record: dict) -> None:
@@ -88,8 +89,8 @@ def _read(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def remember_built(line: ReleaseLine, filename: str, sha256: str) -> None:
-    _write(_folder("built") / line_key(line), {"filename": filename, "sha256": sha256})
+def remember_built(line: ReleaseLine, filename: str, sha256: str, inputs: str | None = None) -> None:
+    _write(_folder("built") / line_key(line, inputs), {"filename": filename, "sha256": sha256})
 
 
 def built_matches(line: ReleaseLine, filename: str, sha256: str) -> bool:

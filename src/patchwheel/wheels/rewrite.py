@@ -22,6 +22,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..config import ReleaseLine
 from ..errors import VerifyError
@@ -31,6 +32,9 @@ from . import buildno
 from .zipwrite import COMPRESSLEVEL as COMPRESSLEVEL  # the level changed members are deflated at
 from .zipwrite import LOCAL, Entry, _need
 from .zipwrite import write as write  # the build writes what it planned here
+
+if TYPE_CHECKING:
+    from ..series import Patch
 
 #: Bounds on what reading a wheel inflates (a wheel whose sha256 matches its index listing may still be a zip bomb):
 #: transformers' largest member is under 1 MiB and all of it under 100 MiB uncompressed.
@@ -48,13 +52,15 @@ class WheelNames:
     old_distinfo: str
     new_distinfo: str
     filename: str  # the +fixed wheel's file name
+    tag: str = ""  # its build tag (buildno.tag), which the WHEEL file's Build line names
 
 
-def wheel_names(line: ReleaseLine) -> WheelNames:
+def wheel_names(line: ReleaseLine, series: list[Patch] | None = None) -> WheelNames:
     """The upstream wheel's names and the +fixed wheel's, from the pinned file name.
 
     packaging validates the name; its parts are then taken as upstream wrote them (packaging normalizes the
-    project name and returns the tags as a set), so the +fixed wheel differs only in its version."""
+    project name and returns the tags as a set), so the +fixed wheel differs only in its version. ``series``: the
+    line's patches, where the caller has read them (the build tag is made from them)."""
     filename = line.wheel.filename
     wheel_name_version(filename, hint="pin the upstream .whl file exactly as the package index lists it")
     name, version, rest = filename.split("-", 2)  # a valid name has no '-' in its project or version part
@@ -63,8 +69,10 @@ def wheel_names(line: ReleaseLine) -> WheelNames:
     if rest.count("-") == 3:  # upstream's own build tag names upstream's builds, not ours: ours replaces it
         rest = rest.split("-", 1)[1]
     fixed = line.fixed_version
-    build = f"{tag}-" if (tag := buildno.tag(line)) else ""
-    return WheelNames(name, f"{name}-{version}.dist-info", f"{name}-{fixed}.dist-info", f"{name}-{fixed}-{build}{rest}")
+    build = f"{tag}-" if (tag := buildno.tag(line, series)) else ""
+    return WheelNames(
+        name, f"{name}-{version}.dist-info", f"{name}-{fixed}.dist-info", f"{name}-{fixed}-{build}{rest}", tag
+    )
 
 
 def _replace_once(data: bytes, pattern: str, repl: str, what: str) -> bytes:
@@ -127,13 +135,15 @@ def plan(
     patched: dict[str, bytes | None],
     manifest: dict,
     upstream_rows: dict[str, tuple[str, str]] | None = None,
+    names: WheelNames | None = None,
 ) -> tuple[WheelNames, list[Entry]]:
     """Pure: the +fixed wheel's entries, in order, from upstream's entries and the patched package files.
 
     ``patched`` maps wheel paths (``transformers/x.py``) to new bytes, None meaning deleted. ``upstream_rows``:
-    upstream's RECORD rows, audited (:func:`audit`), for the members that were not inflated.
+    upstream's RECORD rows, audited (:func:`audit`), for the members that were not inflated. ``names``: the
+    line's :func:`wheel_names`, where the caller has them.
     """
-    names = wheel_names(line)
+    names = names or wheel_names(line)
     esc = re.escape(line.version)
     out: list[Entry] = []
     record_at = metadata_info = record_info = None
@@ -155,7 +165,7 @@ def plan(
                 )
                 metadata_info = e.info
             if name == f"{names.new_distinfo}/WHEEL":
-                data = with_build_line(_need(e.name, data), buildno.tag(line))
+                data = with_build_line(_need(e.name, data), names.tag)
             if created and not any(o.name.startswith(names.new_distinfo) for o in out):
                 # files new to the package go right before the dist-info folder
                 out += [Entry(_info(e.info, path), patched[path]) for path in created]

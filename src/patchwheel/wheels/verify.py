@@ -20,9 +20,8 @@ from ..config import ReleaseLine
 from ..errors import ApplyError, VerifyError
 from ..probes import manifest as fixes
 from ..series import Patch
-from . import buildno
 from .apply import reverse_series
-from .rewrite import Members, read, record_hash, same_member, scan, wheel_names, with_build_line
+from .rewrite import Members, WheelNames, read, record_hash, same_member, scan, wheel_names, with_build_line
 from .undo import undo_series
 from .zipwrite import Entry
 
@@ -63,15 +62,17 @@ def verify(
     built_bytes: bytes | None = None,
     upstream_rows: dict[str, tuple[str, str]] | None = None,
     files: dict[str, bytes | None] | None = None,
+    names: WheelNames | None = None,
 ) -> dict:
     """Raise PatchwheelError listing every problem; return the manifest the wheel carries. ``upstream``: the
     upstream wheel's members where the caller has read them already (the build has: those it did not inflate
     have ``upstream_rows``, upstream's RECORD rows, audited); ``built_bytes``: the built wheel's bytes, where the
-    caller has read them; ``files`` is given the patched files as the built wheel holds them.
+    caller has read them; ``files`` is given the patched files as the built wheel holds them; ``names``: the line's
+    :func:`wheel_names`, where the caller has them.
 
     A member whose compressed bytes, method, CRC and sizes are upstream's holds upstream's content, and is not
     inflated; every other member is, once."""
-    names = wheel_names(line)
+    names = names or wheel_names(line, patches)
     if built.name != names.filename:
         raise VerifyError(f"{built.name} should be named {names.filename}", "rebuild")
     new = scan(built, built.read_bytes() if built_bytes is None else built_bytes, lambda name: False)
@@ -107,7 +108,7 @@ def verify(
         f"{names.new_distinfo}/RECORD",
         wheel_file,
     } | patched_paths
-    tag = buildno.tag(line)
+    tag = names.tag
     if wheel_file in old_data and new_data.get(wheel_file) != with_build_line(old_data[wheel_file], tag):
         problems.append(f"{wheel_file} is not upstream's with the Build line of build tag {tag or '(none)'}")
     added = set(new_data) - set(old_data)

@@ -213,7 +213,7 @@ def _entry_problems(entry: object, tests: list[str]) -> list[str]:
     return out
 
 
-def line_problems(root: Path, line: ReleaseLine) -> list[str]:
+def upstream_pr_problems(root: Path, line: ReleaseLine) -> list[str]:
     """Problems of the submission folders of a line's patches (lint asks this of each package's newest line, once
     its series has passed)."""
     from ...series import parse_series
@@ -224,5 +224,5 @@ def line_problems(root: Path, line: ReleaseLine) -> list[str]:
 def lint(project: Project) -> dict[str, list[str]]:
     """Problems of the submission folders of every package's newest line, by line key."""
     return {
-        (line := project.lines[package][-1]).key: line_problems(project.root, line) for package in project.packages()
+        (line := project.lines[package][-1]).key: upstream_pr_problems(project.root, line) for package in project.packages()
     }

@@ -27,7 +27,7 @@ from ... import gitops
 from ...config import Artifact, Project, ReleaseLine
 from ...wheels import fetch
 from ..proving import proofenv
-from ..upstream.run import companions
+from ..upstream.matrixrun import companions
 from .submission import Expectation, Submission
 
 TIMEOUT = 900.0

@@ -41,7 +41,7 @@ from ...wheels import fetch
 from .. import lintall, rebase
 from ..proving import proofenv
 from ..proving.setruns import Run
-from ..upstream import run as upstream
+from ..upstream import matrixrun as upstream
 from ..upstream.selection import Selection
 from . import run as follow
 from . import waiting
@@ -417,6 +417,4 @@ def _by_hand(done: Derived) -> list[str]:
             f"nox -s derive -- {spec} --from {done.source} --set {done.set_name}   # again, once it is dealt with",
             f"nox -s derive -- {spec} --from <another line>   # or from another line",
         ]
-    return again + [
-        f"nox -s upstream -- run {spec}   # what every line says about {done.version}, by text and by proofs"
-    ]
+    return again + [f"nox -s matrix -- run {spec}   # what every line says about {done.version}, by text and by proofs"]

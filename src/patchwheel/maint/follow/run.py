@@ -46,7 +46,7 @@ from ...wheels.build import build
 from .. import lintall, rebase
 from ..proving import proofenv
 from ..proving.setruns import Run
-from ..upstream import run as upstream
+from ..upstream import matrixrun as upstream
 from ..upstream.selection import Selection
 from .scratch import Scratch, TreeChanged, restate_torch
 
@@ -358,7 +358,7 @@ def _proven_set(project: Project, pkg: str) -> dict[str, ReleaseLine]:
 
 
 def refresh_matrix(project: Project, pkg: str, releases: list[str], judged: upstream.Judged) -> None:
-    """The committed matrix: every line of ``pkg`` judged on ``releases`` (bisecting as the upstream check does), the
+    """The committed matrix: every line of ``pkg`` judged on ``releases`` (bisecting as the matrix check does), the
     rows of retired lines removed."""
     selection = Selection.parse([f"{pkg}=={v}" for v in releases])
     judge_into_matrix(project, project.lines[pkg], selection, judged)
@@ -367,16 +367,16 @@ def refresh_matrix(project: Project, pkg: str, releases: list[str], judged: upst
 def judge_into_matrix(
     project: Project, lines: list[ReleaseLine], selection: Selection, judged: upstream.Judged
 ) -> None:
-    """Judge ``lines`` on the selected releases newer than each (bisecting as the upstream check does) into the
+    """Judge ``lines`` on the selected releases newer than each (bisecting as the matrix check does) into the
     committed matrix, the rows of lines no longer pinned removed; refused when the matrix was judged with another
     torch than this run's proofs use."""
-    committed = Matrix.load(project.status_json) or Matrix()
+    committed = Matrix.load(project.matrix_json) or Matrix()
     torch = proofenv.torch_version()
     committed.check_torch(torch)  # before the judging, which takes minutes
     judged_lines = [upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in lines]
     matrix = committed.merged(judged_lines, torch=torch)
     matrix.keep_lines({line.key for line in project.all_lines()})
-    matrix.save(project.status_json)
+    matrix.save(project.matrix_json)
 
 
 def _by_hand(pkg: str, version: str) -> list[str]:
@@ -385,6 +385,6 @@ def _by_hand(pkg: str, version: str) -> list[str]:
         f"nox -s rebase -- {pkg} {version}          # judge, drop, carry; stops at a conflict in .rebase/",
         f"nox -s rebase -- {pkg} {version} --continue   # after resolving it (git add)",
         f'set {pkg} = "{version}" in [set.{LATEST}] of overlay/sets.toml; remove the lines no set names',
-        f"nox -s build && nox -s \"proof(pins='{LATEST}')\" && nox -s \"guards(pins='{LATEST}')\"",
-        f"nox -s upstream -- run {pkg}=={version}   # the matrix",
+        f"nox -s build && nox -t set-{LATEST}   # its proofs both ways and its guards",
+        f"nox -s matrix -- run {pkg}=={version}   # the matrix",
     ]

@@ -26,7 +26,7 @@ from ...gitops import git_env
 from ...reporter import CONSOLE
 from ...series import HUNK_HEADER, Patch, checked_series, matches
 from ...wheels import fetch, rewrite
-from ...wheels.apply import ScratchTree, apply_line
+from ...wheels.apply import ApplyTree, apply_line
 from ...wheels.distdir import current_wheel
 from . import proofenv
 
@@ -113,7 +113,7 @@ def mutant_files(
     """
     patched = patched_files(line, series) if patched is None else patched
     current = patched.get(hunk.path)
-    with ScratchTree({hunk.path: current} if current is not None else {}) as tree:
+    with ApplyTree({hunk.path: current} if current is not None else {}) as tree:
         diff = tree.root.parent / "hunk.diff"
         diff.write_bytes(hunk.diff)
         res = subprocess.run(

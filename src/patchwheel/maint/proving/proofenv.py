@@ -11,8 +11,8 @@ turns it off). uv does not read pip's configuration, so the torch find-links fol
 credential goes on an installer's command line, :func:`_private_args`); it does not see packages through a ``.pth``
 file, so torch is excluded from its resolution in release environments (it comes from the base).
 
-Environments are shared: by the worker threads of one upstream check, and by processes (a rebase next to an
-upstream check, two CI jobs on one cache). One environment is built by one builder at a time, under a lock per
+Environments are shared: by the worker threads of one matrix check, and by processes (a rebase next to an
+matrix check, two CI jobs on one cache). One environment is built by one builder at a time, under a lock per
 path (a thread lock, and ``flock`` on ``<cache>/envs/.<name>.lock``), and appears by rename, complete. Only a folder
 this module made (its marker, :data:`MARKER`) is ever replaced: :func:`check_replaceable`.
 
@@ -68,7 +68,7 @@ _path_locks: dict[str, threading.Lock] = {}
 _path_locks_guard = threading.Lock()
 
 # sysconfig fills its variables on first use, and a thread that asks while another fills them sees them half
-# filled (Python 3.11: uv's find_uv_bin read EXE as None in one of the upstream check's workers, both making their
+# filled (Python 3.11: uv's find_uv_bin read EXE as None in one of the matrix check's workers, both making their
 # first environment). Filled here, on import, before any worker thread exists.
 sysconfig.get_config_vars()
 
@@ -414,11 +414,11 @@ def run_report(
     first_bug: bool = False,
 ) -> ProofRun:
     """Run proof modules (one, or several in one pytest process) with ``--proof-expect=observe`` and read their
-    report (each case names its ``file``). The one place that spawns proof runs (the upstream check, rebase and the
+    report (each case names its ``file``). The one place that spawns proof runs (the matrix check, rebase and the
     mutation check all come here). A module that cannot be collected does not stop the others.
 
     ``guards``: run the regression guards too. The mutation check needs them (a mutant that breaks a guard is
-    killed); the upstream check and rebase leave them out, since they judge the bug, not the guards.
+    killed); the matrix check and rebase leave them out, since they judge the bug, not the guards.
     ``first_bug``: stop at the first test that shows the bug, which decides the verdict (``fails``); the upstream
     check's runs do, since the matrix needs only the verdict and the first such test.
     pytest runs through :func:`run_in_group`, the one place that spawns and kills test runs."""

@@ -1,5 +1,5 @@
-"""A consumer set proven both ways: the one implementation of `patchwheel prove`, which the nox `proof` and
-`guards` sessions run one chain each, and of follow's and derive's proving step, which runs all three side by side.
+"""A consumer set proven both ways: the one implementation of `patchwheel prove`, which the nox `prove` and
+`suite_prove` sessions run one chain each, and of follow's and derive's proving step, which runs all three side by side.
 
 - **pristine**: the `status` check on the set's pristine pins (exit 1: a known bug applies), then the proofs there:
   each fix's proof must fail with its bug, the rest pass;

@@ -10,7 +10,7 @@ of the release before it: where the verdict changes there, the bisection runs th
 between two run releases that agree for a patch takes their verdict as **inferred** (the matrix's
 ``LineMatrix.reinfer`` writes them, the same rule after a merge): it is marked so, never shown as run.
 
-Pure bookkeeping, no I/O: the upstream check feeds it verdicts as runs finish and asks what to run next, so both
+Pure bookkeeping, no I/O: the matrix check feeds it verdicts as runs finish and asks what to run next, so both
 workers stay busy while the bisection goes on.
 """
 

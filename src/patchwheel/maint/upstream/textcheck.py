@@ -1,6 +1,6 @@
 """Classify a release line's patches against another upstream release, by text.
 
-Like Fedora's rebase-helper: a scratch repository gets the line's pristine files as its base commit and the
+Like Fedora's rebase-helper: a temporary repository gets the line's pristine files as its base commit and the
 series as commits on top (``git am``); a second branch from the base gets the new release's files. Each patch is
 then carried over in order, each on top of the ones carried before it:
 
@@ -47,7 +47,7 @@ def classify(
     keep_repo: Path | None = None,
 ) -> list[TextResult]:
     """Text result per patch, in series order. ``old_files``/``new_files``: upstream-tree path -> bytes (the
-    new release's None means the file is gone). With ``keep_repo`` the scratch repository is moved there (for a
+    new release's None means the file is gone). With ``keep_repo`` the temporary repository is moved there (for a
     human to resolve conflicts) instead of deleted."""
     with WorkRepo.create(old_files, "pristine base") as work:
         work.apply(patches)

@@ -32,7 +32,7 @@ from ...reporter import CONSOLE, Reporter
 from ...series import Patch, parse_series
 from ...wheels import fetch
 from ..proving import proofenv
-from . import run as upstream
+from . import matrixrun as upstream
 from .selection import Selection, is_version
 
 FRAGMENT_SCHEMA = 1
@@ -71,7 +71,7 @@ def list_new(project: Project) -> list[dict[str, str]]:
     """Every (line, release) newer than the line that its committed matrix does not have yet (a new release, or a
     patch release of an older series published after a newer one), oldest first: what the watch has to check. Each
     cell names the release's wheel and its sha256 on the index, which the merge holds the cell's fragment to."""
-    committed = Matrix.require(project.status_json)
+    committed = Matrix.require(project.matrix_json)
     out = []
     for line in project.all_lines():
         known = set(ln.versions) if (ln := committed.line(line.key)) else set()
@@ -286,7 +286,7 @@ def merge(project: Project, paths: list[Path], cells_path: Path) -> tuple[Matrix
             f"the fragments were judged with different torch versions ({', '.join(sorted(torches))})",
             "run every cell with one TORCH_VERSION",
         )
-    committed = Matrix.require(project.status_json)
+    committed = Matrix.require(project.matrix_json)
     if committed.torch not in (None, *torches):
         raise MatrixError(
             f"the fragments were judged with torch {torches.pop()}, the committed matrix with torch {committed.torch}",

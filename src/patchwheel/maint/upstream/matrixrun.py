@@ -1,4 +1,4 @@
-"""The upstream check's runs: every patch of a release line against newer upstream releases, by text and by
+"""The matrix check's runs: every patch of a release line against newer upstream releases, by text and by
 behaviour, into the line's part of the matrix (:class:`patchwheel.matrix.table.LineMatrix`).
 
 Text: each selected release (textcheck, from the cached wheels). Behaviour: the patches' proofs on the pristine
@@ -231,29 +231,29 @@ def check_lines(
 
 
 def record(project: Project, lines: list[LineMatrix], report: Reporter = CONSOLE, *, new_torch: bool = False) -> Matrix:
-    """`upstream run`'s second half: the cells :func:`check_lines` judged, merged into the committed matrix, which
+    """`matrix run`'s second half: the cells :func:`check_lines` judged, merged into the committed matrix, which
     is written. ``new_torch``: the run judged the whole matrix under another torch, and replaces it."""
-    base = Matrix() if new_torch else (Matrix.load(project.status_json) or Matrix())
+    base = Matrix() if new_torch else (Matrix.load(project.matrix_json) or Matrix())
     matrix = base.merged(lines, torch=proofenv.torch_version())
-    matrix.save(project.status_json)
-    report(f"wrote {project.status_json} and {project.status_json.with_suffix('.md')}")
+    matrix.save(project.matrix_json)
+    report(f"wrote {project.matrix_json} and {project.matrix_json.with_suffix('.md')}")
     return matrix
 
 
 def check(
     project: Project, selection: Selection, behaviour: Selection | None, *, workers: int, report: Reporter = CONSOLE
 ) -> tuple[list[matrix_checks.Finding], int]:
-    """`upstream check`: a fresh run of the selected cells (proofs on ``behaviour``'s releases, no bisection)
+    """`matrix check`: a fresh run of the selected cells (proofs on ``behaviour``'s releases, no bisection)
     against the committed matrix, which is not written. The differences, and how many releases were run."""
-    committed = Matrix.require(project.status_json)
+    committed = Matrix.require(project.matrix_json)
     lines = check_lines(project, selection, behaviour, workers=workers, bisect=False, report=report)
     return matrix_checks.compare(committed, lines), sum(len(ln.releases) for ln in lines)
 
 
 def rerender(project: Project) -> Matrix:
-    """`upstream rerender`: the committed matrix with each row's trailers and flags from the series as it is now
+    """`matrix rerender`: the committed matrix with each row's trailers and flags from the series as it is now
     (after a trailer was edited); nothing is run."""
-    matrix = Matrix.require(project.status_json)
+    matrix = Matrix.require(project.matrix_json)
     matrix.rerendered(series_lookup(project))
-    matrix.save(project.status_json)
+    matrix.save(project.matrix_json)
     return matrix

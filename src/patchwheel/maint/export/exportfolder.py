@@ -210,7 +210,7 @@ def _judged(runs, where: str, sub: submission.Submission):
     if before.verdict != "fails":
         raise PatchError(
             f"upstream's test does not fail on pristine {where} as the bug does ({before.verdict}: {before.detail})",
-            "if the bug is fixed there, drop the patch (see the matrix, `nox -s upstream`); otherwise make the test "
+            "if the bug is fixed there, drop the patch (see the matrix, `nox -s matrix`); otherwise make the test "
             "show it, "
             f"with the exception {sub.folder}/expect.toml names",
         )
@@ -257,7 +257,7 @@ def _measured(project: Project, line: ReleaseLine, patch: Patch, version: str) -
     plus the pins of the lines that carry the fix (their proofs fail there) and the release the export just ran."""
     shows: list[str] = [version]
     fixed: list[str] = []
-    matrix = Matrix.load(project.status_json)
+    matrix = Matrix.load(project.matrix_json)
     for entry in matrix.lines if matrix else []:
         if entry.package != line.package:
             continue
