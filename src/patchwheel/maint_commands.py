@@ -1,6 +1,6 @@
-"""The maintenance commands (upstream, watch, follow, rebase, refresh, new, export, tables, mutants, upstream-suite): each
-decides only its exit status and what to print; the work is one call into patchwheel.maint. cli.py holds the
-parser."""
+"""The maintenance commands (upstream, watch, follow, rebase, refresh, new, export, tables, mutants,
+upstream-suite): each decides only its exit status and what to print; the work is one call into patchwheel.maint.
+cli.py holds the parser."""
 
 from __future__ import annotations
 
@@ -277,7 +277,11 @@ def cmd_tables(args) -> int:
         print("\n".join(problems) if problems else "the fix tables: up to date")
         return 1 if problems else 0
     written = fixtables.write(project)
-    print(f"wrote the fix tables of {', '.join(str(p.relative_to(project.root)) for p in written)}" if written else "the fix tables: up to date")
+    print(
+        f"wrote the fix tables of {', '.join(str(p.relative_to(project.root)) for p in written)}"
+        if written
+        else "the fix tables: up to date"
+    )
     return 0
 
 

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 from patchwheel import cli, config
 from patchwheel.maint import fixtables, lintall
-
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
@@ -26,7 +25,8 @@ def test_the_committed_tables_are_the_series():
 def _readme(root: Path, rows: str = "") -> Path:
     path = root / "README.md"
     path.write_text(
-        f"# demo\n\n## The fixes\n\n{fixtables.MARKER}\n| fix | release lines | patch (newest line) | upstream | status |\n"
+        f"# demo\n\n## The fixes\n\n{fixtables.MARKER}\n"
+        "| fix | release lines | patch (newest line) | upstream | status |\n"
         f"|---|---|---|---|---|\n{rows}\nAfter the table.\n"
     )
     return path
@@ -68,7 +68,9 @@ def test_the_row_of_a_fix_no_line_carries_goes(demo_project):
 
 def test_docs_fixes_md_has_every_column_from_the_trailers(demo_project):
     trailers = {**TRAILERS, "Upstream-Status": "Partial-Fix-In 1.1.0 tests/proof/test_demo.py::test_greet"}
-    demo_project.set_series(("0001-greet-comma.patch", make_patch(UPSTREAM, edit_greet, "Greet with a comma", trailers)))
+    demo_project.set_series(
+        ("0001-greet-comma.patch", make_patch(UPSTREAM, edit_greet, "Greet with a comma", trailers))
+    )
     (demo_project.root / "docs").mkdir()
     path = demo_project.root / "docs" / "fixes.md"
     path.write_text(f"# The fixes\n\n{fixtables.MARKER}\n| a |\n|---|\n")
@@ -109,4 +111,7 @@ def test_the_command_checks_or_writes(demo_project, capsys, check):
     if check:
         assert (code, path.read_text()) == (1, before) and "run `nox -s tables`" in out
     else:
-        assert (code, out.strip()) == (0, "wrote the fix tables of README.md") and "0001-greet-comma" in path.read_text()
+        assert (code, out.strip()) == (
+            0,
+            "wrote the fix tables of README.md",
+        ) and "0001-greet-comma" in path.read_text()

@@ -24,7 +24,9 @@ from ..config import Project, ReleaseLine
 from ..errors import ConfigError
 from ..series import Patch, parse_series, test_refs
 
-MARKER = "<!-- the fix table: `nox -s tables` writes it from the series and their trailers; edit only the first column -->"
+MARKER = (
+    "<!-- the fix table: `nox -s tables` writes it from the series and their trailers; edit only the first column -->"
+)
 _LINK_SLUG = re.compile(r"\]\([^)]*/\d{4}-([a-z0-9][a-z0-9.-]*)\.patch\)")
 _ISSUE_URL = re.compile(r"^https://github\.com/([\w.-]+)/([\w.-]+)/(issues|pull)/(\d+)\Z")
 _ISSUE_REF = re.compile(r"^([\w.-]+)/([\w.-]+)#(\d+)\Z")
@@ -228,4 +230,3 @@ def write(project: Project) -> list[Path]:
     for path, text in found:
         replace_text(path, text)
     return [path for path, _ in found]
-
