@@ -45,7 +45,7 @@ def test_each_nox_command_of_the_page_names_a_session_or_a_set():
 def test_the_options_the_page_passes_are_the_tools():
     parser = cli.parser()
     for command in _commands():
-        m = re.match(r"nox -s (new|refresh|mutants|export|rebase) -- (.*)", command)
+        m = re.match(r"nox -s (new|refresh|mutants|export|rebase|tables) -- (.*)", command)
         if m is None:
             continue
         args = [a.strip('"') for a in re.findall(r'"[^"]*"|\S+', m[2].replace("<slug>", "a-fix"))]
@@ -67,6 +67,8 @@ def test_the_page_shows_each_step_with_its_command():
         "nox -t set-",
         "--patch",
         "nox -s export",
+        "nox -s tables",
+        "## One fix on several lines",
     ):
         assert step in text, step
 
