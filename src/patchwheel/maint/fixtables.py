@@ -22,12 +22,12 @@ from pathlib import Path
 from ..atomic import replace_text
 from ..config import Project, ReleaseLine
 from ..errors import ConfigError
-from ..series import Patch, parse_series, test_refs
+from ..series import Patch, parse_series, split_patch_name, test_refs
 
 MARKER = (
     "<!-- the fix table: `nox -s tables` writes it from the series and their trailers; edit only the first column -->"
 )
-_LINK_SLUG = re.compile(r"\]\([^)]*/\d{4}-([a-z0-9][a-z0-9.-]*)\.patch\)")
+_LINK = re.compile(r"\]\([^)]*/([^/)]+\.patch)\)")  # a link to a patch file
 _ISSUE_URL = re.compile(r"^https://github\.com/([\w.-]+)/([\w.-]+)/(issues|pull)/(\d+)\Z")
 _ISSUE_REF = re.compile(r"^([\w.-]+)/([\w.-]+)#(\d+)\Z")
 
@@ -167,8 +167,8 @@ def _first_cells(rows: list[str]) -> dict[str, str]:
     """The first column of each row, by the slug its patch link names."""
     out = {}
     for row in rows:
-        if m := _LINK_SLUG.search(row):
-            out.setdefault(m.group(1), row[1:].split(" | ", 1)[0].strip())
+        if (m := _LINK.search(row)) and (name := split_patch_name(m.group(1))):
+            out.setdefault(name[1], row[1:].split(" | ", 1)[0].strip())
     return out
 
 
