@@ -165,7 +165,7 @@ def _span(lines: list[str], path: str) -> tuple[int, int]:
 
 def _first_cells(rows: list[str]) -> dict[str, str]:
     """The first column of each row, by the slug its patch link names."""
-    out = {}
+    out: dict[str, str] = {}
     for row in rows:
         if (m := _LINK.search(row)) and (name := split_patch_name(m.group(1))):
             out.setdefault(name[1], row[1:].split(" | ", 1)[0].strip())
