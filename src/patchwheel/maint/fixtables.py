@@ -23,13 +23,12 @@ from ..atomic import replace_text
 from ..config import Project, ReleaseLine
 from ..errors import ConfigError
 from ..series import Patch, parse_series, split_patch_name, test_refs
+from .export.commit import issue_refs
 
 MARKER = (
     "<!-- the fix table: `nox -s tables` writes it from the series and their trailers; edit only the first column -->"
 )
 _LINK = re.compile(r"\]\([^)]*/([^/)]+\.patch)\)")  # a link to a patch file
-_ISSUE_URL = re.compile(r"^https://github\.com/([\w.-]+)/([\w.-]+)/(issues|pull)/(\d+)\Z")
-_ISSUE_REF = re.compile(r"^([\w.-]+)/([\w.-]+)#(\d+)\Z")
 
 
 @dataclass(frozen=True)
@@ -102,14 +101,12 @@ def _patches(fix: Fix, up: str, every: bool) -> str:
 
 def _ref(value: str, package: str) -> str:
     """An issue or pull request as a link: ``#N`` in the package's own repository, ``repo#N`` elsewhere."""
-    if m := _ISSUE_URL.match(value):
-        owner, repo, kind, n = m.groups()
-    elif m := _ISSUE_REF.match(value):
-        (owner, repo, n), kind = m.groups(), "issues"
-    else:
+    refs = issue_refs(value)
+    if not refs:
         return value
-    name = "" if (owner, repo) == ("huggingface", package) else repo
-    return f"[{name}#{n}](https://github.com/{owner}/{repo}/{kind}/{n})"
+    repo, kind, n = refs[0]
+    name = "" if repo == f"huggingface/{package}" else repo.split("/")[1]
+    return f"[{name}#{n}](https://github.com/{repo}/{kind}/{n})"
 
 
 def _issues(fix: Fix) -> str:
