@@ -276,6 +276,12 @@ def vendor(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def tables(session: nox.Session) -> None:
+    """Write the fix tables of README.md and docs/fixes.md from the series and their trailers (args: --check)."""
+    tool(session, "tables", *session.posargs)
+
+
+@nox.session(venv_backend="none")
 def refresh(session: nox.Session) -> None:
     """Fold the edits of a vendored module into its patch (args: pkg version patch)."""
     tool(session, "refresh", *session.posargs)

@@ -74,6 +74,7 @@ HELP = {
     "refresh": "fold the edits of overlay/<pkg>/<version>/ into one patch (message and trailers kept)",
     "new": "make the edits of overlay/<pkg>/<version>/ a new patch, with stubs of its proof, guards and upstream-pr/",
     "export": "a patch as what a contributor sends upstream: mbox with upstream's test, PR.md (ISSUE.md)",
+    "tables": "write the fix tables of README.md and docs/fixes.md from the series and their trailers",
     "diagnose": "load a checkpoint with device_map='auto' and say why generate() may stall",
     "mutants": "revert each patch hunk alone and run its proof: which hunk does no test need?",
     "upstream-suite": "upstream's own tests on the pristine release and the +fixed build",
@@ -165,6 +166,8 @@ def _maintenance_commands(sub) -> None:
     export.add_argument("patch", help="slug or file name, e.g. prepare-refuses-dtensor-ddp")
     export.add_argument("--author", help='"Name <email>" of the commit (default: git config user.name, user.email)')
     export.add_argument("--out", help="folder (default: <root>/export)")
+    tables = _command(sub, "maint_commands.cmd_tables", "tables")
+    tables.add_argument("--check", action="store_true", help="write nothing; exit 1 when a table is stale, naming it")
     mutants = _command(sub, "maint_commands.cmd_mutants", "mutants", lines=True)
     mutants.add_argument("--out", help="also write the table to this file")
     mutants.add_argument("--patch", help="only the hunks of this patch (slug, file name or number), e.g. a new one")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: On a line of every stub file `nox -s new` writes (a proof, a guard, upstream's test, expect.toml, message.txt):
+#: On a line of every stub file `nox -s new` writes (a proof, a guard, upstream's test, expect.toml, proposal.md):
 #: lint refuses a file that still has it.
 STUB_MARK = "TODO(nox -s new)"
 #: What a draft's wheel is named by instead of a recorded build: ``0_draft_<the start of the inputs digest>``.

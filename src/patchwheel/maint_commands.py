@@ -1,6 +1,6 @@
-"""The maintenance commands (upstream, watch, follow, rebase, refresh, new, export, mutants, upstream-suite): each
-decides only its exit status and what to print; the work is one call into patchwheel.maint. cli.py holds the
-parser."""
+"""The maintenance commands (upstream, watch, follow, rebase, refresh, new, export, tables, mutants,
+upstream-suite): each decides only its exit status and what to print; the work is one call into patchwheel.maint.
+cli.py holds the parser."""
 
 from __future__ import annotations
 
@@ -263,6 +263,25 @@ def cmd_export(args) -> int:
     from .maint.export import exportfolder as export
 
     export.export(config.load(root(args)), args.patch, Path(args.out) if args.out else None, author=args.author)
+    return 0
+
+
+def cmd_tables(args) -> int:
+    """Write the fix tables of README.md and docs/fixes.md from the series (``--check``: exit 1 where one is stale,
+    writing nothing)."""
+    from .maint import fixtables
+
+    project = config.load(root(args))
+    if args.check:
+        problems = fixtables.problems(project)
+        print("\n".join(problems) if problems else "the fix tables: up to date")
+        return 1 if problems else 0
+    written = fixtables.write(project)
+    print(
+        f"wrote the fix tables of {', '.join(str(p.relative_to(project.root)) for p in written)}"
+        if written
+        else "the fix tables: up to date"
+    )
     return 0
 
 

@@ -146,7 +146,7 @@ select = ["E", "F", "I", "W"]
 [tool.ruff.lint.isort]
 lines-after-imports = 2
 """
-#: The demo's submission: the commit message upstream gets, upstream's test, and how it fails on pristine.
+#: The demo's submission: upstream's test and how it fails on pristine (the commit message is the patch's).
 UPSTREAM_TEST = b"""from demo import greet
 
 
@@ -154,7 +154,6 @@ def test_greet():
     assert greet("you") == "hello, you", "no comma"
 """
 SUBMISSION = {
-    "message.txt": b"Greet with a comma\n\ngreet() says 'hello you'.\n\nAdd the comma.\n",
     "expect.toml": b'[[fails]]\ntest = "tests/test_greet.py::test_greet"\n'
     b'raises = "AssertionError"\nmatch = "no comma"\n',
     "tests/test_greet.py": UPSTREAM_TEST,

@@ -19,7 +19,6 @@ from patchwheel.wheels import buildno, distdir
 STUBS = [
     "tests/proof/test_add_swap.py",
     "tests/guards/test_add_swap.py",
-    "upstream-pr/demo/add-swap/message.txt",
     "upstream-pr/demo/add-swap/expect.toml",
     "upstream-pr/demo/add-swap/tests/test_add_swap.py",
 ]

@@ -56,8 +56,8 @@ def test_export_is_the_contributors_commit_with_upstreams_test(demo_project, tmp
     mbox = (out / "0001-greet-comma.patch").read_bytes()
     head = mbox.decode().split("\n\n", 1)[0]
     assert "From: Jane Doe <jane@example.org>" in head and "Date: Tue, 1 Dec 2026 09:30:00 +0000" in head, head
-    assert "Subject: Greet with a comma" in head
-    assert _message(mbox) == "greet() says 'hello you'.\n\nAdd the comma.\n\nFixes #1\n"
+    assert "Subject: Greet with a comma" in head  # the patch's message, without its trailers: no second copy
+    assert _message(mbox) == "Why the change is needed.\n\nFixes #1\n"
     assert b"diff --git a/tests/test_greet.py b/tests/test_greet.py\nnew file mode 100644" in mbox
     for ours in (b"Proof-Test", b"Drop-When", b"Guard-Test", b"Upstream-Status", b"tests/proof/", b"patchwheel"):
         assert ours not in mbox
@@ -86,7 +86,8 @@ def test_pr_md_records_upstreams_test_both_ways_and_ruff(demo_project, tmp_path)
         "patched": {"demo/core.py": b"# moved\n" + CORE.replace(b'"hello " + name', FIX)},
         "tests": ["tests/test_greet.py"],
     }
-    assert pr.startswith("# Greet with a comma\n\ngreet() says 'hello you'.\n\nAdd the comma.\n\nFixes #1\n"), pr
+    assert pr.startswith("# Greet with a comma\n\nWhy the change is needed.\n\nFixes #1\n"), pr
+    assert "## In detail" not in pr and pr.count("Why the change is needed.") == 1  # the message, once
     assert "This PR adds `tests/test_greet.py`. Run on demo 1.1.0 (CPU, torch" in pr
     assert "- pristine 1.1.0: fails as the issue describes (test_greet: BugSymptom: no comma)\n" in pr, pr
     assert "- 1.1.0 with this PR: passes (1 passed)\n" in pr, pr
@@ -136,17 +137,34 @@ def test_an_author_with_control_characters_is_refused(demo_project, tmp_path, au
 @pytest.mark.parametrize(
     "text, found",
     [
-        (b"Greet with a comma\n\nSee tests/proof/test_demo.py.\n", "tests/proof/"),
-        (b"Greet with a comma\n\nAdd it.\n\nDrop-When: demo>=1.1.0\n", "Drop-When:"),
-        (b"Greet with a comma\n\nFound by patchwheel.\n", "patchwheel"),
+        ("Greet with a comma\n\nSee tests/proof/test_demo.py.", "tests/proof/"),
+        ("Greet with a comma\n\nAdd it.\n\nDrop-When: demo>=1.1.0", "Drop-When:"),
+        ("Greet with a comma\n\nFound by patchwheel.", "patchwheel"),
     ],
 )
 def test_our_trailers_paths_and_name_never_reach_upstream(demo_project, tmp_path, text, found):
+    """The patch message is what upstream gets: a path, a trailer or a name of ours in its text is refused."""
     _release(demo_project)
-    (_sub(demo_project) / "message.txt").write_bytes(text)
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    demo_project.set_series(("0001-greet-comma.patch", make_patch(files, _comma, text, TRAILERS)))
     with pytest.raises(PatchwheelError, match=f"the exported commit names this project: {re.escape(found)}"):
         _export(demo_project, tmp_path)
     assert not (tmp_path / "greet-comma").exists()
+
+
+def _comma(files):
+    return {**files, "src/demo/core.py": CORE.replace(b'"hello " + name', FIX)}
+
+
+def test_message_toml_gives_upstreams_subject_and_nothing_else(demo_project, tmp_path):
+    """The one file that says what differs: upstream's subject where the patch's is too long for git's 72."""
+    _release(demo_project)
+    (_sub(demo_project) / "message.toml").write_text('subject = "Add the comma greet() lacks"\n')
+    out = _export(demo_project, tmp_path)
+    mbox = (out / "0001-greet-comma.patch").read_bytes().decode()
+    assert "\nSubject: Add the comma greet() lacks\n" in mbox
+    assert _message(mbox.encode()) == "Why the change is needed.\n\nFixes #1\n"
+    assert (out / "PR.md").read_text().startswith("# Add the comma greet() lacks\n\nWhy the change is needed.\n")
 
 
 def test_issue_references(demo_project):
@@ -177,12 +195,12 @@ def test_lint_checks_the_submissions_of_the_newest_lines(demo_project):
     sub = _sub(demo_project)
     assert submission.lint(demo_project.load()) == {"demo/1.0.0": []}
     (sub / "expect.toml").write_text('[[fails]]\ntest = "tests/test_other.py::test_x"\nraises = "E"\nmatch = "("\n')
-    (sub / "message.txt").write_text(
-        "A subject that goes on and on and on, far longer than any subject should be\nno blank\n"
+    (sub / "message.toml").write_text(
+        'subject = "A subject that goes on and on and on, far longer than any subject should be"\nbody = "x"\n'
     )
     problems = submission.lint(demo_project.load())["demo/1.0.0"]
-    assert any("its first line, the subject, must be 1 to 72 characters" in p for p in problems), problems
-    assert any("a subject, a blank line, then the problem and the fix" in p for p in problems), problems
+    assert any("message.toml: upstream's commit subject is at most 72 characters" in p for p in problems), problems
+    assert any("message.toml: unknown key 'body' (known: subject)" in p for p in problems), problems
     assert any("'tests/test_other.py::test_x' is not a node id" in p for p in problems), problems
     assert any("match '(' is not a regular expression" in p for p in problems), problems
 
@@ -403,7 +421,7 @@ def test_lint_fails_a_newest_line_without_its_submission(demo_project, capsys):
     shutil.rmtree(_sub(demo_project))
     assert cli.main(["--root", str(demo_project.root), "lint"]) == 1
     out = capsys.readouterr().out
-    assert "demo/1.0.0: FAILED" in out and "no greet-comma/ under" in out and "write message.txt, expect.toml" in out
+    assert "demo/1.0.0: FAILED" in out and "no greet-comma/ under" in out and "write expect.toml and tests/" in out
 
 
 def test_the_repositorys_newest_lines_have_their_submissions():
@@ -442,7 +460,6 @@ def _proposed_elsewhere(demo) -> None:
     files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
     edit = lambda f: {**f, "src/demo/core.py": CORE.replace(b'"hello " + name', FIX)}  # noqa: E731
     demo.set_series(("0001-greet-comma.patch", make_patch(files, edit, "Greet with a comma", trailers)))
-    (_sub(demo) / "message.txt").unlink()
     (_sub(demo) / "comment.md").write_text(COMMENT)
 
 
@@ -494,3 +511,31 @@ def test_a_fix_proposed_elsewhere_needs_a_comment_not_a_commit_message(demo_proj
     (_sub(demo_project) / "comment.md").unlink()
     problems = submission.lint(demo_project.load())["demo/1.0.0"]
     assert any("no " in p and "comment.md: write the comment that offers the test" in p for p in problems), problems
+
+
+# --- the message, written once ---------------------------------------------------------------------------------------
+
+
+def test_a_second_copy_of_the_message_is_refused(demo_project):
+    """The patch message is the one message: a message.txt beside it (the copy upstream-pr/ held before) is refused,
+    saying what replaces it."""
+    (_sub(demo_project) / "message.txt").write_text("Greet with a comma\n\nAdd the comma.\n")
+    (problem,) = submission.lint(demo_project.load())["demo/1.0.0"]
+    assert "message.txt repeats the patch's message: delete it" in problem and "message.toml" in problem, problem
+
+
+def test_a_patch_subject_too_long_for_upstream_asks_for_message_toml(demo_project):
+    long = "Greet with a comma, as every other greeting of the package does, and say so in the docstring too"
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    demo_project.set_series(("0001-greet-comma.patch", make_patch(files, _comma, long, TRAILERS)))
+    (problem,) = submission.lint(demo_project.load())["demo/1.0.0"]
+    assert f"the patch's subject ({len(long)} characters): upstream's commit subject is at most 72" in problem
+    assert 'message.toml: subject = "..."' in problem
+    (_sub(demo_project) / "message.toml").write_text('subject = "Greet with a comma"\n')
+    assert submission.lint(demo_project.load()) == {"demo/1.0.0": []}
+
+
+def test_message_toml_says_only_what_differs(demo_project):
+    (_sub(demo_project) / "message.toml").write_text('subject = "Greet with a comma"\n')
+    (problem,) = submission.lint(demo_project.load())["demo/1.0.0"]
+    assert "its subject is the patch's: delete the key (say only what differs)" in problem, problem

@@ -49,6 +49,7 @@ def test_upstream_watch_runs_real_commands_with_the_cells_list_new_emits():
         ["watch", "cell"],
         ["watch", "merge"],
         ["follow", "$PACKAGE"],
+        ["tables"],  # the pull request of a new line: the fix tables of the new series
     ]
     for words in commands:
         cli.parser().parse_args(words)  # every option the workflow passes exists (argparse exits otherwise)

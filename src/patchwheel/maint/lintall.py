@@ -5,7 +5,8 @@ Each release line: its series and patch files (:func:`series.lint_line`), the co
 trailers and the build record (:func:`patchwheel.lint.record_problems`), the upstream signatures and names its
 patches keep or declare (:func:`patchwheel.lint.signature_problems`), then, on a package's newest line, the
 upstream-pr/ folders export sends upstream (:func:`submission.upstream_pr_problems`). The whole project besides:
-the sets the default suite proves, the torch floors, the files under patches/ and overlay/, and the vendored modules in
+the sets the default suite proves, the torch floors, the files under patches/ and overlay/, the fix tables of
+README.md and docs/fixes.md against the series (:mod:`.fixtables`), and the vendored modules in
 overlay/ against pristine + series (what `vendor --check` checks). Pristine + series is made once per line, for the
 signature check and the overlay's (:class:`Generated`)."""
 
@@ -19,6 +20,7 @@ from ..config import Project, ReleaseLine
 from ..errors import PatchwheelError
 from ..matrix.table import Matrix
 from ..wheels import vendored
+from . import fixtables
 from .export import submission
 
 
@@ -94,6 +96,7 @@ def parts(project: Project, lines: list[ReleaseLine] | None = None) -> Iterator[
         yield Part("overlay/sets.toml [suite]", "", lint.suite_problems(project))
         yield Part("overlay/sets.toml [torch]", "floors against Requires-Dist", lint.torch_problems(project))
         yield Part("patches/, overlay/", "only the files lint knows", lint.tree_problems(project))
+        yield Part("README.md, docs/fixes.md", "the fix tables against the series", fixtables.problems(project))
     yield overlay_part(project, lines, generated)
 
 

@@ -6,8 +6,8 @@ lint` refuses it until it is written, and a stub test fails where it runs (the p
 
 - ``tests/proof/test_<slug>.py``: the proof (or feature) test the patch's ``Proof-Test`` names;
 - ``tests/guards/test_<slug>.py``: the guards its ``Guard-Test`` names;
-- ``upstream-pr/<pkg>/<slug>/``: what export sends upstream (``message.txt``, ``expect.toml`` and upstream's test
-  under ``tests/``; a feature: ``proposal.md``), see upstream-pr/README.md.
+- ``upstream-pr/<pkg>/<slug>/``: what export sends upstream besides the patch's message (``expect.toml`` and
+  upstream's test under ``tests/``; a feature: ``proposal.md``), see upstream-pr/README.md.
 """
 
 from __future__ import annotations
@@ -59,13 +59,6 @@ pytestmark = pytest.mark.guard(package="{package}")
 def test_{func}_neighbourhood(observe):
     pytest.fail("not written yet: the guards of {name}")
 '''
-
-MESSAGE = f"""\
-{STUB_MARK}: the subject upstream gets (at most 72 characters)
-
-{STUB_MARK}: the problem (what fails, where, the exception and its message) and the fix, for upstream's
-reviewers: no trailer, path or name of this project (export refuses them). Lines of at most 100 characters.
-"""
 
 COMMENT = f"""\
 # {STUB_MARK}: the subject of the commit that adds upstream's test
@@ -132,7 +125,6 @@ def write(
     if feature:
         files[f"{folder}/proposal.md"] = PROPOSAL
     else:
-        files[f"{folder}/message.txt"] = MESSAGE
         files[f"{folder}/expect.toml"] = EXPECT.format(test=f"test_{func}.py", cls=cls, func=func)
         files[f"{folder}/tests/test_{func}.py"] = UPSTREAM_TEST.format(
             mark=STUB_MARK, package=package, utils=TEST_UTILS.get(package, "its test utilities"), cls=cls, func=func

@@ -67,16 +67,23 @@ def author(root: Path, given: str | None, config: GitConfig = user_git_config) -
     return f"{name} <{email}>"
 
 
-def fixes(patch: Patch, package: str) -> list[str]:
-    """``Fixes #N`` lines from the ``Upstream-Issue`` trailer: ``#N`` in the package's own repository (the first
-    issue's), ``owner/repo#N`` elsewhere; ``Refs`` for a pull request, which a commit does not fix."""
+def issue_refs(value: str) -> list[tuple[str, str, str]]:
+    """Each issue or pull request of a comma-separated trailer value (a URL, or ``owner/repo#N``) as (``owner/repo``,
+    ``issues`` or ``pull``, the number); what is neither is left out."""
     refs = []
-    for raw in patch.trailers.get("Upstream-Issue", "").split(","):
+    for raw in value.split(","):
         ref = raw.strip()
         if m := _ISSUE_URL.match(ref):
             refs.append((m.group(1), m.group(2), m.group(3)))
         elif m := _ISSUE_REF.match(ref):
             refs.append((m.group(1), "issues", m.group(2)))
+    return refs
+
+
+def fixes(patch: Patch, package: str) -> list[str]:
+    """``Fixes #N`` lines from the ``Upstream-Issue`` trailer: ``#N`` in the package's own repository (the first
+    issue's), ``owner/repo#N`` elsewhere; ``Refs`` for a pull request, which a commit does not fix."""
+    refs = issue_refs(patch.trailers.get("Upstream-Issue", ""))
     home = refs[0][0] if refs else f"huggingface/{package}"
     return [f"{'Fixes' if kind == 'issues' else 'Refs'} {'' if repo == home else repo}#{n}" for repo, kind, n in refs]
 

@@ -3,9 +3,10 @@
 The steps, each of which stops the export with its reason (and nothing written) when it goes wrong:
 
 1. the author (``--author``, else the checkout's ``git config user.name`` / ``user.email``) and the submission
-   (``upstream-pr/<pkg>/<slug>/``, see submission.py: the message upstream gets, upstream's own test);
+   (``upstream-pr/<pkg>/<slug>/``, see submission.py: upstream's own test; the message upstream gets is the
+   patch's, with what ``message.toml`` says differs);
 2. carry the patch alone onto the newest upstream release (3-way if needed);
-3. one commit by that author, dated today, with the submission's message (``Fixes #N`` from ``Upstream-Issue``),
+3. one commit by that author, dated today, with the patch's message (``Fixes #N`` from ``Upstream-Issue``),
    the fix and upstream's test at its path in upstream's tree; exported with the pinned flags and taken by
    ``git am`` on a fresh repository of the release's files; none of this project's trailers, paths or name in it;
 4. upstream's style: ruff with the release's own settings, on what the commit writes (upstream_style.py);
@@ -273,7 +274,7 @@ def _description(project, line, patch, sub, carried: Carried, style: str, runs) 
     version = carried.version
     shows, fixed = _measured(project, line, patch, version)
     tests = ", ".join(f"`{t}`" for t in sub.tests)
-    body = (sub.message or "").split("\n", 1)[1].strip()
+    body = patch.body
     return "\n".join(
         [
             f"# {sub.subject}",
@@ -297,10 +298,6 @@ def _description(project, line, patch, sub, carried: Carried, style: str, runs) 
             "## Style",
             "",
             f"{style}: clean on the lines this PR writes.",
-            "",
-            "## In detail",
-            "",
-            patch.body,
             "",
             "## Versions affected",
             "",

@@ -1,12 +1,13 @@
 """What a contributor sends upstream for one patch: ``upstream-pr/<pkg>/<slug>/``, beside the patch series.
 
-A patch's own message is this project's record (the long story, the trailers, the proof test); upstream gets a
-commit written for upstream. Its folder holds, by the patch's slug (so it serves whichever line is the newest):
+The patch's message is the one message: upstream's commit gets its subject and its text without the trailers
+(export adds ``Fixes #N`` from the ``Upstream-Issue`` trailer), so the patch message is written for upstream. The
+folder holds, by the patch's slug (so it serves whichever line is the newest), only what upstream gets besides:
 
-- a fix: ``message.txt``, the commit message (a subject line, a blank line, the problem and the fix; export adds
-  ``Fixes #N`` from the ``Upstream-Issue`` trailer); ``tests/...``, upstream's own test of the fix, each file at
-  its path in upstream's tree, written in upstream's conventions; and ``expect.toml``, which of those tests fail on
-  the pristine release, and with which exception:
+- a fix: ``tests/...``, upstream's own test of the fix, each file at its path in upstream's tree, written in
+  upstream's conventions; ``expect.toml``, which of those tests fail on the pristine release, and with which
+  exception; and, only where upstream's commit differs from the patch message, ``message.toml`` saying how
+  (``subject = "..."``: upstream's subject, at most 72 characters, where the patch's is longer):
 
       [[fails]]
       test = "tests/utils/test_x.py::XTest::test_y"   # a pytest node id in upstream's tree
@@ -15,7 +16,7 @@ commit written for upstream. Its folder holds, by the patch's slug (so it serves
       worker = false                                    # true: a worker process raised it (torchrun forms)
 
 - a fix someone else already proposed upstream (``Upstream-Status: Fix-Proposed-In <their pull request>``):
-  ``comment.md`` instead of ``message.txt``, the comment that offers upstream's test to their pull request (``# <the
+  ``comment.md``, the comment that offers upstream's test to their pull request (``# <the
   test commit's subject>``, a blank line, the comment), with ``tests/...`` and ``expect.toml`` as for a fix; export
   makes a commit of the test alone, to go on top of their pull request, not a duplicate one.
 - a feature: ``proposal.md``, the issue to open first (problem, evidence, proposed API), since upstream discusses a
@@ -39,6 +40,9 @@ from ...series import Patch, proposed_in
 
 FOLDER = "upstream-pr"
 _EXPECT_KEYS = ("test", "raises", "match", "worker")
+#: What ``message.toml`` may say differs in upstream's commit message from the patch message.
+_MESSAGE_KEYS = ("subject",)
+SUBJECT_MAX = 72
 _NODE = re.compile(r"^tests/[\w/.-]+\.py(::\w+)+\Z")
 
 
@@ -87,11 +91,23 @@ def load(root: Path, package: str, patch: Patch) -> Submission:
             f"{where.relative_to(root)} is not ready for upstream:\n  - " + "\n  - ".join(problems),
             f"write it as {FOLDER}/README.md says; `nox -s lint` checks it",
         )
-    return _read(where)
+    return _read(where, patch)
 
 
-def _read(where: Path) -> Submission:
-    message = where / "message.txt"
+def _differs(where: Path) -> dict[str, object]:
+    """``message.toml``: what upstream's commit message says otherwise than the patch's (empty: nothing)."""
+    path = where / "message.toml"
+    return tomllib.loads(path.read_text()) if path.is_file() else {}
+
+
+def upstream_message(where: Path, patch: Patch) -> str:
+    """The commit message upstream gets: the patch's subject (or ``message.toml``'s) and its text without the
+    trailers."""
+    subject = _differs(where).get("subject", patch.subject)
+    return f"{subject}\n\n{patch.body}\n"
+
+
+def _read(where: Path, patch: Patch) -> Submission:
     proposal = where / "proposal.md"
     comment = where / "comment.md"
     tests = {
@@ -102,9 +118,10 @@ def _read(where: Path) -> Submission:
     expect: tuple[Expectation, ...] = ()
     if (where / "expect.toml").is_file():
         expect = tuple(Expectation(**e) for e in tomllib.loads((where / "expect.toml").read_text())["fails"])
+    fix = not patch.is_feature and proposed_in(patch) is None
     return Submission(
         where,
-        message.read_text() if message.is_file() else None,
+        upstream_message(where, patch) if fix else None,
         proposal.read_text() if proposal.is_file() else None,
         comment.read_text() if comment.is_file() else None,
         tests,
@@ -125,8 +142,8 @@ def folder_problems(where: Path, patch: Patch) -> list[str]:
 def _check(where: Path, patch: Patch) -> list[str]:
     elsewhere = None if patch.is_feature else proposed_in(patch)
     if not where.is_dir():
-        first = "comment.md" if elsewhere else "message.txt"
-        what = "proposal.md" if patch.is_feature else f"{first}, expect.toml and tests/"
+        first = "comment.md, " if elsewhere else ""
+        what = "proposal.md" if patch.is_feature else f"{first}expect.toml and tests/"
         return [f"{patch.name}: no {where.name}/ under {where.parent}: write {what} there"]
     if patch.is_feature:
         text = (where / "proposal.md").read_text() if (where / "proposal.md").is_file() else ""
@@ -137,12 +154,12 @@ def _check(where: Path, patch: Patch) -> list[str]:
 
 
 def _check_comment(where: Path, patch: Patch, elsewhere: str) -> list[str]:
-    out = []
-    if (where / "message.txt").exists():
-        out.append(
-            f"{patch.name}: its fix is proposed in {elsewhere}: the test goes there, remove {where}/message.txt "
-            "(a commit message for a pull request of our own) and write comment.md"
-        )
+    out = [
+        f"{patch.name}: its fix is proposed in {elsewhere}: the test goes there, remove {where}/{name} "
+        "(a commit message for a pull request of our own) and write comment.md"
+        for name in ("message.txt", "message.toml")
+        if (where / name).exists()
+    ]
     path = where / "comment.md"
     if not path.is_file():
         return out + [f"{patch.name}: no {path}: write the comment that offers the test to {elsewhere}"]
@@ -158,17 +175,30 @@ def _check_comment(where: Path, patch: Patch, elsewhere: str) -> list[str]:
 
 
 def _check_message(where: Path, patch: Patch) -> list[str]:
-    path = where / "message.txt"
-    if not path.is_file():
-        return [f"{patch.name}: no {path}: write the commit message upstream gets (subject, problem, fix)"]
-    lines = path.read_text().splitlines()
-    out = []
-    if not lines or not lines[0].strip() or len(lines[0]) > 72:
-        out.append(f"{patch.name}: {path}: its first line, the subject, must be 1 to 72 characters")
-    if len(lines) < 3 or lines[1].strip():
-        out.append(f"{patch.name}: {path}: a subject, a blank line, then the problem and the fix")
-    if any(len(line) > 100 for line in lines):
-        out.append(f"{patch.name}: {path}: wrap its lines at 100 characters at most")
+    """Upstream's commit message is the patch's: a second copy is refused; ``message.toml`` may say only what
+    differs, and upstream's subject must fit git's 72 characters."""
+    if (where / "message.txt").exists():
+        return [
+            f"{patch.name}: {where}/message.txt repeats the patch's message: delete it (upstream's commit gets the "
+            f"patch's subject and text; {where.name}/message.toml may give upstream's subject: subject = \"...\")"
+        ]
+    path = where / "message.toml"
+    try:
+        differs = _differs(where)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return [f"{patch.name}: {path}: not TOML ({exc})"]
+    out = [f"{patch.name}: {path}: unknown key {k!r} (known: {', '.join(_MESSAGE_KEYS)})" for k in differs if k not in _MESSAGE_KEYS]
+    subject = differs.get("subject", patch.subject)
+    if not isinstance(subject, str) or not subject.strip() or "\n" in subject:
+        return out + [f"{patch.name}: {path}: subject must be one line of text"]
+    if len(subject) > SUBJECT_MAX:
+        where_from = path if "subject" in differs else f"the patch's subject ({len(subject)} characters)"
+        out.append(
+            f"{patch.name}: {where_from}: upstream's commit subject is at most {SUBJECT_MAX} characters: give a "
+            f"shorter one in {path}: subject = \"...\""
+        )
+    if "subject" in differs and subject == patch.subject:
+        out.append(f"{patch.name}: {path}: its subject is the patch's: delete the key (say only what differs)")
     return out
 
 
