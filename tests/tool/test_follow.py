@@ -16,7 +16,7 @@ from patchwheel.configfiles import add_set, remove_release, set_floor, set_membe
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import lintall
 from patchwheel.maint.follow import report as followreport
-from patchwheel.maint.follow import run as follow
+from patchwheel.maint.follow import follow
 from patchwheel.maint.proving.setruns import Run
 
 FIX = b'"hello, " + name'

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ...matrix.table import WHERE, md_code, md_text
 from .derive import Derived
-from .run import LATEST, Followed, Stop
+from ..carry.outcome import Stop
+from .follow import LATEST, Followed
 
 
 def summary(done: Followed) -> list[str]:

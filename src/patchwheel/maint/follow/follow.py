@@ -3,27 +3,27 @@ published since, by itself where nothing needs judgement, and stops with the com
 
 For each package, each final release newer than its newest line (oldest first; yanked ones are left out):
 
-1. **judge** it: the newest line's patches by text and by their proofs on the pristine release (the upstream
-   check's own cell, :func:`upstream.check_line`);
-2. **stop** where a person must judge: a proof that cannot judge the release, text that says upstream has a change
-   whose proof still fails, a conflict (found by the rebase), a series that would be left empty;
-3. **rebase** onto it with those verdicts (:func:`rebase.start`: a patch whose proof passes is dropped with that
-   evidence, the rest carried by text), which writes the series, the pin, the first build record and the vendored
-   modules; move the set ``latest`` to the new line; **retire** the package's lines the retention rule no longer
+1. **judge** it by the one policy (:func:`carry.policy.judge`): the newest line's patches by text and by their
+   proofs on the pristine release;
+2. **stop** where a person must judge: a proof that passes before its Drop-When holds, a proof that cannot judge
+   the release, text that says upstream has a change whose proof still fails, a conflict (found by the carry), a
+   series that would be left empty;
+3. **carry** it onto it with those verdicts (the carry engine, :func:`carry.engine.carry_line`: what the one
+   policy dropped is left out with its evidence, the rest carried by text), which writes the series, the pin, the
+   first build record and the vendored modules; move the set ``latest`` to the new line; **retire** the package's lines the retention rule no longer
    keeps;
 4. refresh the matrix (every kept line of the package judged on the new releases), lint, **build**, and **prove**
    the set ``latest`` both ways (its proofs on the pristine pins must fail with their bugs, on the +fixed builds
    pass) with its guards (pristine recorded, +fixed compared); a failure stops it.
 
 The retention rule: a line stays while a consumer set (overlay/sets.toml) names it, and each package's newest line
-always stays (the next release is carried from it). Everything happens in a scratch copy (:mod:`scratch`); a
+always stays (the next release is carried from it). Everything happens in a scratch copy (:mod:`carry.scratch`); a
 package that went through is written into the project in one step, one that stopped writes nothing. ``dist/`` is
 not touched: ``nox -s build`` puts the new wheels there.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,65 +34,32 @@ from packaging.version import Version
 
 from ... import config, series
 from ...config import Artifact, Project, ReleaseLine
-from ...configfiles import record_retired, remove_release, set_member
+from ...configfiles import set_member
 from ...errors import PatchwheelError
-from ...matrix.checks import decide
-from ...matrix.table import Matrix
 from ...reporter import CONSOLE
-from ...series import Patch
 from ...urls import redact
-from ...wheels import fetch, vendored
-from ...wheels.build import build
-from .. import lintall, rebase
+from ...wheels import fetch
+from .. import lintall
+from ..carry import engine, policy
+from ..carry.outcome import Carried, Stop, Verdict
+from ..carry.scratch import Scratch, TreeChanged, restate_torch
+from ..carry.steps import Prove, build_and_prove, judge_into_matrix, proof_stop, retire
 from ..proving import proofenv
-from ..proving.setruns import Run
 from ..upstream import run as upstream
 from ..upstream.selection import Selection
-from .scratch import Scratch, TreeChanged, restate_torch
 
 #: The consumer set follow moves to each new line: what new users install.
 LATEST = config.LATEST
 
 
-#: ``prove(project, members, dist, log, seen)``: the runs that prove the set ``members`` (package -> line) both
-#: ways, with its +fixed wheels in ``dist``; ``seen``: the proof cases the judge's runs observed, per environment,
-#: which a run in the same environment on the same inputs judges instead of running again. The real one is
-#: :func:`setruns.prove_set`.
-Prove = Callable[[Project, dict[str, ReleaseLine], Path, Callable[[str], None], dict[str, list[dict]]], list[Run]]
-
-
 @dataclass
-class Verdict:
-    """One patch of the newest line judged on a new release, and what follow does with it."""
+class Followed(Carried):
+    """What follow did for one package (:class:`Carried`), or why it stopped (then nothing of it was written)."""
 
-    patch: str
-    text: str
-    behaviour: str  # passes / fails / error / n/a
-    detail: str
-    decision: str = ""
-
-
-@dataclass
-class Stop:
-    why: str
-    commands: list[str]
-
-
-@dataclass
-class Followed:
-    """What follow did for one package, or why it stopped (then nothing of it was written)."""
-
-    package: str
     newest: str  # the line before
     releases: list[str] = field(default_factory=list)  # judged, oldest first
     verdicts: dict[str, list[Verdict]] = field(default_factory=dict)  # release -> verdicts
-    carried: list[str] = field(default_factory=list)  # the rebase's lines
     moved: str = ""  # "latest: transformers 5.23.0 -> 5.24.0"
-    retired: list[str] = field(default_factory=list)
-    runs: list[Run] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)
-    stop: Stop | None = None
-    seconds: float = 0.0
 
     @property
     def line(self) -> str:
@@ -206,14 +173,14 @@ def _carry_all(
         line = project.line(pkg)
         say(f"judging {version} (the line {line.version}'s patches: text, and proofs on the pristine release)")
         done.releases.append(version)  # before the judging, which may stop it: the report names the release
-        verdicts, stop = judge(project, line, version, artifact, judged)
+        verdicts, stop = policy.judge(project, line, version, artifact, judged, _by_hand)
         done.verdicts[version] = verdicts
         for v in verdicts:
             say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
         if stop is not None:
             return stop
         said: list[str] = []
-        if not rebase.start(project, pkg, version, judge=as_judged(verdicts), log=said.append):
+        if not engine.carry_line(project, line, version, dropped=policy.dropped(verdicts), log=said.append):
             conflict = next((s for s in said if "CONFLICT" in s), "a conflict")
             return Stop(f"{pkg} {version}: {conflict}: the patch must be carried by hand", _by_hand(pkg, version))
         done.carried += [s for s in said if not s.startswith("  ")]
@@ -227,92 +194,6 @@ def _carry_all(
     return None
 
 
-def as_judged(verdicts: list[Verdict]) -> Callable[[Patch], proofenv.ProofOutcome]:
-    """The rebase's judge: the verdicts follow already has, so no proof runs twice."""
-    outcomes = {v.patch: proofenv.ProofOutcome(v.behaviour, v.detail) for v in verdicts}
-    return lambda patch: outcomes[patch.name]
-
-
-#: What follow says for each rule of :func:`matrix_checks.decide`: the problem it stops on, or the decision it records.
-_SAID = {
-    "feature-drop-when": "{name}: a feature whose Drop-When holds on {version}: drop it by hand",
-    "feature-upstream": "dropped: upstream has the change",
-    "feature": "carried ({text})",
-    "passes-before-drop-when": "{name}: its proof passes on {release}, before its Drop-When ({drop_when}): upstream "
-    "fixed it earlier, or the proof is too weak here",
-    "passes": "dropped: its proof passes on pristine {release} ({detail})",
-    "fails-drop-when": "{name}: its Drop-When holds on {release}, but its proof still fails ({detail}): correct "
-    "Drop-When, or record 'Upstream-Status: Partial-Fix-In {version} <test>'",
-    "fails-upstream-text": "{name}: upstream has its text, but its proof still fails ({detail})",
-    "fails-conflict": "kept: its proof still fails, and its text conflicts (the rebase stops there)",
-    "fails": "carried ({text}): its proof still fails",
-    "unjudged": "{name}: its proof cannot judge pristine {release} ({detail})",
-}
-
-
-def judge(
-    project: Project,
-    line: ReleaseLine,
-    version: str,
-    artifact: Artifact,
-    judged: upstream.Judged,
-    by_hand: Callable[[str, str], list[str]] | None = None,
-) -> tuple[list[Verdict], Stop | None]:
-    """The verdicts of the line's patches on ``version`` (newer or older than the line), with the decision each,
-    or the stop: the one policy of `follow` and `derive`. ``by_hand(pkg, version)``: the commands a stop names
-    (default: follow's, a rebase by hand)."""
-    selection = Selection.parse([f"{line.package}=={version}"])
-    judged_line = upstream.check_line(project, line, selection, selection, judged=judged, older=True)
-    verdicts: list[Verdict] = []
-    problems: list[str] = []
-    unjudged: list[str] = []
-    for row, patch in zip(judged_line.patches, series.parse_series(line), strict=True):
-        cell = row.cells[version]
-        v = Verdict(patch.name, cell.text, cell.behaviour or "", cell.behaviour_detail or "")
-        decision = decide(cell, patch.is_feature)
-        said = _SAID[decision.rule].format(
-            name=patch.name, text=v.text, detail=v.detail, version=version, release=f"{line.package} {version}",
-            drop_when=patch.trailers.get("Drop-When"),
-        )  # fmt: skip
-        if decision.kind == "stop":
-            problems.append(said)
-            unjudged += [patch.test_module] if decision.rule == "unjudged" else []
-        else:
-            v.decision = said
-        verdicts.append(v)
-    if not problems and all(v.decision.startswith("dropped") for v in verdicts):
-        problems.append(f"every patch of {line.key} is upstream in {version}: is a +fixed line still needed?")
-    if not problems:
-        return verdicts, None
-    env = proofenv.release_env_path(project.cache, [(line.package, artifact)] + upstream.companions(project, line))
-    see = [f"{env}/bin/python -m pytest {test} --proof-expect=observe   # why it cannot judge" for test in unjudged]
-    return verdicts, Stop("; ".join(problems), see + (by_hand or _by_hand)(line.package, version))
-
-
-def retained(project: Project) -> set[str]:
-    """The retention rule: the lines a consumer set names, and each package's newest line."""
-    named = {f"{pkg}/{version}" for members in project.sets.values() for pkg, version in members.items()}
-    return named | {lines[-1].key for lines in project.lines.values()}
-
-
-def retire(project: Project, pkg: str, say: Callable[[str], None], only: set[str] | None = None) -> list[str]:
-    """Remove the lines of ``pkg`` the retention rule does not keep (of ``only``, where given: line keys): series,
-    pin, vendored modules (another package's lines are its own follow's business). Their wheels, once published,
-    stay on the index, and git keeps the files; the pins keep the build number each reached ([retired]), so that a
-    line made again for the release never gives a published name other bytes."""
-    keep = retained(project)
-    gone = [ln for ln in project.lines[pkg] if ln.key not in keep and (only is None or ln.key in only)]
-    for line in gone:
-        shutil.rmtree(line.patch_dir)
-        pins = project.pins_file(line.package)
-        record_retired(pins, line.version, max(line.build.number if line.build else 1, line.retired_build))
-        remove_release(pins, line.version)
-        say(f"retired the line {line.key}: no consumer set names it, and it is not the newest")
-    if gone:
-        vendored.write(config.load(project.root), log=lambda m: None)  # removes their overlay/ folders, NOTICE
-    return [line.key for line in gone]
-
-
 def _prove(project: Project, pkg: str, judged, done: Followed, prove: Prove, say, work: Scratch) -> Stop | None:
     say(f"the matrix: every line of {pkg} on {', '.join(done.releases)}")
     refresh_matrix(project, pkg, done.releases, judged)
@@ -321,32 +202,6 @@ def _prove(project: Project, pkg: str, judged, done: Followed, prove: Prove, say
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(pkg, done.line))
     done.runs = build_and_prove(project, _proven_set(project, pkg), work, prove, say, judged.seen or {})
     return proof_stop(f"{pkg} {done.line}", done.runs, _by_hand(pkg, done.line))
-
-
-def build_and_prove(
-    project: Project,
-    members: dict[str, ReleaseLine],
-    work: Scratch,
-    prove: Prove,
-    say: Callable[[str], None],
-    seen: dict[str, list[dict]],
-) -> list[Run]:
-    """Build the set ``members`` into the scratch copy's dist/ and prove it both ways, with its guards (``seen``:
-    the judge's proof cases, see :data:`Prove`)."""
-    dist = work.root / "dist"
-    build(project, dist, select=[f"{line.package}=={line.version}" for line in members.values()], log=lambda m: None)
-    said = ", ".join(f"{line.package} {line.version}" for line in members.values())
-    say(f"built {said}; proving it both ways, with its guards")
-    return prove(project, members, dist, say, seen)
-
-
-def proof_stop(what: str, runs: list[Run], commands: list[str]) -> Stop | None:
-    """The stop when a proof or guard run failed (its output's end in the message), else None."""
-    failed = [r for r in runs if not r.ok]
-    if not failed:
-        return None
-    why = "; ".join(f"{r.name} failed ({r.summary})" for r in failed)
-    return Stop(f"{what}: {why}\n{failed[0].tail}".rstrip(), commands)
 
 
 def _proven_set(project: Project, pkg: str) -> dict[str, ReleaseLine]:
@@ -364,26 +219,12 @@ def refresh_matrix(project: Project, pkg: str, releases: list[str], judged: upst
     judge_into_matrix(project, project.lines[pkg], selection, judged)
 
 
-def judge_into_matrix(
-    project: Project, lines: list[ReleaseLine], selection: Selection, judged: upstream.Judged
-) -> None:
-    """Judge ``lines`` on the selected releases newer than each (bisecting as the upstream check does) into the
-    committed matrix, the rows of lines no longer pinned removed; refused when the matrix was judged with another
-    torch than this run's proofs use."""
-    committed = Matrix.load(project.status_json) or Matrix()
-    torch = proofenv.torch_version()
-    committed.check_torch(torch)  # before the judging, which takes minutes
-    judged_lines = [upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in lines]
-    matrix = committed.merged(judged_lines, torch=torch)
-    matrix.keep_lines({line.key for line in project.all_lines()})
-    matrix.save(project.status_json)
-
-
 def _by_hand(pkg: str, version: str) -> list[str]:
     """What a maintainer runs to do follow's work by hand (docs/maintainers/rebase-and-follow.md)."""
     return [
         f"nox -s rebase -- {pkg} {version}          # judge, drop, carry; stops at a conflict in .rebase/",
         f"nox -s rebase -- {pkg} {version} --continue   # after resolving it (git add)",
+        f"nox -s rebase -- {pkg} {version} --abort      # or drop the work folder",
         f'set {pkg} = "{version}" in [set.{LATEST}] of overlay/sets.toml; remove the lines no set names',
         f"nox -s build && nox -s \"proof(pins='{LATEST}')\" && nox -s \"guards(pins='{LATEST}')\"",
         f"nox -s upstream -- run {pkg}=={version}   # the matrix",
