@@ -173,7 +173,9 @@ def _maintenance_commands(sub) -> None:
     goon = rebase.add_mutually_exclusive_group()
     goon.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     goon.add_argument("--abort", action="store_true", help="drop the work folder a conflict left")
-    rebase.add_argument("--text-only", action="store_true", help="run no proof: drop nothing, stop where text is upstream")
+    rebase.add_argument(
+        "--text-only", action="store_true", help="run no proof: drop nothing, stop where text is upstream"
+    )
     rebase.add_argument("--reexport", action="store_true", help="re-export the line's patches (after hand edits)")
     refresh = _command(sub, cmd_refresh, "refresh", line=True)
     refresh.add_argument("patch", help="its slug, file name or number, e.g. name-meta-tensors or 0002")

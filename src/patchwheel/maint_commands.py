@@ -165,8 +165,8 @@ def cmd_watch_merge(args) -> int:
 
 
 def cmd_follow(args) -> int:
-    from .maint.follow import report as followreport
     from .maint.follow import follow
+    from .maint.follow import report as followreport
     from .maint.proving import setruns
 
     if args.pending and args.report:

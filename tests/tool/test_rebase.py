@@ -6,8 +6,8 @@ import zipfile
 
 import pytest
 
-from conftest import CORE, INIT, SUBMISSION, TRAILERS, edit_greet, make_patch, proofs
-from patchwheel import gitops, series
+from conftest import CORE, INIT, SUBMISSION, TRAILERS, edit_greet, make_patch, proofs, tree
+from patchwheel import cli, gitops, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import rebase
 from patchwheel.maint.upstream import textcheck
@@ -106,3 +106,21 @@ def test_rebase_refuses_bad_targets(demo_project):
         rebase.start(project, "demo", "7.0.0", behaviour=False)
     with pytest.raises(PatchwheelError, match="no rebase onto demo 1.1.0 is in progress"):
         rebase.resume(project, "demo", "1.1.0")
+
+
+def test_a_stopped_rebase_exits_1_and_abort_drops_its_work_folder(demo_project, capsys):
+    """Issue 46: one exit status for "stopped, a maintainer takes it from here" in every door (rebase said 3, derive
+    and follow 1), and --abort in every door that leaves a work folder (rebase offered only --continue)."""
+    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
+    before = tree(demo_project.root)
+    argv = ["--root", str(demo_project.root), "rebase", "demo", "1.1.0"]
+    assert cli.main([*argv, "--text-only"]) == 1
+    out = capsys.readouterr().out
+    assert "CONFLICT in src/demo/core.py" in out and "nox -s rebase -- demo 1.1.0 --continue" in out
+    assert (demo_project.root / ".rebase" / "demo-1.1.0" / "state.json").is_file()
+    assert cli.main([*argv, "--abort", "--text-only"]) == 2, "--text-only is the start's"
+    assert cli.main([*argv, "--abort"]) == 0
+    assert f"removed {demo_project.root / '.rebase' / 'demo-1.1.0'}" in capsys.readouterr().out
+    assert not (demo_project.root / ".rebase").exists() and tree(demo_project.root) == before
+    assert cli.main([*argv, "--abort"]) == 2
+    assert "no rebase of demo 1.1.0 is waiting" in capsys.readouterr().err

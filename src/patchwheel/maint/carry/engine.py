@@ -230,7 +230,7 @@ def _source_patch(work: Path, name: str) -> Path:
     if "/" in name or name in (".", "..") or not path.is_file() or path.is_symlink():
         raise ConfigError(
             f"{work} holds no patch file source/{name}",
-            f"the work folder was made by an older patchwheel or changed by hand: start over (`--abort` it)",
+            "the work folder was made by an older patchwheel or changed by hand: start over (`--abort` it)",
         )
     return path
 
@@ -345,5 +345,3 @@ def _write_line(project: Project, work: Path, state: dict, log) -> None:
     buildno.bump_unless_draft(fresh, fresh.line(package, version), log=log)  # its first build
     vendored.write(fresh, [fresh.line(package, version)], log=lambda m: None)
     log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
-
-

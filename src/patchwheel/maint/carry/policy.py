@@ -16,8 +16,8 @@ from ..upstream import run as upstream
 from ..upstream.selection import Selection
 from .outcome import Stop, Verdict
 
-
-#: What every door says for each rule of :func:`matrix_checks.decide`: the problem it stops on, or the decision it records.
+#: What every door says for each rule of :func:`matrix_checks.decide`: the problem it stops on, or the decision it
+#: records.
 _SAID = {
     "feature-drop-when": "{name}: a feature whose Drop-When holds on {version}: drop it by hand",
     "feature-upstream": "dropped: upstream has the change",

@@ -3,8 +3,8 @@
 `follow` carries a package's newest line onto the releases after it; `derive` makes a line for any other final
 release a team pins, from the nearest line (``--from`` picks another), with follow's policy and guarantees:
 
-1. **judge** the release: the source line's patches by text and by proofs on the pristine release
-   (the one policy, :func:`carry.policy.judge`), and the proofs of the fixes only other lines carry (one may carry a fix the source
+1. **judge** the release: the source line's patches by text and by proofs on the pristine release (the one policy,
+   :func:`carry.policy.judge`), and the proofs of the fixes only other lines carry (one may carry a fix the source
    dropped, or not yet needs): where such a bug is still there, it stops;
 2. **carry** the series (the carry engine, :func:`carry.engine.carry_line`: what the one policy dropped is left out,
    the series says why),

@@ -8,10 +8,10 @@ For each package, each final release newer than its newest line (oldest first; y
 2. **stop** where a person must judge: a proof that passes before its Drop-When holds, a proof that cannot judge
    the release, text that says upstream has a change whose proof still fails, a conflict (found by the carry), a
    series that would be left empty;
-3. **carry** it onto it with those verdicts (the carry engine, :func:`carry.engine.carry_line`: what the one
+3. **carry** the line onto it with those verdicts (the carry engine, :func:`carry.engine.carry_line`: what the one
    policy dropped is left out with its evidence, the rest carried by text), which writes the series, the pin, the
-   first build record and the vendored modules; move the set ``latest`` to the new line; **retire** the package's lines the retention rule no longer
-   keeps;
+   first build record and the vendored modules; move the set ``latest`` to the new line; **retire** the package's
+   lines the retention rule no longer keeps;
 4. refresh the matrix (every kept line of the package judged on the new releases), lint, **build**, and **prove**
    the set ``latest`` both ways (its proofs on the pristine pins must fail with their bugs, on the +fixed builds
    pass) with its guards (pristine recorded, +fixed compared); a failure stops it.

@@ -8,8 +8,8 @@ The Markdown shows text a proof run printed (upstream's own messages): it goes t
 from __future__ import annotations
 
 from ...matrix.table import WHERE, md_code, md_text
-from .derive import Derived
 from ..carry.outcome import Stop
+from .derive import Derived
 from .follow import LATEST, Followed
 
 
