@@ -47,7 +47,7 @@ def start(project: Project, package: str, version: str, *, behaviour: bool = Tru
             said(stop, log)
             return False
         dropped = policy.dropped(verdicts)
-    return engine.carry_line(project, old, version, dropped=dropped, log=log)
+    return engine.carry_line(project, old, version, dropped=dropped, log=log) is not None
 
 
 def said(stop: Stop, log=CONSOLE) -> None:
@@ -68,7 +68,7 @@ def by_hand(package: str, version: str) -> list[str]:
 
 def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool:
     """Go on after a conflict was resolved in the work repository (:func:`carry.engine.resume`)."""
-    return engine.resume(project, package, version, log=log, by="rebase")
+    return engine.resume(project, package, version, log=log, by="rebase") is not None
 
 
 def abort(project: Project, package: str, version: str) -> str:

@@ -23,7 +23,7 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sd
 from packaging.version import InvalidVersion, Version
 
 from ... import atomic, config, gitops
-from ...config import Project, ReleaseLine
+from ...config import Artifact, BuildRecord, Project, ReleaseLine
 from ...configfiles import add_release
 from ...errors import ConfigError
 from ...names import SHA256, file_name_problem
@@ -54,11 +54,12 @@ def carry_line(
     dropped: dict[str, str],
     log=CONSOLE,
     by: str = "rebase",
-) -> bool:
+) -> Project | None:
     """Carry the line ``source`` onto the upstream release ``version``, newer or older than it (every door starts
     here): the patches of ``dropped`` (patch file name -> why, the one policy's decisions, :mod:`.policy`) are left
-    out, every other one is carried by text. True when the new line was written, False at a conflict, which is left
-    in the work repository ``.rebase/<pkg>-<version>/`` with the commands to go on (``by`` names the command)."""
+    out, every other one is carried by text. The project with the new line written (as a load would read it now),
+    or None at a conflict, which is left in the work repository ``.rebase/<pkg>-<version>/`` with the commands to
+    go on (``by`` names the command)."""
     package = source.package
     check_free(project, package, version, by)
     work = workfolder.path(project.root, package, version)
@@ -235,9 +236,10 @@ def _source_patch(work: Path, name: str) -> Path:
     return path
 
 
-def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str = "rebase") -> bool:
+def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str = "rebase") -> Project | None:
     """Go on after a conflict was resolved in the work repository; ``by``: the command that goes on (derive calls
-    it in its scratch copy). The work folder's state must be that command's, for ``package`` ``version``."""
+    it in its scratch copy). The work folder's state must be that command's, for ``package`` ``version``. The
+    project with the new line, or None at another conflict (:func:`carry_line`)."""
     version = version_of(version)
     package = project.line(package).package  # a known package, as the tool names its folders
     work = workfolder.folder(project.root, package, version)
@@ -274,7 +276,7 @@ def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str
     return _proceed(project, work, state, log)
 
 
-def _proceed(project: Project, work: Path, state: dict, log) -> bool:
+def _proceed(project: Project, work: Path, state: dict, log) -> Project | None:
     repo = work / "repo"
     while state["todo"]:
         name, commit, _ = state["todo"][0]
@@ -289,7 +291,7 @@ def _proceed(project: Project, work: Path, state: dict, log) -> bool:
             log(f"        (to describe the fix anew for {state['to']}: git -C {repo} commit, and edit the message)")
             log(f"        {_continue(state.get('by', 'rebase'), state['package'], state['to'])}")
             log(f"  the original patch: {_source_patch(work, name)}")
-            return False
+            return None
         if result.status == "already-upstream":  # the one policy drops a fix by its proof, never by its text
             _write_state(work, state)
             raise ConfigError(
@@ -301,14 +303,14 @@ def _proceed(project: Project, work: Path, state: dict, log) -> bool:
         state["done"][name] = result.status + (f": {result.detail}" if result.detail else "")
         log(f"{name}: {result.status}{(' (' + result.detail + ')') if result.detail else ''}")
         state["todo"].pop(0)
-    _write_line(project, work, state, log)
+    project = _write_line(project, work, state, log)
     shutil.rmtree(work, ignore_errors=True)
     if not any((project.root / ".rebase").iterdir()):
         (project.root / ".rebase").rmdir()
-    return True
+    return project
 
 
-def _write_line(project: Project, work: Path, state: dict, log) -> None:
+def _write_line(project: Project, work: Path, state: dict, log) -> Project:
     repo = work / "repo"
     package, version = state["package"], state["to"]
     revs = gitops.git(repo, "rev-list", "--reverse", f"{state['onto']}..HEAD").decode().split()
@@ -341,7 +343,34 @@ def _write_line(project: Project, work: Path, state: dict, log) -> None:
     add_release(pins, version, table)
     wrote, pinned = target.relative_to(project.root), pins.relative_to(project.root)
     log(f"wrote {wrote}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pinned}")
-    fresh = config.load(project.root)  # with the new pin
-    buildno.bump_unless_draft(fresh, fresh.line(package, version), log=log)  # its first build
-    vendored.write(fresh, [fresh.line(package, version)], log=lambda m: None)
+    project, line = _with_line(project, state, target)  # with the new pin, as a load would read it
+    record = buildno.bump_unless_draft(project, line, log=log)  # its first build
+    if record is not None:
+        project, line = _with_line(project, state, target, record)
+    vendored.write(project, [line], log=lambda m: None)
     log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
+    return project
+
+
+def _with_line(
+    project: Project, state: dict, target: Path, build: BuildRecord | None = None
+) -> tuple[Project, ReleaseLine]:
+    """``project`` with the line just written (its pin as ``state`` says, its build record ``build``), and that line:
+    what a load would read now, passed along instead of loading everything again."""
+    package, version = state["package"], state["to"]
+    like = project.lines[package][0]  # the package's settings (one pins.toml)
+    line = ReleaseLine(
+        package=package,
+        version=version,
+        wheel=Artifact(*state["wheel"]),
+        sdist=Artifact(*state["sdist"]) if state["sdist"] else None,
+        patch_dir=target,
+        local_label=like.local_label,
+        import_name=like.import_name,
+        source_root=like.source_root,
+        build=build,
+        retired_build=config.retired_build(project.pins_file(package), version),
+    )
+    others = [ln for ln in project.lines[package] if ln.version != version]
+    project = config.changed(project, lines={package: [*others, line]})
+    return project, project.line(package, version)

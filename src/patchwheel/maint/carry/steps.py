@@ -34,11 +34,14 @@ def retained(project: Project) -> set[str]:
     return named | {lines[-1].key for lines in project.lines.values()}
 
 
-def retire(project: Project, pkg: str, say: Callable[[str], None], only: set[str] | None = None) -> list[str]:
+def retire(
+    project: Project, pkg: str, say: Callable[[str], None], only: set[str] | None = None
+) -> tuple[Project, list[str]]:
     """Remove the lines of ``pkg`` the retention rule does not keep (of ``only``, where given: line keys): series,
     pin, vendored modules (another package's lines are its own follow's business). Their wheels, once published,
     stay on the index, and git keeps the files; the pins keep the build number each reached ([retired]), so that a
-    line made again for the release never gives a published name other bytes."""
+    line made again for the release never gives a published name other bytes. The project without them, and their
+    keys."""
     keep = retained(project)
     gone = [ln for ln in project.lines[pkg] if ln.key not in keep and (only is None or ln.key in only)]
     for line in gone:
@@ -48,8 +51,9 @@ def retire(project: Project, pkg: str, say: Callable[[str], None], only: set[str
         remove_release(pins, line.version)
         say(f"retired the line {line.key}: no consumer set names it, and it is not the newest")
     if gone:
-        vendored.write(config.load(project.root), log=lambda m: None)  # removes their overlay/ folders, NOTICE
-    return [line.key for line in gone]
+        project = config.changed(project, lines={pkg: [ln for ln in project.lines[pkg] if ln not in gone]})
+        vendored.write(project, log=lambda m: None)  # removes their overlay/ folders, NOTICE
+    return project, [line.key for line in gone]
 
 
 def build_and_prove(

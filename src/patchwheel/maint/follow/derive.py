@@ -26,7 +26,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -251,7 +251,7 @@ def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> D
 def _start(
     work: Scratch, done: Derived, say: Callable[[str], None], *, artifact: Artifact, prove: Prove
 ) -> Stop | None:
-    project = config.load(work.root)
+    project = config.load(work.root)  # the one load in the copy: each step passes on what it changed
     source = project.line(done.package, done.source)
     judged = upstream.Judged(keep=True)
     done.seen = judged.seen or {}
@@ -268,10 +268,11 @@ def _start(
         return stop
     said: list[str] = []
     dropped = policy.dropped(done.verdicts)
-    if not engine.carry_line(project, source, done.version, dropped=dropped, by="derive", log=said.append):
+    carried = engine.carry_line(project, source, done.version, dropped=dropped, by="derive", log=said.append)
+    if carried is None:
         return _wait(work, done, said)
     done.carried = [s for s in said if not s.startswith("  ")]
-    return _finish(work, done, prove, say)
+    return _finish(carried, work, done, prove, say)
 
 
 def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: Prove) -> Stop | None:
@@ -280,13 +281,14 @@ def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: 
     copied = workfolder.digest(real, again, into=workfolder.path(work.root, done.package, done.version))
     if copied != done.copied:  # the copy is of the folder as --continue found it, or nothing
         raise ConfigError(f"{real} changed while it was copied", "run --continue again")
-    project = config.load(work.root)
+    project = config.load(work.root)  # the one load in the copy
     said: list[str] = []
     say(f"carrying the rest of the line {done.source} (the conflict resolved in {real / 'repo'})")
-    if not engine.resume(project, done.package, done.version, log=said.append, by="derive"):
+    carried = engine.resume(project, done.package, done.version, log=said.append, by="derive")
+    if carried is None:
         return _wait(work, done, said)
     done.carried = [s for s in said if not s.startswith("  ")]
-    return _finish(work, done, prove, say)
+    return _finish(carried, work, done, prove, say)
 
 
 def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
@@ -319,31 +321,21 @@ def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
     )
 
 
-def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], None]) -> Stop | None:
-    """The line is written in the scratch copy: name it in its set (and in [suite] where it is the newest line of
-    its major version), retire the line its set named before if no set names it, matrix, lint, build, prove."""
-    project = config.load(work.root)
-    members = project.sets.get(done.set_name)
-    before = None if members is None else members[done.package]
-    if members is None:
-        companions = {p: project.line(p).version for p in project.packages() if p != done.package}
-        members = {done.package: done.version, **companions}
-        add_set(project.sets_file, done.set_name, members, lint.set_floor(project, members))
-        done.set_change = f"the set {done.set_name} (new): " + ", ".join(f"{p} {v}" for p, v in members.items())
-    else:
-        set_member(project.sets_file, done.set_name, done.package, done.version)
-        done.set_change = f"the set {done.set_name}: {done.package} {before} -> {done.version}"
+def _finish(project: Project, work: Scratch, done: Derived, prove: Prove, say: Callable[[str], None]) -> Stop | None:
+    """The line is written in the scratch copy (``project``: as it is now): name it in its set (and in [suite]
+    where it is the newest line of its major version), retire the line its set named before if no set names it,
+    matrix, lint, build, prove."""
+    project, before = _name_in_set(project, done)
     say(done.set_change)
-    project = config.load(work.root)
     major = Version(done.version).major
     newest_of_major = [ln for ln in project.lines[done.package] if Version(ln.version).major == major][-1]
     if project.suite is not None and newest_of_major.version == done.version and done.set_name not in project.suite:
         suite_add(project.sets_file, done.set_name)  # the suite proves the newest line of each major version
+        project = config.changed(project, suite=(*project.suite, done.set_name))
         say(f"[suite] proves the set {done.set_name}: it names the newest line of {done.package} {major}.x")
     if before is not None:
-        done.retired = retire(config.load(work.root), done.package, say, only={f"{done.package}/{before}"})
-    restate_torch(work.root, [done.set_name], {f"{done.package}/{done.version}"}, say)
-    project = config.load(work.root)
+        project, done.retired = retire(project, done.package, say, only={f"{done.package}/{before}"})
+    project = restate_torch(project, [done.set_name], {f"{done.package}/{done.version}"}, say)
     line = project.line(done.package, done.version)
     say(f"the matrix: the line {line.key} on every release newer than it")
     judge_into_matrix(project, [line], Selection.parse([done.package]), upstream.Judged())
@@ -353,6 +345,27 @@ def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], Non
     members_lines = {p: project.line(p, v) for p, v in project.sets[done.set_name].items()}
     done.runs = build_and_prove(project, members_lines, work, prove, say, done.seen)
     return proof_stop(f"{done.package} {done.version}", done.runs, _by_hand(done))
+
+
+def _name_in_set(project: Project, done: Derived) -> tuple[Project, str | None]:
+    """The new line named in its set (a new set takes the other packages' newest lines): the project as it is then,
+    and the version the set named before (None: a new set)."""
+    members = project.sets.get(done.set_name)
+    before = None if members is None else members[done.package]
+    torch = project.torch
+    if members is None:
+        companions = {p: project.line(p).version for p in project.packages() if p != done.package}
+        members = {done.package: done.version, **companions}
+        floor = lint.set_floor(project, members)
+        add_set(project.sets_file, done.set_name, members, floor)
+        if torch is not None:
+            torch = replace(torch, floors={**torch.floors, done.set_name: floor})
+        done.set_change = f"the set {done.set_name} (new): " + ", ".join(f"{p} {v}" for p, v in members.items())
+    else:
+        set_member(project.sets_file, done.set_name, done.package, done.version)
+        members = {**members, done.package: done.version}
+        done.set_change = f"the set {done.set_name}: {done.package} {before} -> {done.version}"
+    return config.changed(project, sets={**project.sets, done.set_name: members}, torch=torch), before
 
 
 def _judge_others(

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from packaging.version import Version
 
@@ -86,10 +85,12 @@ def follow(
     project: Project, packages: list[str] | None, prove: Prove, *, log: Callable[[str], None] = CONSOLE
 ) -> list[Followed]:
     """Follow every package (or those named), one after the other: a later one sees what an earlier one wrote
-    (a new companion). A package that stops does not stop the others."""
-    out = []
+    (a new companion: the project is loaded again after a package wrote). A package that stops does not stop the
+    others."""
+    out: list[Followed] = []
     for pkg in packages_of(project, packages):
-        project = config.load(project.root)
+        if out and out[-1].written:
+            project = config.load(project.root)
         newest = project.line(pkg).version
         try:
             releases = newer(project, pkg)
@@ -125,11 +126,12 @@ def _follow_package(
     try:
         with Scratch(project.root) as work, ThreadPoolExecutor(max_workers=1) as pool:
             scratch = str(work.root)
-            ahead = pool.submit(_ahead, config.load(work.root), pkg, releases[-1][1], judged)
-            done.stop = _carry_all(work.root, pkg, releases, judged, done, say)
+            copy = config.load(work.root)  # the one load in the copy: each step passes on what it changed
+            ahead = pool.submit(_ahead, copy, pkg, releases[-1][1], judged)
+            copy, done.stop = _carry_all(copy, pkg, releases, judged, done, say)
             ahead.result()
             if done.stop is None:
-                done.stop = _prove(config.load(work.root), pkg, judged, done, prove, say, work)
+                done.stop = _prove(copy, pkg, judged, done, prove, say, work)
             if done.stop is None:
                 done.written = work.commit()
                 say(f"wrote {len(done.written)} file(s) of overlay/ and patches/")
@@ -161,15 +163,16 @@ def _ahead(project: Project, pkg: str, artifact: Artifact, judged: upstream.Judg
 
 
 def _carry_all(
-    root: Path,
+    project: Project,
     pkg: str,
     releases: list[tuple[str, Artifact]],
     judged: upstream.Judged,
     done: Followed,
     say: Callable[[str], None],
-) -> Stop | None:
+) -> tuple[Project, Stop | None]:
+    """Carry the newest line onto each release in turn (``project``: the scratch copy's): the project as it then is,
+    and the stop, if one."""
     for version, artifact in releases:
-        project = config.load(root)
         line = project.line(pkg)
         say(f"judging {version} (the line {line.version}'s patches: text, and proofs on the pristine release)")
         done.releases.append(version)  # before the judging, which may stop it: the report names the release
@@ -178,20 +181,24 @@ def _carry_all(
         for v in verdicts:
             say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
         if stop is not None:
-            return stop
+            return project, stop
         said: list[str] = []
-        if not engine.carry_line(project, line, version, dropped=policy.dropped(verdicts), log=said.append):
+        carried = engine.carry_line(project, line, version, dropped=policy.dropped(verdicts), log=said.append)
+        if carried is None:
             conflict = next((s for s in said if "CONFLICT" in s), "a conflict")
-            return Stop(f"{pkg} {version}: {conflict}: the patch must be carried by hand", _by_hand(pkg, version))
+            stop = Stop(f"{pkg} {version}: {conflict}: the patch must be carried by hand", _by_hand(pkg, version))
+            return project, stop
+        project = carried
         done.carried += [s for s in said if not s.startswith("  ")]
-        project = config.load(root)
         if pkg in project.sets.get(LATEST, {}):
             set_member(project.sets_file, LATEST, pkg, version)
+            project = config.changed(project, sets={**project.sets, LATEST: {**project.sets[LATEST], pkg: version}})
             done.moved = f"{LATEST}: {pkg} {done.newest} -> {version}"
             say(f"the set {LATEST} now names {pkg} {version}")
-        done.retired += retire(config.load(root), pkg, say)
-        restate_torch(root, [LATEST], {f"{pkg}/{version}"}, say)
-    return None
+        project, retired = retire(project, pkg, say)
+        done.retired += retired
+        project = restate_torch(project, [LATEST], {f"{pkg}/{version}"}, say)
+    return project, None
 
 
 def _prove(project: Project, pkg: str, judged, done: Followed, prove: Prove, say, work: Scratch) -> Stop | None:
