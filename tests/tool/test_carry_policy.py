@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch, proofs, tree
-from patchwheel import cli
+from conftest import CORE, INIT, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
+from patchwheel import cli, config
 
 FIX = CORE.replace(b'"hello " + name', b'"hello, " + name')
 
@@ -59,3 +59,20 @@ def test_each_door_stops_where_the_policy_stops(demo_project, monkeypatch, tmp_p
     assert "STOPPED" in out and "a maintainer takes it from here" in out, out
     assert tree(demo_project.root) == before, "nothing of the project written"
     assert not (demo_project.root / ".rebase").exists(), "no work folder: it stopped before carrying"
+
+
+@pytest.mark.parametrize(("door", "most"), [("rebase", 1), ("derive", 2), ("follow", 2)])
+def test_each_door_loads_the_configuration_once_or_twice(demo_project, monkeypatch, tmp_path, door, most):
+    """Issue 46: config.load ran 7 times in one follow, 6 in one derive. Now once for the command, and once in the
+    scratch copy where the door works in one (follow, derive); each step passes on the project it changed."""
+    release, command = DOORS[door]
+    one_patch_dropped_from_9(demo_project)
+    demo_project.add_release(release, b"# a new first line\n" + CORE)  # carried with an offset
+    proofs(monkeypatch, tmp_path)
+    monkeypatch.setattr("patchwheel.maint.proving.setruns.prove_set", Prover())
+    loads: list[str] = []
+    real_load = config.load
+    monkeypatch.setattr(config, "load", lambda root: loads.append(str(root)) or real_load(root))
+    assert cli.main(["--root", str(demo_project.root), *command]) == 0
+    assert len(loads) <= most, loads
+    assert release in [ln.version for ln in real_load(demo_project.root).lines["demo"]]

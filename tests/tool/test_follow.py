@@ -487,25 +487,3 @@ def test_the_older_lines_proofs_run_beside_the_judge_s_once(monkeypatch, tmp_pat
     monkeypatch.setattr(proofenv, "release_env", no_env)
     follow._ahead(project, "demo", wheel, upstream.Judged())
     assert len(ran) == 2, "no environment: nothing run here; the matrix step meets it and says so"
-
-
-def test_a_follow_loads_the_configuration_twice(demo_project, monkeypatch, tmp_path):
-    """Issue 46: config.load ran 7 times in one follow (each step edited a TOML file and read everything again).
-    Now once for the command and once in the scratch copy; each step passes on what it changed, and what it wrote
-    reads back as that (the project a fresh load reads is the one the steps passed on)."""
-    latest_only(demo_project)
-    demo_project.add_release("1.1.0", b"# a new first line\n" + CORE)
-    proofs(monkeypatch, tmp_path)
-    loads: list[Path] = []
-    real_load = config.load
-
-    def counted(root):
-        loads.append(Path(root))
-        return real_load(root)
-
-    monkeypatch.setattr(config, "load", counted)
-    monkeypatch.setattr("patchwheel.maint.proving.setruns.prove_set", Prover())
-    assert cli.main(["--root", str(demo_project.root), "follow", "demo"]) == 0
-    assert len(loads) <= 2, loads
-    fresh = real_load(demo_project.root)
-    assert [ln.version for ln in fresh.lines["demo"]] == ["1.1.0"] and fresh.sets == {"latest": {"demo": "1.1.0"}}
