@@ -26,6 +26,12 @@ class Stop:
     why: str
     commands: list[str]
 
+    def named_in(self, scratch: str, root: str) -> None:
+        """What it says names the project's files (``root``), never the scratch copy's (``scratch``)."""
+        if scratch:
+            self.why = self.why.replace(scratch, root)
+            self.commands = [c.replace(scratch, root) for c in self.commands]
+
 
 @dataclass
 class Carried:

@@ -241,9 +241,8 @@ def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> D
                 say(f"wrote {len(done.written)} file(s) of overlay/ and patches/")
     except PatchwheelError as exc:  # TreeChanged included: nothing was written
         done.stop = Stop(exc.message + (f" ({exc.hint})" if exc.hint else ""), _by_hand(done))
-    if done.stop is not None and scratch:
-        done.stop.why = done.stop.why.replace(scratch, str(project.root))
-        done.stop.commands = [c.replace(scratch, str(project.root)) for c in done.stop.commands]
+    if done.stop is not None:
+        done.stop.named_in(scratch, str(project.root))
     done.seconds = time.perf_counter() - t0
     return done
 

@@ -139,9 +139,8 @@ def _follow_package(
         done.stop = Stop(exc.message, [f"nox -s follow -- {pkg}   # again, once your change is committed or stashed"])
     except PatchwheelError as exc:
         done.stop = Stop(_said(exc), _by_hand(pkg, done.line))
-    if done.stop is not None and scratch:  # what it says names the project's files, not the scratch copy's
-        done.stop.why = done.stop.why.replace(scratch, str(project.root))
-        done.stop.commands = [c.replace(scratch, str(project.root)) for c in done.stop.commands]
+    if done.stop is not None:
+        done.stop.named_in(scratch, str(project.root))
     done.seconds = time.perf_counter() - t0
     return done
 
