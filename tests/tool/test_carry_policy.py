@@ -72,7 +72,12 @@ def test_each_door_loads_the_configuration_once_or_twice(demo_project, monkeypat
     monkeypatch.setattr("patchwheel.maint.proving.setruns.prove_set", Prover())
     loads: list[str] = []
     real_load = config.load
-    monkeypatch.setattr(config, "load", lambda root: loads.append(str(root)) or real_load(root))
+
+    def counted(root):
+        loads.append(str(root))
+        return real_load(root)
+
+    monkeypatch.setattr(config, "load", counted)
     assert cli.main(["--root", str(demo_project.root), *command]) == 0
     assert len(loads) <= most, loads
     assert release in [ln.version for ln in real_load(demo_project.root).lines["demo"]]
