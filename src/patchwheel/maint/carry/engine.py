@@ -121,9 +121,9 @@ def _abort(by: str, package: str, version: str) -> str:
     return f"{workfolder.door(by, package, version)} --abort"
 
 
-def _again(by: str, package: str, version: str) -> str:
-    """What starts over after the work folder is found damaged: drop it, then the door again."""
-    return f"`{_abort(by, package, version)}`, then {by} again"
+def _again(by: str, package: str, version: str, work: Path) -> str:
+    """What starts over after the work folder ``work`` is found damaged: drop it, then the door again."""
+    return f"`{_abort(by, package, version)}`, then {by} again (--abort removes {work})"
 
 
 #: state.json's fields ("by" may be missing in a folder an older patchwheel made: that was rebase's).
@@ -138,7 +138,7 @@ def read_state(work: Path, package: str, version: str, by: str) -> dict:
     folder is the tool's own state until it reads back as such (a "package" of ``../../x`` would have put the new
     line outside the project)."""
     state_file = work / "state.json"
-    hint = _again(by, package, version)
+    hint = _again(by, package, version, work)
     state = workfolder.read_json(state_file, hint)
 
     def bad(key: str, value: object, want: str) -> ConfigError:
@@ -251,12 +251,10 @@ def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str
         )
     state = read_state(work, package, version, by)
     repo = work / "repo"
+    again = _again(by, package, version, work)
     for name in ("repo", "source"):
         if (work / name).is_symlink() or not (work / name).is_dir():
-            raise ConfigError(
-                f"{work / name} is not a folder the carry engine made", f"start over: {_again(by, package, version)}"
-            )
-    again = _again(by, package, version)
+            raise ConfigError(f"{work / name} is not a folder the carry engine made", f"start over: {again}")
     for _ in workfolder.entries(work, f"remove it, or start over: {again}"):
         pass  # a link or a special file (a named pipe) is refused before git or the tool opens anything
     workfolder.git_settings(repo, again)  # before git runs anything there: its own config could name a program
