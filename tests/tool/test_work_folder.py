@@ -211,6 +211,22 @@ def test_abort_still_leaves_a_folder_derive_did_not_make(demo_project, capsys):
     assert sorted(p.name for p in mine.iterdir()) == [workfolder.STATE, "notes.txt"]
 
 
+def test_rebase_abort_leaves_a_folder_rebase_did_not_make(demo_project, monkeypatch, tmp_path):
+    """rebase --abort (issue 46) works on a rebase's folder only: a derive's is named and left, and so is one with
+    no state.json (a maintainer's notes) or whose state.json is not a regular file."""
+    work = derive_waiting(demo_project, monkeypatch, tmp_path)
+    before = everything(work)
+    assert cli.main(["--root", str(demo_project.root), "rebase", "demo", "0.9.0", "--abort"]) == 2
+    assert everything(work) == before
+    mine = demo_project.root / ".rebase" / "demo-1.1.0"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    assert cli.main(["--root", str(demo_project.root), "rebase", "demo", "1.1.0", "--abort"]) == 2
+    (mine / "state.json").mkdir()
+    assert cli.main(["--root", str(demo_project.root), "rebase", "demo", "1.1.0", "--abort"]) == 2
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "state.json"]
+
+
 def test_a_source_line_that_no_longer_exists_is_refused(demo_project, monkeypatch, tmp_path):
     """derive.json naming a line the project no longer has skipped the "source changed" check: --continue wrote a
     line "derived from" a series it could not compare with anything."""
