@@ -257,7 +257,7 @@ def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str,
     project = config.load(root)
     newest = project.line(package)
     back = [v for v, _, yanked in fetch.releases(package) if Version(v) < Version(newest.version) and not yanked][-1]
-    if not engine.carry_line(project, newest, back, dropped={}, by="derive", log=lambda m: None):
+    if engine.carry_line(project, newest, back, dropped={}, by="derive", log=lambda m: None) is None:
         raise SystemExit(f"{newest.key} does not carry back onto {back} without a conflict")
     shutil.rmtree(newest.patch_dir)
     remove_release(project.pins_file(package), newest.version)
