@@ -234,7 +234,7 @@ def matrix_run(tmp: Path, env: dict[str, str]) -> tuple[float, str]:
 
 def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str, str]:
     """A copy of the project one release back for ``package``: its newest line carried back onto the release before
-    it (the same patches, with `rebase.carry_line`, so today's proofs and guards hold for it), the sets that named
+    it (the same patches, with `carry.engine.carry_line`, so today's proofs and guards hold for it), the sets that named
     the newest line naming that one, the newest line removed and the newest release's columns left out of the
     matrix, as before that release was published. (The copy of the tree before the newest line was added, which
     this bench used before, pairs today's proofs with older patches: its proving step failed.) The root, the line
@@ -242,8 +242,8 @@ def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str,
     from packaging.version import Version
 
     from patchwheel.configfiles import remove_release, set_member
-    from patchwheel.maint import rebase
-    from patchwheel.maint.follow.scratch import READS
+    from patchwheel.maint.carry import engine
+    from patchwheel.maint.carry.scratch import READS
     from patchwheel.wheels import vendored
     from patchwheel.writeback import WRITES
 
@@ -257,7 +257,7 @@ def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str,
     project = config.load(root)
     newest = project.line(package)
     back = [v for v, _, yanked in fetch.releases(package) if Version(v) < Version(newest.version) and not yanked][-1]
-    if not rebase.carry_line(project, newest, back, behaviour=False, by="derive", log=lambda m: None):
+    if engine.carry_line(project, newest, back, dropped={}, by="derive", log=lambda m: None) is None:
         raise SystemExit(f"{newest.key} does not carry back onto {back} without a conflict")
     shutil.rmtree(newest.patch_dir)
     remove_release(project.pins_file(package), newest.version)

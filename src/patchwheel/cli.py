@@ -70,7 +70,8 @@ HELP = {
     "derive": "make a release line for a release users run, from the nearest line, proven both ways "
     "(exit 1: it stopped, with the commands a maintainer runs)",
     "vendor": "write overlay/<pkg>/<version>/: the fixed modules, from the pinned wheel and the series",
-    "rebase": "write patches/<pkg>/<version>/ from the newest line of <pkg>",
+    "rebase": "write patches/<pkg>/<version>/ from the newest line of <pkg>, judged by follow's policy, unproven "
+    "(exit 1: it stopped, with the commands a maintainer runs)",
     "refresh": "fold the edits of overlay/<pkg>/<version>/ into one patch (message and trailers kept)",
     "new": "make the edits of overlay/<pkg>/<version>/ a new patch, with stubs of its proof, guards and upstream-pr/",
     "export": "a patch as what a contributor sends upstream: mbox with upstream's test, PR.md (ISSUE.md)",
@@ -154,8 +155,12 @@ def _maintenance_commands(sub) -> None:
     then.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     then.add_argument("--abort", action="store_true", help="drop the work folder a conflict left")
     rebase = _command(sub, "maint_commands.cmd_rebase", "rebase", line=True)
-    rebase.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
-    rebase.add_argument("--text-only", action="store_true", help="do not drop patches whose proof passes upstream")
+    goon = rebase.add_mutually_exclusive_group()
+    goon.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
+    goon.add_argument("--abort", action="store_true", help="drop the work folder a conflict left")
+    rebase.add_argument(
+        "--text-only", action="store_true", help="run no proof: drop nothing, stop where text is upstream"
+    )
     rebase.add_argument("--reexport", action="store_true", help="re-export the line's patches (after hand edits)")
     refresh = _command(sub, "maint_commands.cmd_refresh", "refresh", line=True)
     refresh.add_argument("patch", help="its slug, file name or number, e.g. name-meta-tensors or 0002")

@@ -449,3 +449,40 @@ def _suite(sets_file: Path, raw: object, sets: dict[str, dict[str, str]]) -> tup
         what = f"names no set {', '.join(map(repr, unknown))}" if unknown else "names a set twice"
         raise ConfigError(f"{sets_file}: [suite] sets {what}", hint)
     return tuple(names)
+
+
+def changed(
+    project: Project,
+    *,
+    lines: dict[str, list[ReleaseLine]] | None = None,
+    sets: dict[str, dict[str, str]] | None = None,
+    suite: tuple[str, ...] | None = None,
+    torch: TorchAxis | None = None,
+) -> Project:
+    """``project`` as :func:`load` would read it after a command wrote the packages' ``lines`` (package -> its
+    lines, in any order), ``sets``, ``suite`` or ``torch`` (each given replaces the project's): a command that
+    writes the configuration passes this along instead of loading everything again. Each line's torch is
+    recomputed from the sets, as load does."""
+    axis = project.torch if torch is None else torch
+    sets = project.sets if sets is None else sets
+    every = {**project.lines, **(lines or {})}
+    every = {
+        pkg: sorted(
+            (replace(ln, proven_torch=axis.of_line(sets, pkg, ln.version) if axis else ()) for ln in pkg_lines),
+            key=lambda ln: Version(ln.version),
+        )
+        for pkg, pkg_lines in every.items()
+    }
+    return Project(project.root, every, sets, project.suite if suite is None else suite, axis)
+
+
+def build_record(pins: Path, version: str) -> BuildRecord | None:
+    """The build record of ``[release."<version>"]`` in ``pins``, read as :func:`load` reads it (one file: what a
+    writer reads back)."""
+    raw = _read_toml(pins).get("release", {}).get(version)
+    return _build_record(pins, version, raw.get("build") if isinstance(raw, dict) else None)
+
+
+def retired_build(pins: Path, version: str) -> int:
+    """The build number ``[retired]`` of ``pins`` records for ``version`` (0: none), as :func:`load` reads it."""
+    return _retired(pins, _read_toml(pins).get("retired", {})).get(version, 0)

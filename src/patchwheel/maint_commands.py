@@ -15,6 +15,10 @@ from .commands import root
 from .errors import ConfigError
 from .matrix.table import WHERE
 
+#: The exit status of every door of the carry engine (rebase, derive, follow) that stopped where a maintainer takes
+#: it from here (it printed why, and their commands); 2 is a refused command (bad input), 0 a line written.
+STOPPED = 1
+
 
 def _releases_and_proofs(args):
     """The release selection and the releases to run proofs on, from `matrix run`'s options."""
@@ -161,8 +165,8 @@ def cmd_watch_merge(args) -> int:
 
 
 def cmd_follow(args) -> int:
+    from .maint.follow import follow
     from .maint.follow import report as followreport
-    from .maint.follow import run as follow
     from .maint.proving import setruns
 
     if args.pending and args.report:
@@ -179,7 +183,7 @@ def cmd_follow(args) -> int:
     if args.report:
         body = "\n".join(followreport.markdown(done) for done in results if done.releases or done.stop)
         Path(args.report).write_text(body or "Nothing new upstream.\n")
-    return 1 if any(done.stop for done in results) else 0
+    return STOPPED if any(done.stop for done in results) else 0
 
 
 def cmd_prove(args) -> int:
@@ -225,7 +229,7 @@ def cmd_derive(args) -> int:
         done = derive.derive(project, args.release, setruns.prove_set, source=args.source, set_name=args.set_name)
     for line in followreport.derived(done):
         print(line)
-    return 1 if done.stop else 0
+    return STOPPED if done.stop else 0
 
 
 def cmd_rebase(args) -> int:
@@ -235,12 +239,17 @@ def cmd_rebase(args) -> int:
     if args.reexport:
         rebase.reexport(project, args.package, args.version)
         return 0
+    if (args.cont or args.abort) and args.text_only:
+        raise ConfigError("--text-only is the start's: a rebase in progress keeps what it judged", "leave it out")
+    if args.abort:
+        print(f"removed {rebase.abort(project, args.package, args.version)}")
+        return 0
     if args.cont:
         done = rebase.resume(project, args.package, args.version)
     else:
         done = rebase.start(project, args.package, args.version, behaviour=not args.text_only)
     if not done:
-        return 3  # stopped at a conflict, which it described
+        return STOPPED  # it said why, with the commands
     print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s prove`)")
     return 0
 

@@ -92,6 +92,25 @@ def test_no_import_goes_round_in_a_circle():
     assert circles == []
 
 
+#: The doors of the carry engine (maint.carry): the commands that carry a release line onto another release.
+DOORS = {"maint.rebase", "maint.follow.follow", "maint.follow.derive"}
+
+
+def test_the_carry_engine_sits_below_its_doors():
+    """Issue 46: `rebase`, `derive` and `follow` are doors of one carry engine (maint.carry: the policy, the work
+    folder, the carry by text, the scratch copy). The engine imports no door and no door imports another (rebase
+    reached into follow for its work folder, derive into follow and rebase): what they share is the engine's."""
+    found = modules()
+    assert DOORS <= set(found) and "maint.carry" in found, sorted(found)
+    wrong = [
+        f"{name} imports {dep}"
+        for name, path in found.items()
+        for dep in imports(path, type_only=True)
+        if dep in DOORS | {"maint.follow"} and (name.startswith("maint.carry") or name in DOORS)
+    ]
+    assert wrong == []
+
+
 def test_the_probes_stand_alone():
     """probes/ runs by file path inside another interpreter (`status --python`, `diagnose --python`), where no
     patchwheel is installed: a probe imports nothing of the package; the status probe nothing but the standard
@@ -148,7 +167,7 @@ def test_files_are_replaced_whole_in_one_place():
     other = {  # renames of another kind, each its own
         "wheels/fetch.py": "a download, hashed as it streams, renamed into the cache once its sha256 is the pin's",
         "maint/proving/proofenv.py": "an environment folder, built aside and renamed into place",
-        "maint/rebase.py": "a new line's series folder, renamed into place whole",
+        "maint/carry/engine.py": "a new line's series folder, renamed into place whole",
         "maint/export/exportfolder.py": "an export folder, renamed into place whole",
         "maint/refresh.py": "several patch files, all staged before any is renamed",
     }

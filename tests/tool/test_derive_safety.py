@@ -20,7 +20,8 @@ from conftest import CORE, HANG, INIT, SUBMISSION, TRAILERS, Prover, edit_greet,
 from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import rebase
-from patchwheel.maint.follow import derive, waiting
+from patchwheel.maint.carry import workfolder
+from patchwheel.maint.follow import derive
 from patchwheel.maint.proving.setruns import Run
 from patchwheel.wheels import buildno, vendored
 from test_derive import CONFLICTING, KEPT, kept_by_proof, second_line, work_tree
@@ -347,7 +348,7 @@ def test_links_and_files_in_rebase_are_refused_not_followed(demo_project, monkey
 def test_a_damaged_derive_state_is_refused_with_what_to_do(demo_project, monkeypatch, tmp_path, capsys):
     _conflict(demo_project, monkeypatch, tmp_path)
     assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is not None
-    state = demo_project.root / ".rebase" / "demo-0.9.0" / waiting.STATE
+    state = demo_project.root / ".rebase" / "demo-0.9.0" / workfolder.STATE
     state.write_text(state.read_text()[:-10])  # an editor's half-saved file
     assert cli.main(["--root", str(demo_project.root), "derive", "demo==0.9.0", "--continue"]) == 2
     assert "cannot read" in capsys.readouterr().err

@@ -6,8 +6,8 @@ import zipfile
 
 import pytest
 
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
-from patchwheel import gitops, series
+from conftest import CORE, INIT, SUBMISSION, TRAILERS, edit_greet, make_patch, proofs, tree
+from patchwheel import cli, gitops, series
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import rebase
 from patchwheel.maint.upstream import textcheck
@@ -69,29 +69,27 @@ def test_rebase_stops_on_conflict_and_continues(demo_project, capsys):
         assert b'"hi, " + name' in zf.read("demo/core.py")
 
 
-def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, capsys):
+def test_a_kept_patch_that_builds_on_a_dropped_one_is_carried(demo_project, monkeypatch, tmp_path, capsys):
     """Found rebasing transformers 4.53.3 onto 5.23.0: the behaviour check dropped a backport, and the feature
     written on top of it could not even be applied to the old release (the work repository skipped the dropped
-    patch). The whole old patches is now the starting point; only the kept patches are carried."""
-    from patchwheel.maint.proving.proofenv import ProofOutcome
-
+    patch). The whole old patches is now the starting point; only the kept patches are carried. (Judged by the one
+    policy since issue 46: the dropped patch's proof passes once its Drop-When holds.)"""
     files = _files(CORE)
-    comma = make_patch(files, edit_greet, "Greet with a comma", TRAILERS)
+    comma = make_patch(files, edit_greet, "Greet with a comma", TRAILERS)  # Drop-When: demo>=1.1.0
     after = edit_greet(dict(files))
     shout = make_patch(
         after,
         lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b'"hello, "', b'"HELLO, "')},
         "Shout the greeting",
-        {**TRAILERS, "Drop-When": "demo>=9"},
+        {**TRAILERS, "Drop-When": "demo>=9", "Proof-Test": "tests/proof/test_shout.py"},
     )
+    (demo_project.root / "tests" / "proof" / "test_shout.py").write_text("def test_shout():\n    pass\n")
+    gitops.write_files(demo_project.root / "upstream-pr" / "demo" / "shout", SUBMISSION)
     demo_project.set_series(("0001-greet-comma.patch", comma), ("0002-shout.patch", shout))
     demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', FIX))  # upstream took the comma
+    proofs(monkeypatch, tmp_path, passes_from={"tests/proof/test_demo.py": "1.1.0"})
 
-    def judge(patch):
-        fixed = patch.name.startswith("0001")
-        return ProofOutcome("passes" if fixed else "fails", "fake verdict for the test")
-
-    assert rebase.start(demo_project.load(), "demo", "1.1.0", judge=judge) is True
+    assert rebase.start(demo_project.load(), "demo", "1.1.0") is True
     new_dir = demo_project.root / "patches" / "demo" / "1.1.0"
     patches = (new_dir / "series").read_text()
     assert "# dropped 0001-greet-comma.patch: its proof passes on pristine demo 1.1.0" in patches, patches
@@ -108,3 +106,21 @@ def test_rebase_refuses_bad_targets(demo_project):
         rebase.start(project, "demo", "7.0.0", behaviour=False)
     with pytest.raises(PatchwheelError, match="no rebase onto demo 1.1.0 is in progress"):
         rebase.resume(project, "demo", "1.1.0")
+
+
+def test_a_stopped_rebase_exits_1_and_abort_drops_its_work_folder(demo_project, capsys):
+    """Issue 46: one exit status for "stopped, a maintainer takes it from here" in every door (rebase said 3, derive
+    and follow 1), and --abort in every door that leaves a work folder (rebase offered only --continue)."""
+    demo_project.add_release("1.1.0", CORE.replace(b'"hello " + name', b'"hi " + name'))
+    before = tree(demo_project.root)
+    argv = ["--root", str(demo_project.root), "rebase", "demo", "1.1.0"]
+    assert cli.main([*argv, "--text-only"]) == 1
+    out = capsys.readouterr().out
+    assert "CONFLICT in src/demo/core.py" in out and "nox -s rebase -- demo 1.1.0 --continue" in out
+    assert (demo_project.root / ".rebase" / "demo-1.1.0" / "state.json").is_file()
+    assert cli.main([*argv, "--abort", "--text-only"]) == 2, "--text-only is the start's"
+    assert cli.main([*argv, "--abort"]) == 0
+    assert f"removed {demo_project.root / '.rebase' / 'demo-1.1.0'}" in capsys.readouterr().out
+    assert not (demo_project.root / ".rebase").exists() and tree(demo_project.root) == before
+    assert cli.main([*argv, "--abort"]) == 2
+    assert "no rebase of demo 1.1.0 is waiting" in capsys.readouterr().err

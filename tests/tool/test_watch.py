@@ -539,7 +539,7 @@ def test_the_watch_and_follow_decide_a_cell_by_one_policy():
     """Where upstream has a patch's text but its proof still fails, or its Drop-When holds while it fails, the watch
     called the patch droppable and `follow` stopped: both now ask `matrix_checks.decide`, and the watch says it needs
     a maintainer, as follow stops there."""
-    from patchwheel.maint.follow.run import _SAID
+    from patchwheel.maint.carry.policy import _SAID
     from patchwheel.matrix.checks import RULES, decide
     from patchwheel.matrix.table import Cell, LineMatrix, Matrix, Release, Row
 

@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from conftest import HANG, Prover, proofs, tree
 from patchwheel import cli, gitops
 from patchwheel.maint import rebase
-from patchwheel.maint.follow import derive, waiting
+from patchwheel.maint.carry import workfolder
+from patchwheel.maint.follow import derive
 from test_derive import CONFLICTING, kept_by_proof
 from test_derive_safety import _spawn
 
@@ -147,11 +148,11 @@ def test_a_package_in_the_state_that_climbs_out_writes_and_deletes_nothing_there
 @pytest.mark.parametrize(
     "command,file,change,message",
     [
-        ("derive", waiting.STATE, lambda s: s.update(verdicts=[1]), "verdicts"),
-        ("derive", waiting.STATE, lambda s: s.update(others={"a": 1}), "others"),
-        ("derive", waiting.STATE, lambda s: s.update(set=7), "set"),
-        ("derive", waiting.STATE, lambda s: s.update(source_series=[]), "source_series"),
-        ("derive", waiting.STATE, lambda s: s.update(source=None), "source"),
+        ("derive", workfolder.STATE, lambda s: s.update(verdicts=[1]), "verdicts"),
+        ("derive", workfolder.STATE, lambda s: s.update(others={"a": 1}), "others"),
+        ("derive", workfolder.STATE, lambda s: s.update(set=7), "set"),
+        ("derive", workfolder.STATE, lambda s: s.update(source_series=[]), "source_series"),
+        ("derive", workfolder.STATE, lambda s: s.update(source=None), "source"),
         ("derive", "state.json", lambda s: {}, "state.json"),
         ("derive", "state.json", lambda s: s.update(to="0.8.0"), "'0.8.0'"),
         ("derive", "state.json", lambda s: s.update(by="rebase"), "rebase"),
@@ -187,7 +188,7 @@ def test_abort_removes_the_folder_whatever_its_state_file_holds(demo_project, mo
     """A derive.json that was not JSON made --abort refuse, while the refusal's `fix:` line said to run --abort
     (100000 nested brackets: a `RecursionError` traceback from --continue)."""
     work = derive_waiting(demo_project, monkeypatch, tmp_path)
-    (work / waiting.STATE).write_text(content)
+    (work / workfolder.STATE).write_text(content)
     rc, out, err = _run("--root", str(demo_project.root), "derive", "demo==0.9.0", "--continue")
     assert rc == 2 and "--abort" in err, (rc, out, err)
     before = tree(demo_project.root)
@@ -203,18 +204,34 @@ def test_abort_still_leaves_a_folder_derive_did_not_make(demo_project, capsys):
     mine = demo_project.root / ".rebase" / "demo-0.9.0"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine\n")
-    (mine / waiting.STATE).mkdir()
+    (mine / workfolder.STATE).mkdir()
     for spec in ("demo==1.1.0", "demo==0.9.0"):
         assert cli.main(["--root", str(demo_project.root), "derive", spec, "--abort"]) == 2
     assert (demo_project.root / ".rebase" / "demo-1.1.0" / "state.json").is_file()
-    assert sorted(p.name for p in mine.iterdir()) == [waiting.STATE, "notes.txt"]
+    assert sorted(p.name for p in mine.iterdir()) == [workfolder.STATE, "notes.txt"]
+
+
+def test_rebase_abort_leaves_a_folder_rebase_did_not_make(demo_project, monkeypatch, tmp_path):
+    """rebase --abort (issue 46) works on a rebase's folder only: a derive's is named and left, and so is one with
+    no state.json (a maintainer's notes) or whose state.json is not a regular file."""
+    work = derive_waiting(demo_project, monkeypatch, tmp_path)
+    before = everything(work)
+    assert cli.main(["--root", str(demo_project.root), "rebase", "demo", "0.9.0", "--abort"]) == 2
+    assert everything(work) == before
+    mine = demo_project.root / ".rebase" / "demo-1.1.0"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    assert cli.main(["--root", str(demo_project.root), "rebase", "demo", "1.1.0", "--abort"]) == 2
+    (mine / "state.json").mkdir()
+    assert cli.main(["--root", str(demo_project.root), "rebase", "demo", "1.1.0", "--abort"]) == 2
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "state.json"]
 
 
 def test_a_source_line_that_no_longer_exists_is_refused(demo_project, monkeypatch, tmp_path):
     """derive.json naming a line the project no longer has skipped the "source changed" check: --continue wrote a
     line "derived from" a series it could not compare with anything."""
     work = derive_waiting(demo_project, monkeypatch, tmp_path)
-    edit_json(work / waiting.STATE, lambda s: s.update(source="0.5.0"))
+    edit_json(work / workfolder.STATE, lambda s: s.update(source="0.5.0"))
     edit_json(work / "state.json", lambda s: s.update({"from": "0.5.0"}))  # the two agree
     before, before_work = tree(demo_project.root), everything(work)
     rc, out, err = _run("--root", str(demo_project.root), *CONTINUE["derive"])
@@ -330,9 +347,9 @@ def holding_a_pipe(release: Path, start) -> tuple[list[str], subprocess.Popen, s
     [
         ("derive", "repo/src/demo/pipe"),  # the maintainer's work tree
         ("derive", "repo/.git/pipe"),  # inside git's folder: left out, as git's socket is
-        ("derive", waiting.STATE),
+        ("derive", workfolder.STATE),
         ("derive", "state.json"),
-        ("abort", waiting.STATE),  # not derive's state: the folder is not derive's to remove
+        ("abort", workfolder.STATE),  # not derive's state: the folder is not derive's to remove
         ("rebase", "state.json"),
     ],
 )
@@ -418,7 +435,7 @@ FIELDS = {
         ("extra",),
         (),
     ],
-    waiting.STATE: [
+    workfolder.STATE: [
         ("source",),
         ("set",),
         ("verdicts",),
@@ -467,7 +484,7 @@ def templates(demo_project, monkeypatch, tmp_path) -> dict[str, Path]:
 def test_any_value_in_any_field_is_a_clear_error_or_a_success(templates, scratch_temp, command, data):
     """Whatever a state file holds, --continue either goes through (the value happened to be valid) or stops with
     one clear error, the project and the work folder as they were; nothing outside the project is touched."""
-    file = data.draw(st.sampled_from(["state.json", waiting.STATE] if command == "derive" else ["state.json"]))
+    file = data.draw(st.sampled_from(["state.json", workfolder.STATE] if command == "derive" else ["state.json"]))
     where = data.draw(st.sampled_from(FIELDS[file]))
     value = data.draw(JSON)
     note(f"{command}: {file}{list(where)} = {value!r}")

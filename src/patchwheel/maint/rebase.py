@@ -1,388 +1,87 @@
-"""Rebase a release line onto a newer upstream release: ``patchwheel rebase <pkg> <version>``.
+"""Rebase a release line onto a newer upstream release by hand: ``patchwheel rebase <pkg> <version>``.
 
-1. Judge by behaviour: run each patch's proof test on the pristine new release. A patch whose proof passes is
-   upstream (possibly fixed differently) and is dropped; the new series records where (a comment line).
-2. Carry the rest by text, in order, in a work repository under ``.rebase/<pkg>-<version>/repo`` (pristine base
-   commit, the series as commits, a branch with the new release's files): clean and offset patches are
-   refreshed, 3-way merges taken. On a conflict the cherry-pick is left in the work tree and the command stops,
-   saying which file and how to continue (``--continue``).
-3. Write ``patches/<pkg>/<version>/`` (renumbered, byte-stable exports) and pin the release in
-   ``overlay/<pkg>/pins.toml``. The old line is left as it was, and stays buildable.
+The door of the carry engine (:mod:`.carry`) that carries without proving: the newest line's patches are judged on
+the pristine new release by the one policy (:func:`carry.policy.judge`, the same as `follow`'s and `derive`'s), then
+carried by text (:func:`carry.engine.carry_line`), which writes ``patches/<pkg>/<version>/``, the pin, the first
+build record and the vendored modules. Where a maintainer must judge it stops (exit 1), saying why and with the
+commands; at a conflict the work folder ``.rebase/<pkg>-<version>/`` waits: ``--continue`` goes on after the
+conflict is resolved, ``--abort`` removes it. ``--text-only`` runs no proof: nothing is dropped (the policy drops a
+fix only by its proof), and a patch whose text is upstream stops it. The old line is left as it was.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shutil
-from collections.abc import Callable
-from pathlib import Path
+from packaging.version import Version
 
-from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
-
-from .. import atomic, config, gitops
-from ..config import Project, ReleaseLine
-from ..configfiles import add_release
+from .. import gitops
+from ..config import Project
 from ..errors import ConfigError
-from ..names import SHA256, file_name_problem
 from ..reporter import CONSOLE
-from ..series import PATCH_NAME, Patch, checked_series, parse_patch, patch_name, slug_of
+from ..series import checked_series
 from ..wheels import buildno, fetch, vendored
-from .follow import waiting
-from .proving import proofenv
-from .upstream.matrixrun import companions
-from .upstream.textcheck import carry
-from .workrepo import WorkRepo, release_files, touched
+from .carry import engine, policy, workfolder
+from .carry.outcome import Stop
+from .upstream import matrixrun as upstream
+from .workrepo import WorkRepo
 
 
-def _work(project: Project, package: str, version: str) -> Path:
-    return waiting.path(project.root, package, version)
-
-
-def _version(text: str) -> str:
-    """The release number as typed, checked and normalized (``1.0-post1`` -> ``1.0.post1``), so that the line's
-    folder, its pin and the wheel's file name spell it alike."""
-    try:
-        return str(Version(text))
-    except InvalidVersion as exc:
-        raise ConfigError(
-            f"{text!r} is not a version", "give the upstream release as the package index lists it, e.g. 5.24.0"
-        ) from exc
-
-
-def start(
-    project: Project,
-    package: str,
-    version: str,
-    *,
-    behaviour: bool = True,
-    log=CONSOLE,
-    judge: Callable[[Patch], proofenv.ProofOutcome] | None = None,
-) -> bool:
-    """Start a rebase of the newest line onto a newer release: True when the new line was written, False when a
-    patch stopped at a conflict (it is left in the work repository, with the commands to go on). ``judge``: a
-    patch's proof verdict on the pristine new release (default: run it in a cached environment)."""
-    version = _version(version)
+def start(project: Project, package: str, version: str, *, behaviour: bool = True, log=CONSOLE) -> bool:
+    """Start a rebase of the newest line onto a newer release: True when the new line was written, False when it
+    stopped (the policy's stop, or a conflict left in the work folder with the commands to go on). ``behaviour``:
+    judge by the one policy (proofs on the pristine release); without it nothing is dropped."""
+    version = engine.version_of(version)
     old = project.line(package)
     if Version(version) <= Version(old.version):
         raise ConfigError(
             f"{version} is not newer than the newest line {old.key}",
             f"rebase onto a newer release; for an older one, `nox -s derive -- {package}=={version}`",
         )
-    return carry_line(project, old, version, behaviour=behaviour, log=log, judge=judge)
-
-
-def carry_line(
-    project: Project,
-    source: ReleaseLine,
-    version: str,
-    *,
-    behaviour: bool = True,
-    log=CONSOLE,
-    judge: Callable[[Patch], proofenv.ProofOutcome] | None = None,
-    by: str = "rebase",
-) -> bool:
-    """Carry the line ``source`` onto the upstream release ``version``, newer or older than it (``rebase`` and
-    ``derive`` both start here): True when the new line was written, False at a conflict, which is left in the
-    work repository ``.rebase/<pkg>-<version>/`` with the commands to go on (``by`` names the command)."""
-    package = source.package
-    target = project.series_dir(package, version)
-    if target.exists():
-        raise ConfigError(
-            f"{target} already exists", f"remove it to carry a line onto {version} again (git rm -r {target})"
-        )
-    work = _work(project, package, version)
-    if work.exists():
-        raise ConfigError(
-            f"a rebase onto {package} {version} is in progress in {work}",
-            f"finish it with `{_continue(by, package, version)}`, or delete {work}",
-        )
-    wheel, sdist = fetch.release_artifacts(package, version)
-    series = checked_series(source)
+    engine.check_free(project, old.package, version, "rebase")
     dropped: dict[str, str] = {}
     if behaviour:
-        if judge is None:
-            env = proofenv.release_env(project.cache, [(package, wheel)] + companions(project, source))
-            judge = lambda p: proofenv.run_proof(env, project.root, p.test_module)  # noqa: E731
-        for p in series:
-            if p.is_feature:
-                log(f"{p.name}: a feature, carried by text (dropped by its Drop-When, not by a proof)")
-                continue
-            outcome = judge(p)
-            log(f"{p.name}: proof on pristine {version}: {outcome.verdict} ({outcome.detail})")
-            if outcome.verdict == "passes":
-                dropped[p.name] = f"its proof passes on pristine {package} {version}"
-    keep = [p for p in series if p.name not in dropped]
-    new_files = release_files(source, touched(series), wheel)
-    work.mkdir(parents=True)
-    # The source line's patch files, copied: the work folder holds everything a --continue needs, wherever the
-    # project (or a scratch copy of it) is then.
-    (work / "source").mkdir()
-    for p in series:
-        (work / "source" / p.name).write_bytes(p.path.read_bytes())
-    # The whole series: a kept patch may build on a dropped one (its diff is against that state).
-    repo = WorkRepo.of_line(source, series, at=work / "repo")
-    gitops.git(repo.path, "branch", "-q", "series")
-    onto = repo.branch("rebased", repo.base, new_files, f"pristine {package} {version}")
-    commits = repo.commits
-    state = {
-        "package": package,
-        "from": source.version,
-        "to": version,
-        "by": by,
-        "onto": onto,
-        "wheel": [wheel.filename, wheel.sha256],
-        "sdist": [sdist.filename, sdist.sha256] if sdist else None,
-        "todo": [[p.name, commits[p.name], f"source/{p.name}"] for p in keep],
-        "done": {},
-        "dropped": dropped,
-    }
-    return _proceed(project, work, state, log)
-
-
-def _continue(by: str, package: str, version: str) -> str:
-    """The command that goes on after a conflict is resolved, for the command that stopped there."""
-    if by == "derive":
-        return f"nox -s derive -- {package}=={version} --continue"
-    return f"nox -s rebase -- {package} {version} --continue"
-
-
-#: state.json's fields ("by" may be missing in a folder an older patchwheel made: that was rebase's).
-STATE_KEYS = ("package", "from", "to", "by", "onto", "wheel", "sdist", "todo", "done", "dropped")
-_COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # a full sha1 or sha256 object name, never an option
-_FILE_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")  # what a file name on an index has (it goes into pins.toml)
-
-
-def read_state(work: Path, package: str, version: str, by: str) -> dict:
-    """The rebase state in ``work`` (state.json), every field checked against what the command was given
-    (``package``, ``version``, and ``by``, the command) and against what :func:`carry_line` writes: nothing in a work
-    folder is the tool's own state until it reads back as such (a "package" of ``../../x`` would have put the new
-    line outside the project)."""
-    state_file = work / "state.json"
-    spec = f"{package}=={version}"
-    hint = (
-        f"`nox -s derive -- {spec} --abort`, then derive again"
-        if by == "derive"
-        else f"start over: remove {work}, then `nox -s rebase -- {package} {version}`"
-    )
-    state = waiting.read_json(state_file, hint)
-
-    def bad(key: str, value: object, want: str) -> ConfigError:
-        return ConfigError(f'{state_file}: "{key}" is {waiting.shown(value)}, not {want}', hint)
-
-    if not isinstance(state, dict) or not set(STATE_KEYS) - {"by"} <= set(state) <= set(STATE_KEYS):
-        have = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ConfigError(
-            f"{state_file} is not a rebase's state: it holds {waiting.shown(have)}, where a rebase writes a table "
-            f"of {', '.join(STATE_KEYS)}",
-            hint,
-        )
-    state.setdefault("by", "rebase")
-    if state["by"] not in ("rebase", "derive"):
-        raise bad("by", state["by"], f"{by!r}, the command that goes on")
-    if state["by"] != by:
-        other = (
-            f"`nox -s derive -- {spec} --continue`, or drop it: `nox -s derive -- {spec} --abort`"
-            if state["by"] == "derive"
-            else f"`nox -s rebase -- {package} {version} --continue`, or drop it: remove {work}"
-        )
-        raise ConfigError(f"{work} is the work folder of a {state['by']}, not of a {by}", f"go on with {other}")
-    for key, want in (("package", package), ("to", version)):
-        if state[key] != want:
-            raise bad(key, state[key], f"{want!r}, the {'package' if key == 'package' else 'release'} given")
-    if not _is_version(state["from"]):
-        raise bad("from", state["from"], "a release line's version")
-    if not isinstance(state["onto"], str) or not _COMMIT.fullmatch(state["onto"]):
-        raise bad("onto", state["onto"], "a commit of the work repository")
-    _artifact(state, "wheel", package, version, bad)
-    if state["sdist"] is not None:
-        _artifact(state, "sdist", package, version, bad)
-    todo = state["todo"]
-    if not isinstance(todo, list) or not all(
-        isinstance(t, list)
-        and len(t) == 3
-        and all(isinstance(x, str) for x in t)
-        and PATCH_NAME.match(t[0])
-        and _COMMIT.fullmatch(t[1])
-        and t[2] == f"source/{t[0]}"
-        for t in todo
-    ):
-        raise bad("todo", todo, "a list of [patch file name, commit, source/<patch file name>]")
-    for key in ("done", "dropped"):
-        value = state[key]
-        if not isinstance(value, dict) or not all(
-            PATCH_NAME.match(name) and isinstance(why, str) and why.isprintable() for name, why in value.items()
-        ):
-            raise bad(key, value, "a table of patch file names and one-line reasons")
-    names = [t[0] for t in todo] + list(state["done"]) + list(state["dropped"])
-    if len(set(names)) != len(names):
-        raise bad("todo", todo, 'a list of patches that are neither in "done" nor in "dropped", each once')
-    return state
-
-
-def _is_version(value: object) -> bool:
-    """A version as the tool writes it: normalized (so that it names a folder as the line's pin does)."""
-    if not isinstance(value, str):
-        return False
-    try:
-        return str(Version(value)) == value
-    except InvalidVersion:
-        return False
-
-
-def _artifact(state: dict, key: str, package: str, version: str, bad) -> None:
-    """state[key]: [file name, sha256] of the release's wheel or sdist (what the new pin will say)."""
-    value = state[key]
-    want = f"[file name, sha256] of {package} {version}'s {key}"
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, str) for x in value)):
-        raise bad(key, value, want)
-    filename, sha = value
-    if not SHA256.match(sha) or not _FILE_CHARS.fullmatch(filename) or file_name_problem(filename):
-        raise bad(key, value, want)
-    try:
-        if key == "wheel":
-            name, got, _, _ = parse_wheel_filename(filename)
-        else:
-            name, got = parse_sdist_filename(filename)
-    except (InvalidWheelFilename, InvalidSdistFilename):
-        raise bad(key, value, want) from None
-    if name != package or got != Version(version):
-        raise bad(key, value, want)
-
-
-def _write_state(work: Path, state: dict) -> None:
-    """state.json replaced whole (a link there is replaced, never written through)."""
-    atomic.replace_text(work / "state.json", json.dumps(state, indent=1))
-
-
-def _source_patch(work: Path, name: str) -> Path:
-    """The source line's patch ``name`` as the work folder holds it (a plain file name, never a path)."""
-    path = work / "source" / name
-    if "/" in name or name in (".", "..") or not path.is_file() or path.is_symlink():
-        raise ConfigError(
-            f"{work} holds no patch file source/{name}",
-            f"the work folder was made by an older patchwheel or changed by hand: start over (remove {work})",
-        )
-    return path
-
-
-def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str = "rebase") -> bool:
-    """Go on after a conflict was resolved in the work repository; ``by``: the command that goes on (derive calls
-    it in its scratch copy). The work folder's state must be that command's, for ``package`` ``version``."""
-    version = _version(version)
-    package = project.line(package).package  # a known package, as the tool names its folders
-    work = waiting.folder(project.root, package, version)
-    state_file = work / "state.json"
-    if not os.path.lexists(state_file):
-        raise ConfigError(
-            f"no rebase onto {package} {version} is in progress",
-            f"start one with `nox -s rebase -- {package} {version}`",
-        )
-    state = read_state(work, package, version, by)
-    repo = work / "repo"
-    for name in ("repo", "source"):
-        if (work / name).is_symlink() or not (work / name).is_dir():
-            raise ConfigError(
-                f"{work / name} is not a folder the rebase made", f"start over: remove {work}, then rebase again"
-            )
-    for _ in waiting.entries(work, f"remove it, or start over: remove {work}, then rebase again"):
-        pass  # a link or a special file (a named pipe) is refused before git or the tool opens anything
-    again = (
-        f"`nox -s derive -- {package}=={version} --abort`, then derive again"
-        if by == "derive"
-        else f"start over: remove {work}, then `nox -s rebase -- {package} {version}`"
-    )
-    waiting.git_settings(repo, again)  # before git runs anything there: its own config could name a program
-    if not state["todo"]:  # every patch carried, the line not written yet (a later step stopped): write it
-        return _proceed(project, work, state, log)
-    unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
-    if unmerged:
-        raise ConfigError(
-            f"still unresolved in {repo}: {', '.join(unmerged)}",
-            f"edit them, `git -C {repo} add <file>`, then run --continue again",
-        )
-    if (repo / ".git" / "CHERRY_PICK_HEAD").exists():
-        gitops.git(repo, "-c", "core.editor=true", "cherry-pick", "--continue")
-    name = state["todo"].pop(0)[0]
-    state["done"][name] = "resolved by hand"
-    log(f"{name}: resolved by hand")
-    return _proceed(project, work, state, log)
-
-
-def _proceed(project: Project, work: Path, state: dict, log) -> bool:
-    repo = work / "repo"
-    while state["todo"]:
-        name, commit, _ = state["todo"][0]
-        result = carry(repo, parse_patch(_source_patch(work, name)), commit)
-        if result.status == "conflict":
-            # Leave the conflict in the work tree for a human.
-            gitops.try_git(repo, "cherry-pick", commit)
-            _write_state(work, state)
-            log(f"{name}: CONFLICT in {', '.join(result.conflicts)}")
-            log(f"  resolve it in {repo}/{result.conflicts[0]} (conflict markers), keeping the patch's intent;")
-            log(f"  then: git -C {repo} add {' '.join(result.conflicts)}")
-            log(f"        (to describe the fix anew for {state['to']}: git -C {repo} commit, and edit the message)")
-            log(f"        {_continue(state.get('by', 'rebase'), state['package'], state['to'])}")
-            log(f"  the original patch: {_source_patch(work, name)}")
+        artifact = fetch.release_artifacts(package, version)[0]
+        verdicts, stop = policy.judge(project, old, version, artifact, upstream.Judged(), by_hand)
+        for v in verdicts:
+            log(f"{v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
+        if stop is not None:
+            said(stop, log)
             return False
-        if result.status == "already-upstream":
-            state["dropped"][name] = f"its text is already in {state['package']} {state['to']} ({result.detail})"
-        else:
-            state["done"][name] = result.status + (f": {result.detail}" if result.detail else "")
-        log(f"{name}: {result.status}{(' (' + result.detail + ')') if result.detail else ''}")
-        state["todo"].pop(0)
-    _write_line(project, work, state, log)
-    shutil.rmtree(work, ignore_errors=True)
-    if not any((project.root / ".rebase").iterdir()):
-        (project.root / ".rebase").rmdir()
-    return True
+        dropped = policy.dropped(verdicts)
+    return engine.carry_line(project, old, version, dropped=dropped, log=log) is not None
 
 
-def _write_line(project: Project, work: Path, state: dict, log) -> None:
-    repo = work / "repo"
-    package, version = state["package"], state["to"]
-    revs = gitops.git(repo, "rev-list", "--reverse", f"{state['onto']}..HEAD").decode().split()
-    target = project.series_dir(package, version)
-    tmp = target.with_name(f".{version}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    names = list(state["done"])
-    if len(revs) != len(names):
-        raise ConfigError(
-            f"{len(revs)} commits in {repo} but {len(names)} carried patches",
-            "the work repository was changed by hand beyond the conflict; start over",
-        )
-    by = state.get("by", "rebase")
-    how = "derived" if by == "derive" else "rebased"
-    lines = [f"# Patch series for {package} {version}, {how} from {state['from']} by `patchwheel {by}`."]
-    for name, why in state["dropped"].items():
-        lines.append(f"# dropped {name}: {why}")
-    for i, (rev, name) in enumerate(zip(revs, names, strict=True), 1):  # lengths checked above
-        new_name = patch_name(i, slug_of(name))
-        (tmp / new_name).write_bytes(gitops.format_patch(repo, rev))
-        lines.append(new_name)
-    (tmp / "series").write_text("\n".join(lines) + "\n")
-    tmp.replace(target)
-    pins = project.pins_file(package)
-    table = f'[release."{version}"]\n'
-    table += f'wheel = {{ filename = "{state["wheel"][0]}", sha256 = "{state["wheel"][1]}" }}\n'
-    if state["sdist"]:
-        table += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
-    add_release(pins, version, table)
-    wrote, pinned = target.relative_to(project.root), pins.relative_to(project.root)
-    log(f"wrote {wrote}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pinned}")
-    fresh = config.load(project.root)  # with the new pin
-    buildno.bump_unless_draft(fresh, fresh.line(package, version), log=log)  # its first build
-    vendored.write(fresh, [fresh.line(package, version)], log=lambda m: None)
-    log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
+def said(stop: Stop, log=CONSOLE) -> None:
+    """A stop, for the terminal: why, and the maintainer's commands."""
+    log(f"STOPPED, nothing written: {stop.why}")
+    log("  a maintainer takes it from here:")
+    for command in stop.commands:
+        log(f"    {command}")
+
+
+def by_hand(package: str, version: str) -> list[str]:
+    """What a maintainer runs once the policy's stop is dealt with."""
+    return [
+        f"nox -s matrix -- run {package}=={version}   # what the line's patches say about {version}, text and proofs",
+        f"nox -s rebase -- {package} {version}   # again, once the patch, its proof or its Drop-When is corrected",
+    ]
+
+
+def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool:
+    """Go on after a conflict was resolved in the work repository (:func:`carry.engine.resume`)."""
+    return engine.resume(project, package, version, log=log, by="rebase") is not None
+
+
+def abort(project: Project, package: str, version: str) -> str:
+    """Remove the work folder of a rebase waiting at a conflict (only one the carry engine made): its path."""
+    version = engine.version_of(version)
+    package = project.line(package).package
+    return str(workfolder.abort(project.root, package, version, by="rebase"))
 
 
 def reexport(project: Project, package: str, version: str, log=CONSOLE) -> None:
     """Re-export a line's patches through `git am` onto the pristine release and `git format-patch`, so that a
     patch edited by hand gets correct `index` lines (and the ones after it too). Nothing else changes."""
-    _version(version)  # a clear error for a typo; the line itself is named as its pin names it
+    engine.version_of(version)  # a clear error for a typo; the line itself is named as its pin names it
     line = project.line(package, version)
     series = checked_series(line, messages=False)
     with WorkRepo.of_line(line, series) as work:

@@ -204,7 +204,7 @@ def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
     record = BuildRecord(max([line.build.number if line.build else 0, line.retired_build, *history]) + 1, digest)
     pins = project.pins_file(line.package)
     write_record(pins, line.version, record)
-    if config.load(project.root).line(line.package, line.version).build != record:  # what the next load reads
+    if config.build_record(pins, line.version) != record:  # what the next load reads
         raise ConfigError(
             f"{pins}: the build record written for {line.version} does not read back",
             f'write build = {{ number = {record.number}, inputs = "{digest}" }} in [release."{line.version}"]',

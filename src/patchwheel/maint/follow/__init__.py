@@ -1,3 +1,3 @@
-"""`patchwheel follow` and `patchwheel derive`: carry a release line onto upstream's newer
-releases (:mod:`.run`, :mod:`.derive`), in a scratch copy written back in one step (:mod:`.scratch`), a derive left
-waiting at a conflict (:mod:`.waiting`), and what was done, for people (:mod:`.report`)."""
+"""`patchwheel follow` and `patchwheel derive`, two doors of the carry engine (:mod:`..carry`): carry a release
+line onto upstream's newer releases (:mod:`.follow`), or make a line for any release users run (:mod:`.derive`),
+and what was done, for people (:mod:`.report`)."""

@@ -3,10 +3,11 @@
 `follow` carries a package's newest line onto the releases after it; `derive` makes a line for any other final
 release a team pins, from the nearest line (``--from`` picks another), with follow's policy and guarantees:
 
-1. **judge** the release: the source line's patches by text and by proofs on the pristine release
-   (:func:`follow.judge`), and the proofs of the fixes only other lines carry (one may carry a fix the source
+1. **judge** the release: the source line's patches by text and by proofs on the pristine release (the one policy,
+   :func:`carry.policy.judge`), and the proofs of the fixes only other lines carry (one may carry a fix the source
    dropped, or not yet needs): where such a bug is still there, it stops;
-2. **carry** the series (:func:`rebase.carry_line`: a patch whose proof passes is dropped, the series says why),
+2. **carry** the series (the carry engine, :func:`carry.engine.carry_line`: what the one policy dropped is left out,
+   the series says why),
    which writes the series, the pin (in version order), the first build record (above a retired line's of the
    release) and the vendored modules; name the line in a consumer set (``--set``, default ``v<major>.<minor>``,
    never ``latest``; a new set takes the other packages' newest lines), and in ``[suite]`` when it is the newest
@@ -15,7 +16,7 @@ release a team pins, from the nearest line (``--from`` picks another), with foll
    its guards.
 
 All of it in a scratch copy, written back in one step only when every step went through. A conflict writes only
-the work folder (:mod:`waiting`), where the maintainer resolves it; ``--continue`` goes on from a copy of it,
+the work folder (:mod:`carry.workfolder`), where the maintainer resolves it; ``--continue`` goes on from a copy of it,
 ``--abort`` removes it.
 """
 
@@ -25,7 +26,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -38,37 +39,30 @@ from ...configfiles import add_set, set_member, suite_add
 from ...errors import ConfigError, PatchwheelError
 from ...reporter import CONSOLE
 from ...wheels import fetch
-from .. import lintall, rebase
+from .. import lintall
+from ..carry import engine, policy, workfolder
+from ..carry.outcome import Carried, Stop, Verdict
+from ..carry.scratch import Scratch, held_interrupts, restate_torch
+from ..carry.steps import Prove, build_and_prove, judge_into_matrix, proof_stop, retire
 from ..proving import proofenv
-from ..proving.setruns import Run
 from ..upstream import matrixrun as upstream
 from ..upstream.selection import Selection
-from . import run as follow
-from . import waiting
-from .run import Prove, Stop, Verdict
-from .scratch import Scratch, held_interrupts, restate_torch
 
 _SPEC = re.compile(r"(?P<pkg>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][0-9A-Za-z.+!-]*)")
 
 
 @dataclass
-class Derived:
-    """What derive did for one release, or why it stopped (nothing of the project written but the work folder)."""
+class Derived(Carried):
+    """What derive did for one release (:class:`Carried`), or why it stopped (nothing of the project written but
+    the work folder)."""
 
-    package: str
     version: str
     source: str = ""  # the line it was carried from
     set_name: str = ""
     verdicts: list[Verdict] = field(default_factory=list)  # the source line's patches
     others: list[Verdict] = field(default_factory=list)  # fixes of other lines, judged on the release
-    carried: list[str] = field(default_factory=list)  # the rebase's lines
     set_change: str = ""  # 'the set v4: transformers 4.57.6 (new)'
-    retired: list[str] = field(default_factory=list)
-    runs: list[Run] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)
-    stop: Stop | None = None
     waiting: str = ""  # the work repository a conflict left for the maintainer
-    seconds: float = 0.0
     copied: str | None = None  # with --continue: the digest the waiting folder had when it was copied
     source_series: dict[str, str] = field(default_factory=dict)  # the source line's files at the start: sha256s
     seen: dict[str, list[dict]] = field(default_factory=dict, repr=False)  # the judge's proof cases, per environment
@@ -79,7 +73,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
     m = _SPEC.fullmatch(spec)
     if m is None:
         raise ConfigError(f"{spec!r} is not <package>==<version>", "name one release, e.g. transformers==4.57.6")
-    return canonicalize_name(m["pkg"]), rebase._version(m["version"])
+    return canonicalize_name(m["pkg"]), engine.version_of(m["version"])
 
 
 def default_set(version: str) -> str:
@@ -116,7 +110,7 @@ def derive(
     package, version = parse_spec(spec)
     newest = project.line(package)  # checks the package
     _not_a_line(project, package, version)
-    waiting.refuse_existing(project.root, package, version)
+    workfolder.refuse_existing(project.root, package, version)
     releases = fetch.releases(package)
     artifact = _release(package, version, releases)
     if Version(version) > Version(newest.version):
@@ -137,23 +131,23 @@ def resume(project: Project, spec: str, prove: Prove, *, log: Callable[[str], No
     """Go on with the derive of ``spec`` after its conflict was resolved in ``.rebase/<pkg>-<version>/repo``. The
     work folder's state is input: checked, every field, against ``spec`` and the project before anything runs."""
     package, version = parse_spec(spec)
-    saved = waiting.load(project.root, package, version)
-    work = waiting.path(project.root, package, version)
+    saved = workfolder.load(project.root, package, version)
+    work = workfolder.path(project.root, package, version)
     again = f"`nox -s derive -- {spec} --abort`, then derive again"
-    carried = rebase.read_state(work, package, version, by="derive")
+    carried = engine.read_state(work, package, version, by="derive")
     _not_a_line(project, package, version)
     _set_can_take(project, saved["set"], package)
     source = next((ln for ln in project.lines[package] if ln.version == saved["source"]), None)
     if source is None:
         raise ConfigError(
             f"the line {package}/{saved['source']} this derive started from is not in the project any more (or "
-            f"{work / waiting.STATE} was changed): its resolution cannot be checked against it",
+            f"{work / workfolder.STATE} was changed): its resolution cannot be checked against it",
             again,
         )
     if carried["from"] != source.version:
         raise ConfigError(
-            f'{work / "state.json"}: "from" is {waiting.shown(carried["from"])}, not {source.version!r}, the line '
-            f"{work / waiting.STATE} names",
+            f'{work / "state.json"}: "from" is {workfolder.shown(carried["from"])}, not {source.version!r}, the line '
+            f"{work / workfolder.STATE} names",
             again,
         )
     if _series_digest(source) != saved["source_series"]:
@@ -165,8 +159,8 @@ def resume(project: Project, spec: str, prove: Prove, *, log: Callable[[str], No
     done = Derived(package, version, saved["source"], saved["set"], source_series=saved["source_series"])
     done.verdicts = [Verdict(**v) for v in saved["verdicts"]]
     done.others = [Verdict(**v) for v in saved["others"]]
-    done.copied = waiting.digest(work, again)  # refuses a link or a special file (git's own left out)
-    waiting.git_settings(work / "repo", again)  # in the maintainer's folder: the copy's would name the scratch one
+    done.copied = workfolder.digest(work, again)  # refuses a link or a special file (git's own left out)
+    workfolder.git_settings(work / "repo", again)  # in the maintainer's folder: the copy's would name the scratch one
     done.waiting = str(work / "repo")
     return _run(project, done, log, partial(_resume, prove=prove))
 
@@ -175,10 +169,7 @@ def abort(project: Project, spec: str) -> Path:
     """Remove the work folder of a derive waiting at a conflict (only one derive made, whatever its state file
     holds: a damaged one is what --abort is for): the folder removed."""
     package, version = parse_spec(spec)
-    work = waiting.owned(project.root, package, version)  # refuses a folder derive did not make
-    with held_interrupts():
-        waiting.remove(work)
-    return work
+    return workfolder.abort(project.root, package, version, "derive")
 
 
 def _not_a_line(project: Project, package: str, version: str) -> None:
@@ -234,7 +225,7 @@ def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> D
         log(f"[{time.perf_counter() - t0:6.1f}s] {done.package} {done.version}: {message}")
 
     scratch = ""
-    real = waiting.path(project.root, done.package, done.version)
+    real = workfolder.path(project.root, done.package, done.version)
     try:
         with Scratch(project.root, "derive") as work:
             scratch = str(work.root)
@@ -242,17 +233,16 @@ def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> D
             if done.stop is None:
                 with held_interrupts():
                     if done.copied is not None:  # the maintainer's folder, as --continue copied it, goes
-                        waiting.unchanged(real, done.copied, f"{done.package}=={done.version}")
+                        workfolder.unchanged(real, done.copied, f"{done.package}=={done.version}")
                     done.written = work.commit()
                     if done.copied is not None:
-                        waiting.remove(real)
+                        workfolder.remove(real)
                 done.waiting = ""
                 say(f"wrote {len(done.written)} file(s) of overlay/ and patches/")
     except PatchwheelError as exc:  # TreeChanged included: nothing was written
         done.stop = Stop(exc.message + (f" ({exc.hint})" if exc.hint else ""), _by_hand(done))
-    if done.stop is not None and scratch:
-        done.stop.why = done.stop.why.replace(scratch, str(project.root))
-        done.stop.commands = [c.replace(scratch, str(project.root)) for c in done.stop.commands]
+    if done.stop is not None:
+        done.stop.named_in(scratch, str(project.root))
     done.seconds = time.perf_counter() - t0
     return done
 
@@ -260,14 +250,12 @@ def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> D
 def _start(
     work: Scratch, done: Derived, say: Callable[[str], None], *, artifact: Artifact, prove: Prove
 ) -> Stop | None:
-    project = config.load(work.root)
+    project = config.load(work.root)  # the one load in the copy: each step passes on what it changed
     source = project.line(done.package, done.source)
     judged = upstream.Judged(keep=True)
     done.seen = judged.seen or {}
     say(f"from the line {source.key}; judging it (text, and proofs on the pristine release)")
-    done.verdicts, stop = follow.judge(
-        project, source, done.version, artifact, judged, by_hand=lambda p, v: _by_hand(done)
-    )
+    done.verdicts, stop = policy.judge(project, source, done.version, artifact, judged, lambda p, v: _by_hand(done))
     for v in done.verdicts:
         say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
     if stop is not None:
@@ -278,27 +266,28 @@ def _start(
     if stop is not None:
         return stop
     said: list[str] = []
-    if not rebase.carry_line(
-        project, source, done.version, judge=follow.as_judged(done.verdicts), by="derive", log=said.append
-    ):
+    dropped = policy.dropped(done.verdicts)
+    carried = engine.carry_line(project, source, done.version, dropped=dropped, by="derive", log=said.append)
+    if carried is None:
         return _wait(work, done, said)
     done.carried = [s for s in said if not s.startswith("  ")]
-    return _finish(work, done, prove, say)
+    return _finish(carried, work, done, prove, say)
 
 
 def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: Prove) -> Stop | None:
-    real = waiting.path(work.project, done.package, done.version)
+    real = workfolder.path(work.project, done.package, done.version)
     again = f"`nox -s derive -- {done.package}=={done.version} --abort`, then derive again"
-    copied = waiting.digest(real, again, into=waiting.path(work.root, done.package, done.version))
+    copied = workfolder.digest(real, again, into=workfolder.path(work.root, done.package, done.version))
     if copied != done.copied:  # the copy is of the folder as --continue found it, or nothing
         raise ConfigError(f"{real} changed while it was copied", "run --continue again")
-    project = config.load(work.root)
+    project = config.load(work.root)  # the one load in the copy
     said: list[str] = []
     say(f"carrying the rest of the line {done.source} (the conflict resolved in {real / 'repo'})")
-    if not rebase.resume(project, done.package, done.version, log=said.append, by="derive"):
+    carried = engine.resume(project, done.package, done.version, log=said.append, by="derive")
+    if carried is None:
         return _wait(work, done, said)
     done.carried = [s for s in said if not s.startswith("  ")]
-    return _finish(work, done, prove, say)
+    return _finish(carried, work, done, prove, say)
 
 
 def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
@@ -311,9 +300,9 @@ def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
         "others": [v.__dict__ for v in done.others],
         "source_series": done.source_series,
     }
-    real = waiting.path(work.project, done.package, done.version)
+    real = workfolder.path(work.project, done.package, done.version)
     spec = f"{done.package}=={done.version}"
-    waiting.put(waiting.path(work.root, done.package, done.version), real, state, done.copied, spec)
+    workfolder.put(workfolder.path(work.root, done.package, done.version), real, state, done.copied, spec)
     repo = real / "repo"
     done.waiting = str(repo)
     files = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
@@ -331,40 +320,51 @@ def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
     )
 
 
-def _finish(work: Scratch, done: Derived, prove: Prove, say: Callable[[str], None]) -> Stop | None:
-    """The line is written in the scratch copy: name it in its set (and in [suite] where it is the newest line of
-    its major version), retire the line its set named before if no set names it, matrix, lint, build, prove."""
-    project = config.load(work.root)
-    members = project.sets.get(done.set_name)
-    before = None if members is None else members[done.package]
-    if members is None:
-        companions = {p: project.line(p).version for p in project.packages() if p != done.package}
-        members = {done.package: done.version, **companions}
-        add_set(project.sets_file, done.set_name, members, lint.set_floor(project, members))
-        done.set_change = f"the set {done.set_name} (new): " + ", ".join(f"{p} {v}" for p, v in members.items())
-    else:
-        set_member(project.sets_file, done.set_name, done.package, done.version)
-        done.set_change = f"the set {done.set_name}: {done.package} {before} -> {done.version}"
+def _finish(project: Project, work: Scratch, done: Derived, prove: Prove, say: Callable[[str], None]) -> Stop | None:
+    """The line is written in the scratch copy (``project``: as it is now): name it in its set (and in [suite]
+    where it is the newest line of its major version), retire the line its set named before if no set names it,
+    matrix, lint, build, prove."""
+    project, before = _name_in_set(project, done)
     say(done.set_change)
-    project = config.load(work.root)
     major = Version(done.version).major
     newest_of_major = [ln for ln in project.lines[done.package] if Version(ln.version).major == major][-1]
     if project.suite is not None and newest_of_major.version == done.version and done.set_name not in project.suite:
         suite_add(project.sets_file, done.set_name)  # the suite proves the newest line of each major version
+        project = config.changed(project, suite=(*project.suite, done.set_name))
         say(f"[suite] proves the set {done.set_name}: it names the newest line of {done.package} {major}.x")
     if before is not None:
-        done.retired = follow.retire(config.load(work.root), done.package, say, only={f"{done.package}/{before}"})
-    restate_torch(work.root, [done.set_name], {f"{done.package}/{done.version}"}, say)
-    project = config.load(work.root)
+        project, done.retired = retire(project, done.package, say, only={f"{done.package}/{before}"})
+    project = restate_torch(project, [done.set_name], {f"{done.package}/{done.version}"}, say)
     line = project.line(done.package, done.version)
     say(f"the matrix: the line {line.key} on every release newer than it")
-    follow.judge_into_matrix(project, [line], Selection.parse([done.package]), upstream.Judged())
+    judge_into_matrix(project, [line], Selection.parse([done.package]), upstream.Judged())
     problems = lintall.problems(project)
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(done))
     members_lines = {p: project.line(p, v) for p, v in project.sets[done.set_name].items()}
-    done.runs = follow.build_and_prove(project, members_lines, work, prove, say, done.seen)
-    return follow.proof_stop(f"{done.package} {done.version}", done.runs, _by_hand(done))
+    done.runs = build_and_prove(project, members_lines, work, prove, say, done.seen)
+    return proof_stop(f"{done.package} {done.version}", done.runs, _by_hand(done))
+
+
+def _name_in_set(project: Project, done: Derived) -> tuple[Project, str | None]:
+    """The new line named in its set (a new set takes the other packages' newest lines): the project as it is then,
+    and the version the set named before (None: a new set)."""
+    members = project.sets.get(done.set_name)
+    before = None if members is None else members[done.package]
+    torch = project.torch
+    if members is None:
+        companions = {p: project.line(p).version for p in project.packages() if p != done.package}
+        members = {done.package: done.version, **companions}
+        floor = lint.set_floor(project, members)
+        add_set(project.sets_file, done.set_name, members, floor)
+        if torch is not None:
+            torch = replace(torch, floors={**torch.floors, done.set_name: floor})
+        done.set_change = f"the set {done.set_name} (new): " + ", ".join(f"{p} {v}" for p, v in members.items())
+    else:
+        set_member(project.sets_file, done.set_name, done.package, done.version)
+        members = {**members, done.package: done.version}
+        done.set_change = f"the set {done.set_name}: {done.package} {before} -> {done.version}"
+    return config.changed(project, sets={**project.sets, done.set_name: members}, torch=torch), before
 
 
 def _judge_others(

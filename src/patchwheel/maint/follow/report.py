@@ -8,8 +8,9 @@ The Markdown shows text a proof run printed (upstream's own messages): it goes t
 from __future__ import annotations
 
 from ...matrix.table import WHERE, md_code, md_text
+from ..carry.outcome import Stop
 from .derive import Derived
-from .run import LATEST, Followed, Stop
+from .follow import LATEST, Followed
 
 
 def summary(done: Followed) -> list[str]:

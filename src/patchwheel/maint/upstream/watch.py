@@ -324,11 +324,11 @@ def attention(committed: Matrix, new_lines: list[LineMatrix], newest: set[str]) 
                     ("becomes droppable", _droppable),
                     ("needs a maintainer", _needs_judgement),
                 ):
-                    if now(cell) and not (before is not None and now(before)):
+                    if now(cell) and not (before is not None and now(before)):  # rebase: the one policy, decide
                         out.append(
                             f"{ln.line} {p.name} {what} on {ln.package} {version} ({_why(cell)}): "
                             f"rebase with `nox -s rebase -- {ln.package} {version}` "
-                            "(docs/maintainers/rebase-and-follow.md#rebasing-onto-a-new-upstream-release)"
+                            "(docs/maintainers/rebase-and-follow.md#rebase)"
                         )
                 if cell.behaviour == "error" and not (before is not None and before.behaviour == "error"):
                     out.append(

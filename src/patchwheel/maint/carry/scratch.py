@@ -20,10 +20,11 @@ import signal
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from ... import config, lint, writeback
-from ...config import BuildRecord
+from ...config import BuildRecord, Project, ReleaseLine
 from ...configfiles import set_floor, write_record
 from ...errors import PatchwheelError
 from ...tempfolder import TempFolder
@@ -123,27 +124,28 @@ def held_interrupts() -> Iterator[None]:
 _HELD = (signal.SIGINT, signal.SIGTERM)
 
 
-def restate_torch(root: Path, changed: list[str], made: set[str], say: Callable[[str], None]) -> None:
+def restate_torch(project: Project, changed: list[str], made: set[str], say: Callable[[str], None]) -> Project:
     """After the sets ``changed`` were changed: each one's torch floor as its releases now declare it
     (``[torch.floor]``), and the build record of every line whose record names other inputs now (a line's wheel
     names the torch it is proven on). A line this run made (``made``: line keys) keeps its first number; any
-    other takes the next one."""
-    project = config.load(root)
+    other takes the next one. The project as a load would read it now."""
     if project.torch is None:
-        return
+        return project
+    floors = dict(project.torch.floors)
     for name in changed:
         floor = lint.set_floor(project, project.sets[name])
-        if floor != project.torch.floors.get(name) and set_floor(project.sets_file, name, floor):
-            say(f"[torch.floor] {name}: {project.torch.floors.get(name)} -> {floor} (its releases declare it)")
-    project = config.load(root)
+        if floor != floors.get(name) and set_floor(project.sets_file, name, floor):
+            say(f"[torch.floor] {name}: {floors.get(name)} -> {floor} (its releases declare it)")
+            floors[name] = floor
+    project = config.changed(project, torch=replace(project.torch, floors=floors))
+    lines: dict[str, list[ReleaseLine]] = {}
     for line in project.all_lines():
-        if line.build is None or line.build.inputs == buildno.inputs_digest(line):
-            continue
-        if line.key in made:
-            write_record(
-                project.pins_file(line.package),
-                line.version,
-                BuildRecord(line.build.number, buildno.inputs_digest(line)),
-            )
-        else:
-            buildno.bump(project, line, log=say)
+        if line.build is not None and line.build.inputs != buildno.inputs_digest(line):
+            if line.key in made:
+                record = BuildRecord(line.build.number, buildno.inputs_digest(line))
+                write_record(project.pins_file(line.package), line.version, record)
+            else:
+                record = buildno.bump(project, line, log=say)
+            line = replace(line, build=record)
+        lines.setdefault(line.package, []).append(line)
+    return config.changed(project, lines=lines)

@@ -1,6 +1,7 @@
-"""The work folder a derive leaves waiting at a conflict: ``.rebase/<pkg>-<version>/`` (git-ignored).
+"""The work folder the carry engine leaves waiting at a conflict: ``.rebase/<pkg>-<version>/`` (git-ignored).
 
-It holds the rebase's work repository and state (:mod:`rebase`) and, beside them, derive's own state
+It holds the engine's work repository and state (:mod:`.engine`, ``state.json``: a rebase's folder) and, for a
+derive, beside them, derive's own state
 (``derive.json``): the source line, the set, the verdicts, and the digest of the source line's series. Only a folder
 that holds ``derive.json`` (a regular file) is derive's: a folder of ``rebase``, a link, a file or anything else
 there is refused with what to do, never read through, replaced or removed. ``--abort`` removes derive's folder
@@ -36,7 +37,7 @@ from .scratch import held_interrupts
 
 STATE = "derive.json"
 REBASE = ".rebase"
-#: derive.json's fields, and those of each verdict in it (:class:`follow.run.Verdict`).
+#: derive.json's fields, and those of each verdict in it (:class:`carry.outcome.Verdict`).
 KEYS = ("source", "set", "verdicts", "others", "source_series")
 VERDICT_KEYS = ("patch", "text", "behaviour", "detail", "decision")
 
@@ -266,32 +267,57 @@ def refuse_existing(root: Path, package: str, version: str) -> None:
     if (work / "state.json").is_file() and not work.is_symlink():
         raise ConfigError(
             f"a rebase onto {package} {version} is in progress in {work}",
-            f"finish it with `nox -s rebase -- {package} {version} --continue`, or delete {work}",
+            f"finish it with `nox -s rebase -- {package} {version} --continue`, or drop it with `--abort`",
         )
     raise ConfigError(f"{work} exists and is not a derive's work folder", "move it away, then derive again")
 
 
-def owned(root: Path, package: str, version: str) -> Path:
-    """The folder waiting for ``package`` ``version`` when derive made it: a plain folder whose ``derive.json`` is
-    a regular file (what it holds is not read here). Anything else is refused with what to do."""
+#: The state file that marks a work folder as the door's: derive's own beside the engine's, or the engine's alone.
+MARKS = {"derive": STATE, "rebase": "state.json"}
+
+
+def owned(root: Path, package: str, version: str, by: str = "derive") -> Path:
+    """The folder waiting for ``package`` ``version`` when the door ``by`` (derive or rebase) made it: a plain folder
+    whose state file (:data:`MARKS`) is a regular file (what it holds is not read here), and, for rebase, no
+    derive's. Anything else is refused with what to do."""
     _parent_ok(root)
     work = path(root, package, version)
-    spec = f"{package}=={version}"
-    if not (work.exists() or work.is_symlink()) or (work.is_dir() and not os.path.lexists(work / STATE)):
-        what = "a rebase" if (work / "state.json").is_file() else ("nothing" if not work.exists() else "something else")
-        hint = (
-            f"that is `nox -s rebase`'s: finish it with `nox -s rebase -- {package} {version} --continue`"
-            if what == "a rebase"
-            else f"start one with `nox -s derive -- {spec}`"
+    mark = MARKS[by]
+    other = "rebase" if by == "derive" else "derive"
+    if by == "rebase" and os.path.lexists(work / STATE):
+        raise ConfigError(
+            f"{work} is the work folder of a derive, not of a rebase",
+            f"`nox -s derive -- {package}=={version} --continue`, or `--abort` it there",
         )
-        raise ConfigError(f"no derive of {package} {version} is waiting in {work} ({what} is there)", hint)
+    if not (work.exists() or work.is_symlink()) or (work.is_dir() and not os.path.lexists(work / mark)):
+        what = other if (work / MARKS[other]).is_file() else ("nothing" if not work.exists() else "something else")
+        hint = (
+            f"that is `nox -s {other}`'s: {door(other, package, version)} --continue, or --abort"
+            if what == other
+            else f"start one with `{door(by, package, version)}`"
+        )
+        raise ConfigError(f"no {by} of {package} {version} is waiting in {work} ({what} is there)", hint)
     _folder_ok(work)
-    mode = (work / STATE).lstat().st_mode
+    mode = (work / mark).lstat().st_mode
     if not stat.S_ISREG(mode):
         raise ConfigError(
-            f"{work / STATE} is {kind(mode)}, not derive's state: {work} is not a folder derive made",
+            f"{work / mark} is {kind(mode)}, not {by}'s state: {work} is not a folder {by} made",
             f"move {work} away",
         )
+    return work
+
+
+def door(by: str, package: str, version: str) -> str:
+    """The command line of the door ``by`` (rebase or derive) for ``package`` ``version``, before its option."""
+    return f"nox -s derive -- {package}=={version}" if by == "derive" else f"nox -s rebase -- {package} {version}"
+
+
+def abort(root: Path, package: str, version: str, by: str) -> Path:
+    """Remove the work folder the door ``by`` left waiting for ``package`` ``version`` (only one it made, whatever
+    its state file holds: a damaged one is what --abort is for): the folder removed."""
+    work = owned(root, package, version, by)  # refuses a folder the door did not make
+    with held_interrupts():
+        remove(work, MARKS[by])
     return work
 
 
@@ -363,18 +389,19 @@ def put(copy: Path, real: Path, state: dict, copied: str | None, spec: str) -> N
         raise
 
 
-def remove(work: Path) -> None:
-    """A derive's work folder (checked to be one), and .rebase/ when nothing else waits there. ``derive.json`` goes
-    last: a removal cut short (a kill) leaves a folder that is still derive's, which ``--abort`` removes."""
+def remove(work: Path, mark: str = STATE) -> None:
+    """A door's work folder (checked to be one), and .rebase/ when nothing else waits there. Its state file
+    (``mark``) goes last: a removal cut short (a kill) leaves a folder that is still the door's, which ``--abort``
+    removes."""
     _folder_ok(work)
     for entry in sorted(work.iterdir()):
-        if entry.name == STATE:
+        if entry.name == mark:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
-    (work / STATE).unlink(missing_ok=True)
+    (work / mark).unlink(missing_ok=True)
     work.rmdir()
     if not any(work.parent.iterdir()):
         work.parent.rmdir()

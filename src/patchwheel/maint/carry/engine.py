@@ -1,0 +1,374 @@
+"""The carry engine: a release line carried onto another upstream release by text, in a work repository under
+``.rebase/<pkg>-<version>/`` (:mod:`.workfolder`): every door (``rebase``, ``derive``, ``follow``) goes through it.
+
+1. The caller judges first, by the one policy (:mod:`.policy`): ``dropped`` names the patches it drops, with why;
+   the engine has no drop rule of its own.
+2. Carry the rest by text, in order, in the work repository (pristine base commit, the series as commits, a branch
+   with the new release's files): clean and offset patches are refreshed, 3-way merges taken. On a conflict the
+   cherry-pick is left in the work tree and it stops, saying which file and how to go on (``--continue``) or drop
+   the folder (``--abort``). A patch whose text is already upstream and that the policy kept stops it too.
+3. Write ``patches/<pkg>/<version>/`` (renumbered, byte-stable exports) and pin the release in
+   ``overlay/<pkg>/pins.toml``, its first build record and its vendored modules. The source line is left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from ... import atomic, config, gitops
+from ...config import Artifact, BuildRecord, Project, ReleaseLine
+from ...configfiles import add_release
+from ...errors import ConfigError
+from ...names import SHA256, file_name_problem
+from ...reporter import CONSOLE
+from ...series import PATCH_NAME, checked_series, parse_patch, patch_name, slug_of
+from ...wheels import buildno, fetch, vendored
+from ..upstream.textcheck import carry
+from ..workrepo import WorkRepo, release_files, touched
+from . import workfolder
+
+
+def version_of(text: str) -> str:
+    """The release number as typed, checked and normalized (``1.0-post1`` -> ``1.0.post1``), so that the line's
+    folder, its pin and the wheel's file name spell it alike."""
+    try:
+        return str(Version(text))
+    except InvalidVersion as exc:
+        raise ConfigError(
+            f"{text!r} is not a version", "give the upstream release as the package index lists it, e.g. 5.24.0"
+        ) from exc
+
+
+def carry_line(
+    project: Project,
+    source: ReleaseLine,
+    version: str,
+    *,
+    dropped: dict[str, str],
+    log=CONSOLE,
+    by: str = "rebase",
+) -> Project | None:
+    """Carry the line ``source`` onto the upstream release ``version``, newer or older than it (every door starts
+    here): the patches of ``dropped`` (patch file name -> why, the one policy's decisions, :mod:`.policy`) are left
+    out, every other one is carried by text. The project with the new line written (as a load would read it now),
+    or None at a conflict, which is left in the work repository ``.rebase/<pkg>-<version>/`` with the commands to
+    go on (``by`` names the command)."""
+    package = source.package
+    check_free(project, package, version, by)
+    work = workfolder.path(project.root, package, version)
+    wheel, sdist = fetch.release_artifacts(package, version)
+    series = checked_series(source)
+    unknown = set(dropped) - {p.name for p in series}
+    if unknown:
+        raise ConfigError(f"no patch {', '.join(sorted(unknown))} in the line {source.key}", "drop only its patches")
+    keep = [p for p in series if p.name not in dropped]
+    new_files = release_files(source, touched(series), wheel)
+    work.mkdir(parents=True)
+    # The source line's patch files, copied: the work folder holds everything a --continue needs, wherever the
+    # project (or a scratch copy of it) is then.
+    (work / "source").mkdir()
+    for p in series:
+        (work / "source" / p.name).write_bytes(p.path.read_bytes())
+    # The whole series: a kept patch may build on a dropped one (its diff is against that state).
+    repo = WorkRepo.of_line(source, series, at=work / "repo")
+    gitops.git(repo.path, "branch", "-q", "series")
+    onto = repo.branch("rebased", repo.base, new_files, f"pristine {package} {version}")
+    commits = repo.commits
+    state = {
+        "package": package,
+        "from": source.version,
+        "to": version,
+        "by": by,
+        "onto": onto,
+        "wheel": [wheel.filename, wheel.sha256],
+        "sdist": [sdist.filename, sdist.sha256] if sdist else None,
+        "todo": [[p.name, commits[p.name], f"source/{p.name}"] for p in keep],
+        "done": {},
+        "dropped": dict(dropped),
+    }
+    return _proceed(project, work, state, log)
+
+
+def check_free(project: Project, package: str, version: str, by: str) -> None:
+    """Refused before anything runs: the new line's folder exists, or a carry onto the release waits already."""
+    target = project.series_dir(package, version)
+    if target.exists():
+        raise ConfigError(
+            f"{target} already exists", f"remove it to carry a line onto {version} again (git rm -r {target})"
+        )
+    work = workfolder.path(project.root, package, version)
+    if work.exists():
+        raise ConfigError(
+            f"a rebase onto {package} {version} is in progress in {work}",
+            f"finish it with `{_continue(by, package, version)}`, or drop it: `{_abort(by, package, version)}`",
+        )
+
+
+def _continue(by: str, package: str, version: str) -> str:
+    """The command that goes on after a conflict is resolved, for the command that stopped there."""
+    return f"{workfolder.door(by, package, version)} --continue"
+
+
+def _abort(by: str, package: str, version: str) -> str:
+    """The command that drops the work folder, for the command that stopped there."""
+    return f"{workfolder.door(by, package, version)} --abort"
+
+
+def _again(by: str, package: str, version: str, work: Path) -> str:
+    """What starts over after the work folder ``work`` is found damaged: drop it, then the door again."""
+    return f"`{_abort(by, package, version)}`, then {by} again (--abort removes {work})"
+
+
+#: state.json's fields ("by" may be missing in a folder an older patchwheel made: that was rebase's).
+STATE_KEYS = ("package", "from", "to", "by", "onto", "wheel", "sdist", "todo", "done", "dropped")
+_COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # a full sha1 or sha256 object name, never an option
+_FILE_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")  # what a file name on an index has (it goes into pins.toml)
+
+
+def read_state(work: Path, package: str, version: str, by: str) -> dict:
+    """The rebase state in ``work`` (state.json), every field checked against what the command was given
+    (``package``, ``version``, and ``by``, the command) and against what :func:`carry_line` writes: nothing in a work
+    folder is the tool's own state until it reads back as such (a "package" of ``../../x`` would have put the new
+    line outside the project)."""
+    state_file = work / "state.json"
+    hint = _again(by, package, version, work)
+    state = workfolder.read_json(state_file, hint)
+
+    def bad(key: str, value: object, want: str) -> ConfigError:
+        return ConfigError(f'{state_file}: "{key}" is {workfolder.shown(value)}, not {want}', hint)
+
+    if not isinstance(state, dict) or not set(STATE_KEYS) - {"by"} <= set(state) <= set(STATE_KEYS):
+        have = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise ConfigError(
+            f"{state_file} is not a rebase's state: it holds {workfolder.shown(have)}, where a rebase writes a table "
+            f"of {', '.join(STATE_KEYS)}",
+            hint,
+        )
+    state.setdefault("by", "rebase")
+    if state["by"] not in ("rebase", "derive"):
+        raise bad("by", state["by"], f"{by!r}, the command that goes on")
+    if state["by"] != by:
+        other = f"`{_continue(state['by'], package, version)}`, or drop it: `{_abort(state['by'], package, version)}`"
+        raise ConfigError(f"{work} is the work folder of a {state['by']}, not of a {by}", f"go on with {other}")
+    for key, want in (("package", package), ("to", version)):
+        if state[key] != want:
+            raise bad(key, state[key], f"{want!r}, the {'package' if key == 'package' else 'release'} given")
+    if not _is_version(state["from"]):
+        raise bad("from", state["from"], "a release line's version")
+    if not isinstance(state["onto"], str) or not _COMMIT.fullmatch(state["onto"]):
+        raise bad("onto", state["onto"], "a commit of the work repository")
+    _artifact(state, "wheel", package, version, bad)
+    if state["sdist"] is not None:
+        _artifact(state, "sdist", package, version, bad)
+    todo = state["todo"]
+    if not isinstance(todo, list) or not all(
+        isinstance(t, list)
+        and len(t) == 3
+        and all(isinstance(x, str) for x in t)
+        and PATCH_NAME.match(t[0])
+        and _COMMIT.fullmatch(t[1])
+        and t[2] == f"source/{t[0]}"
+        for t in todo
+    ):
+        raise bad("todo", todo, "a list of [patch file name, commit, source/<patch file name>]")
+    for key in ("done", "dropped"):
+        value = state[key]
+        if not isinstance(value, dict) or not all(
+            PATCH_NAME.match(name) and isinstance(why, str) and why.isprintable() for name, why in value.items()
+        ):
+            raise bad(key, value, "a table of patch file names and one-line reasons")
+    names = [t[0] for t in todo] + list(state["done"]) + list(state["dropped"])
+    if len(set(names)) != len(names):
+        raise bad("todo", todo, 'a list of patches that are neither in "done" nor in "dropped", each once')
+    return state
+
+
+def _is_version(value: object) -> bool:
+    """A version as the tool writes it: normalized (so that it names a folder as the line's pin does)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return str(Version(value)) == value
+    except InvalidVersion:
+        return False
+
+
+def _artifact(state: dict, key: str, package: str, version: str, bad) -> None:
+    """state[key]: [file name, sha256] of the release's wheel or sdist (what the new pin will say)."""
+    value = state[key]
+    want = f"[file name, sha256] of {package} {version}'s {key}"
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, str) for x in value)):
+        raise bad(key, value, want)
+    filename, sha = value
+    if not SHA256.match(sha) or not _FILE_CHARS.fullmatch(filename) or file_name_problem(filename):
+        raise bad(key, value, want)
+    try:
+        if key == "wheel":
+            name, got, _, _ = parse_wheel_filename(filename)
+        else:
+            name, got = parse_sdist_filename(filename)
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        raise bad(key, value, want) from None
+    if name != package or got != Version(version):
+        raise bad(key, value, want)
+
+
+def _write_state(work: Path, state: dict) -> None:
+    """state.json replaced whole (a link there is replaced, never written through)."""
+    atomic.replace_text(work / "state.json", json.dumps(state, indent=1))
+
+
+def _source_patch(work: Path, name: str) -> Path:
+    """The source line's patch ``name`` as the work folder holds it (a plain file name, never a path)."""
+    path = work / "source" / name
+    if "/" in name or name in (".", "..") or not path.is_file() or path.is_symlink():
+        raise ConfigError(
+            f"{work} holds no patch file source/{name}",
+            "the work folder was made by an older patchwheel or changed by hand: start over (`--abort` it)",
+        )
+    return path
+
+
+def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str = "rebase") -> Project | None:
+    """Go on after a conflict was resolved in the work repository; ``by``: the command that goes on (derive calls
+    it in its scratch copy). The work folder's state must be that command's, for ``package`` ``version``. The
+    project with the new line, or None at another conflict (:func:`carry_line`)."""
+    version = version_of(version)
+    package = project.line(package).package  # a known package, as the tool names its folders
+    work = workfolder.folder(project.root, package, version)
+    state_file = work / "state.json"
+    if not os.path.lexists(state_file):
+        raise ConfigError(
+            f"no rebase onto {package} {version} is in progress",
+            f"start one with `nox -s rebase -- {package} {version}`",
+        )
+    state = read_state(work, package, version, by)
+    repo = work / "repo"
+    again = _again(by, package, version, work)
+    for name in ("repo", "source"):
+        if (work / name).is_symlink() or not (work / name).is_dir():
+            raise ConfigError(f"{work / name} is not a folder the carry engine made", f"start over: {again}")
+    for _ in workfolder.entries(work, f"remove it, or start over: {again}"):
+        pass  # a link or a special file (a named pipe) is refused before git or the tool opens anything
+    workfolder.git_settings(repo, again)  # before git runs anything there: its own config could name a program
+    if not state["todo"]:  # every patch carried, the line not written yet (a later step stopped): write it
+        return _proceed(project, work, state, log)
+    unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
+    if unmerged:
+        raise ConfigError(
+            f"still unresolved in {repo}: {', '.join(unmerged)}",
+            f"edit them, `git -C {repo} add <file>`, then run --continue again",
+        )
+    if (repo / ".git" / "CHERRY_PICK_HEAD").exists():
+        gitops.git(repo, "-c", "core.editor=true", "cherry-pick", "--continue")
+    name = state["todo"].pop(0)[0]
+    state["done"][name] = "resolved by hand"
+    log(f"{name}: resolved by hand")
+    return _proceed(project, work, state, log)
+
+
+def _proceed(project: Project, work: Path, state: dict, log) -> Project | None:
+    repo = work / "repo"
+    while state["todo"]:
+        name, commit, _ = state["todo"][0]
+        result = carry(repo, parse_patch(_source_patch(work, name)), commit)
+        if result.status == "conflict":
+            # Leave the conflict in the work tree for a human.
+            gitops.try_git(repo, "cherry-pick", commit)
+            _write_state(work, state)
+            log(f"{name}: CONFLICT in {', '.join(result.conflicts)}")
+            log(f"  resolve it in {repo}/{result.conflicts[0]} (conflict markers), keeping the patch's intent;")
+            log(f"  then: git -C {repo} add {' '.join(result.conflicts)}")
+            log(f"        (to describe the fix anew for {state['to']}: git -C {repo} commit, and edit the message)")
+            log(f"        {_continue(state.get('by', 'rebase'), state['package'], state['to'])}")
+            log(f"  the original patch: {_source_patch(work, name)}")
+            return None
+        if result.status == "already-upstream":  # the one policy drops a fix by its proof, never by its text
+            _write_state(work, state)
+            raise ConfigError(
+                f"{name}: its text is already in {state['package']} {state['to']} ({result.detail}), but the policy "
+                "kept it (its proof was not run, or still fails): a maintainer judges it",
+                f"run its proof on pristine {state['package']} {state['to']}, then drop it from the source line or "
+                f"fix the proof; {_abort(state['by'], state['package'], state['to'])} removes the work folder",
+            )
+        state["done"][name] = result.status + (f": {result.detail}" if result.detail else "")
+        log(f"{name}: {result.status}{(' (' + result.detail + ')') if result.detail else ''}")
+        state["todo"].pop(0)
+    project = _write_line(project, work, state, log)
+    shutil.rmtree(work, ignore_errors=True)
+    if not any((project.root / ".rebase").iterdir()):
+        (project.root / ".rebase").rmdir()
+    return project
+
+
+def _write_line(project: Project, work: Path, state: dict, log) -> Project:
+    repo = work / "repo"
+    package, version = state["package"], state["to"]
+    revs = gitops.git(repo, "rev-list", "--reverse", f"{state['onto']}..HEAD").decode().split()
+    target = project.series_dir(package, version)
+    tmp = target.with_name(f".{version}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = list(state["done"])
+    if len(revs) != len(names):
+        raise ConfigError(
+            f"{len(revs)} commits in {repo} but {len(names)} carried patches",
+            "the work repository was changed by hand beyond the conflict; start over",
+        )
+    by = state.get("by", "rebase")
+    how = "derived" if by == "derive" else "rebased"
+    lines = [f"# Patch series for {package} {version}, {how} from {state['from']} by `patchwheel {by}`."]
+    for name, why in state["dropped"].items():
+        lines.append(f"# dropped {name}: {why}")
+    for i, (rev, name) in enumerate(zip(revs, names, strict=True), 1):  # lengths checked above
+        new_name = patch_name(i, slug_of(name))
+        (tmp / new_name).write_bytes(gitops.format_patch(repo, rev))
+        lines.append(new_name)
+    (tmp / "series").write_text("\n".join(lines) + "\n")
+    tmp.replace(target)
+    pins = project.pins_file(package)
+    table = f'[release."{version}"]\n'
+    table += f'wheel = {{ filename = "{state["wheel"][0]}", sha256 = "{state["wheel"][1]}" }}\n'
+    if state["sdist"]:
+        table += f'sdist = {{ filename = "{state["sdist"][0]}", sha256 = "{state["sdist"][1]}" }}\n'
+    add_release(pins, version, table)
+    wrote, pinned = target.relative_to(project.root), pins.relative_to(project.root)
+    log(f"wrote {wrote}/ ({len(names)} patch(es), {len(state['dropped'])} dropped) and pinned {version} in {pinned}")
+    project, line = _with_line(project, state, target)  # with the new pin, as a load would read it
+    record = buildno.bump_unless_draft(project, line, log=log)  # its first build
+    if record is not None:
+        project, line = _with_line(project, state, target, record)
+    vendored.write(project, [line], log=lambda m: None)
+    log(f"wrote the fixed modules of the new line into overlay/{package}/{version}/")
+    return project
+
+
+def _with_line(
+    project: Project, state: dict, target: Path, build: BuildRecord | None = None
+) -> tuple[Project, ReleaseLine]:
+    """``project`` with the line just written (its pin as ``state`` says, its build record ``build``), and that line:
+    what a load would read now, passed along instead of loading everything again."""
+    package, version = state["package"], state["to"]
+    like = project.lines[package][0]  # the package's settings (one pins.toml)
+    line = ReleaseLine(
+        package=package,
+        version=version,
+        wheel=Artifact(*state["wheel"]),
+        sdist=Artifact(*state["sdist"]) if state["sdist"] else None,
+        patch_dir=target,
+        local_label=like.local_label,
+        import_name=like.import_name,
+        source_root=like.source_root,
+        build=build,
+        retired_build=config.retired_build(project.pins_file(package), version),
+    )
+    others = [ln for ln in project.lines[package] if ln.version != version]
+    project = config.changed(project, lines={package: [*others, line]})
+    return project, project.line(package, version)
