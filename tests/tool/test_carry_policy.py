@@ -81,3 +81,20 @@ def test_each_door_loads_the_configuration_once_or_twice(demo_project, monkeypat
     assert cli.main(["--root", str(demo_project.root), *command]) == 0
     assert len(loads) <= most, loads
     assert release in [ln.version for ln in real_load(demo_project.root).lines["demo"]]
+
+
+def test_a_text_only_rebase_stops_at_a_text_upstream_with_the_one_exit_status(demo_project, monkeypatch, capsys):
+    """`rebase --text-only` runs no proof, so it cannot judge a patch whose text the release already has: it stops
+    there as every door stops (exit 1, why and the commands), the work folder left for `--abort`, nothing of the
+    line written. It exited 2, a refused command."""
+    one_patch_dropped_from_9(demo_project)
+    demo_project.add_release("1.1.0", FIX)
+    before = tree(demo_project.root)
+    root = ["--root", str(demo_project.root)]
+    assert cli.main([*root, "rebase", "demo", "1.1.0", "--text-only"]) == 1
+    out = capsys.readouterr().out
+    assert "STOPPED" in out and "its text is already in demo 1.1.0" in out, out
+    assert "nox -s rebase -- demo 1.1.0 --abort" in out, out
+    assert not (demo_project.root / "patches" / "demo" / "1.1.0").exists(), "no line written"
+    assert cli.main([*root, "rebase", "demo", "1.1.0", "--abort"]) == 0
+    assert tree(demo_project.root) == before

@@ -291,13 +291,18 @@ def _proceed(project: Project, work: Path, state: dict, log) -> Project | None:
             log(f"  the original patch: {_source_patch(work, name)}")
             return None
         if result.status == "already-upstream":  # the one policy drops a fix by its proof, never by its text
-            _write_state(work, state)
-            raise ConfigError(
-                f"{name}: its text is already in {state['package']} {state['to']} ({result.detail}), but the policy "
-                "kept it (its proof was not run, or still fails): a maintainer judges it",
-                f"run its proof on pristine {state['package']} {state['to']}, then drop it from the source line or "
-                f"fix the proof; {_abort(state['by'], state['package'], state['to'])} removes the work folder",
+            _write_state(work, state)  # a stop, as the policy's: nothing of the line written, the folder kept
+            log(
+                f"STOPPED, nothing written: {name}: its text is already in {state['package']} {state['to']} "
+                f"({result.detail}), but the policy kept it (its proof was not run, or still fails)"
             )
+            log("  a maintainer takes it from here:")
+            log(
+                f"    run its proof on pristine {state['package']} {state['to']}, then drop it from the source line "
+                "or fix the proof"
+            )
+            log(f"    {_abort(state['by'], state['package'], state['to'])}   # removes the work folder")
+            return None
         state["done"][name] = result.status + (f": {result.detail}" if result.detail else "")
         log(f"{name}: {result.status}{(' (' + result.detail + ')') if result.detail else ''}")
         state["todo"].pop(0)
