@@ -97,6 +97,23 @@ def test_a_file_without_its_marker_is_a_problem_that_says_where_to_put_it(demo_p
     assert problem.startswith("README.md has 0 fix-table markers, not one (fix: put the line '<!-- the fix table")
 
 
+@pytest.mark.parametrize(
+    "after", ["\nProven on torch 2.13.0 for every set.\n", "## The fixes\n\n| fix | lines |\n|---|---|\n"]
+)
+def test_a_marker_not_right_before_a_table_is_refused_and_nothing_is_replaced(demo_project, after):
+    """The marker above an emptied table (its header and rule gone too) or above other text: `tables` replaced the
+    two lines after the marker and the paragraph after them. It refuses, writing nothing."""
+    path = demo_project.root / "README.md"
+    text = f"# demo\n\n{fixtables.MARKER}\n{after}\nThe rest of the page.\n"
+    path.write_text(text)
+    project = demo_project.load()
+    (problem,) = fixtables.problems(project)
+    assert "the line after the fix-table marker is not a table's header and rule (line 4)" in problem, problem
+    with pytest.raises(Exception, match="not a table's header and rule"):
+        fixtables.write(project)
+    assert path.read_text() == text
+
+
 def test_a_tree_without_the_files_has_no_table_to_check(demo_project):
     """follow and derive lint their scratch copy of overlay/ and patches/, which holds neither file."""
     assert fixtables.problems(demo_project.load()) == []

@@ -155,7 +155,15 @@ def _span(lines: list[str], path: str) -> tuple[int, int]:
             f"{path} has {lines.count(MARKER)} fix-table markers, not one",
             f"put the line {MARKER!r} once, right before the table's header",
         )
-    start = lines.index(MARKER) + 3  # the header and its rule
+    marker = lines.index(MARKER)
+    header = lines[marker + 1 : marker + 3]
+    if len(header) < 2 or not header[0].startswith("|") or not header[1].startswith("|---"):
+        raise ConfigError(
+            f"{path}: the line after the fix-table marker is not a table's header and rule (line {marker + 2})",
+            "put the marker right before the table's header (`| fix | ...`) and its rule (`|---|...`); for a new "
+            "table, write those two lines and run `nox -s tables`",
+        )
+    start = marker + 3
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return start, end
 
