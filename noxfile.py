@@ -250,7 +250,8 @@ def matrix_check(session: nox.Session) -> None:
 
 @nox.session
 def rebase(session: nox.Session) -> None:
-    """Write patches/<pkg>/<version>/ from the newest line (args: pkg version [--continue | --reexport])."""
+    """Write patches/<pkg>/<version>/ from the newest line (args: pkg version [--continue | --abort | --reexport |
+    --text-only])."""
     maint(session, "rebase", *session.posargs)
 
 

@@ -250,7 +250,7 @@ def cmd_rebase(args) -> int:
         done = rebase.start(project, args.package, args.version, behaviour=not args.text_only)
     if not done:
         return STOPPED  # it said why, with the commands
-    print("next: prove the line both ways (add a set to overlay/sets.toml, then `nox -s prove`)")
+    print("next: the fix tables (`nox -s tables`); prove it both ways (a set in overlay/sets.toml, `nox -s prove`)")
     return 0
 
 

@@ -85,8 +85,8 @@ def test_each_door_loads_the_configuration_once_or_twice(demo_project, monkeypat
 
 def test_a_text_only_rebase_stops_at_a_text_upstream_with_the_one_exit_status(demo_project, monkeypatch, capsys):
     """`rebase --text-only` runs no proof, so it cannot judge a patch whose text the release already has: it stops
-    there as every door stops (exit 1, why and the commands), the work folder left for `--abort`, nothing of the
-    line written. It exited 2, a refused command."""
+    there as every door stops (exit 1, why and the commands, nothing written, no work folder left to go on with). It
+    exited 2, a refused command, and left a folder whose `--continue` failed with a false message."""
     one_patch_dropped_from_9(demo_project)
     demo_project.add_release("1.1.0", FIX)
     before = tree(demo_project.root)
@@ -94,7 +94,4 @@ def test_a_text_only_rebase_stops_at_a_text_upstream_with_the_one_exit_status(de
     assert cli.main([*root, "rebase", "demo", "1.1.0", "--text-only"]) == 1
     out = capsys.readouterr().out
     assert "STOPPED" in out and "its text is already in demo 1.1.0" in out, out
-    assert "nox -s rebase -- demo 1.1.0 --abort" in out, out
-    assert not (demo_project.root / "patches" / "demo" / "1.1.0").exists(), "no line written"
-    assert cli.main([*root, "rebase", "demo", "1.1.0", "--abort"]) == 0
-    assert tree(demo_project.root) == before
+    assert tree(demo_project.root) == before, "nothing written, no work folder"

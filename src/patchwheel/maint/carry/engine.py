@@ -93,7 +93,7 @@ def carry_line(
         "done": {},
         "dropped": dict(dropped),
     }
-    return _proceed(project, work, state, log)
+    return _proceed(project, work, state, log, fresh=True)
 
 
 def check_free(project: Project, package: str, version: str, by: str) -> None:
@@ -274,7 +274,8 @@ def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str
     return _proceed(project, work, state, log)
 
 
-def _proceed(project: Project, work: Path, state: dict, log) -> Project | None:
+def _proceed(project: Project, work: Path, state: dict, log, fresh: bool = False) -> Project | None:
+    """Carry the patches left to do; ``fresh``: the folder was made by this run (no conflict resolved in it yet)."""
     repo = work / "repo"
     while state["todo"]:
         name, commit, _ = state["todo"][0]
@@ -291,17 +292,7 @@ def _proceed(project: Project, work: Path, state: dict, log) -> Project | None:
             log(f"  the original patch: {_source_patch(work, name)}")
             return None
         if result.status == "already-upstream":  # the one policy drops a fix by its proof, never by its text
-            _write_state(work, state)  # a stop, as the policy's: nothing of the line written, the folder kept
-            log(
-                f"STOPPED, nothing written: {name}: its text is already in {state['package']} {state['to']} "
-                f"({result.detail}), but the policy kept it (its proof was not run, or still fails)"
-            )
-            log("  a maintainer takes it from here:")
-            log(
-                f"    run its proof on pristine {state['package']} {state['to']}, then drop it from the source line "
-                "or fix the proof"
-            )
-            log(f"    {_abort(state['by'], state['package'], state['to'])}   # removes the work folder")
+            _stop_at_text_upstream(work, state, name, result.detail, fresh, log)
             return None
         state["done"][name] = result.status + (f": {result.detail}" if result.detail else "")
         log(f"{name}: {result.status}{(' (' + result.detail + ')') if result.detail else ''}")
@@ -311,6 +302,23 @@ def _proceed(project: Project, work: Path, state: dict, log) -> Project | None:
     if not any((project.root / ".rebase").iterdir()):
         (project.root / ".rebase").rmdir()
     return project
+
+
+def _stop_at_text_upstream(work: Path, state: dict, name: str, detail: str, fresh: bool, log) -> None:
+    """A stop, as the policy's: nothing of the line written. A folder this run made goes (there is nothing to go on
+    with); one holding conflicts a maintainer resolved stays, for ``--abort``: ``--continue`` cannot pass the patch."""
+    package, version, by = state["package"], state["to"], state.get("by", "rebase")
+    log(
+        f"STOPPED, nothing written: {name}: its text is already in {package} {version} ({detail}), but the policy "
+        "kept it (its proof was not run, or still fails)"
+    )
+    log("  a maintainer takes it from here:")
+    log(f"    run its proof on pristine {package} {version}, then drop it from the source line or fix the proof")
+    if fresh and by == "rebase":
+        workfolder.remove(work, workfolder.MARKS[by])  # and .rebase/, when nothing else waits there
+    else:
+        _write_state(work, state)
+        log(f"    {_abort(by, package, version)}   # drops the work folder and the conflicts resolved in it")
 
 
 def _write_line(project: Project, work: Path, state: dict, log) -> Project:
