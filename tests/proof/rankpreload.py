@@ -11,7 +11,8 @@ would have done. A library that reads the whole environment while importing (ite
 this way, and every rank refuses.
 
 A library missing from the environment is skipped; one whose import fails is left for the rank to import (and fail)
-itself, as it would without this module.
+itself, as it would without this module. What is recorded is what goes through ``os.environ``: a read through
+``os.environb`` or C code's ``getenv`` is not (none of the libraries' imports reads so today).
 """
 
 from __future__ import annotations
