@@ -11,6 +11,7 @@ import contextlib
 import csv
 import ctypes
 import hashlib
+import http.server
 import io
 import os
 import shutil
@@ -18,6 +19,7 @@ import signal
 import sys
 import tarfile
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -103,6 +105,15 @@ def scratch_temp(tmp_path_factory, monkeypatch) -> Iterator[Path]:
     left = sorted(p.name for p in folder.glob("patchwheel-*"))
     if left:
         pytest.fail(f"temporary folders left behind in {folder}: {', '.join(left)}", pytrace=False)
+
+
+def serve_locally(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.ThreadingHTTPServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port), serving ``handler`` from a daemon thread; its port is
+    ``server.server_address[1]``; ``server.shutdown()`` stops it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server
 
 
 def make_wheel(path: Path, files: dict[str, bytes], name="demo", version="1.0.0") -> Path:

@@ -10,7 +10,6 @@ import http.server
 import json
 import os
 import subprocess
-import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import make_wheel
+from conftest import make_wheel, serve_locally
 from patchwheel import cli, torchaxis
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
@@ -71,10 +70,8 @@ class AuthIndex:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = serve_locally(Handler)
         self.origin = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def url(self, userinfo: str | None = USERINFO) -> str:
         return f"http://{userinfo + '@' if userinfo else ''}{self.origin}/simple"

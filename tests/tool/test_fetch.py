@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG
+from conftest import HANG, serve_locally
 from patchwheel.config import Artifact
 from patchwheel.errors import PatchwheelError
 from patchwheel.wheels import fetch
@@ -49,10 +49,8 @@ class HttpIndex:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = serve_locally(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def page(self, href: str, filename: str, sha256: str) -> None:
         """The demo project's page, listing ``filename`` at ``href``."""
