@@ -45,6 +45,7 @@ fail proves nothing.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.metadata
 import json
@@ -314,6 +315,11 @@ def _raised(exc: BaseException) -> dict:
             "an error of the guard, not an observation; fix the guard"
         ) from exc
     return {"type": kind, "message": message}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    gc.freeze()  # as the proofs' conftest does, and why: a gc.collect() walks only what the test made
 
 
 @pytest.hookimpl(wrapper=True)
