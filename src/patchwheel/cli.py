@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import signal
 import sys
@@ -198,8 +199,10 @@ def _prove_command(sub) -> None:
     prove.add_argument("pytest", nargs="*", metavar="-- PYTEST-ARGS", help="passed to every pytest run, e.g. -- -k t3")
 
 
+@functools.cache
 def parser() -> argparse.ArgumentParser:
-    """The command line: every command, its options and the function that runs it."""
+    """The command line: every command, its options and the function that runs it. Made once a process (20 ms:
+    argparse looks up a translation of each of its messages), since parsing changes nothing in it."""
     ap = argparse.ArgumentParser(prog="patchwheel", description=__doc__)
     ap.add_argument("--root", default=".", help="project root (holds overlay/ and patches/)")
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -172,8 +172,16 @@ SUBMISSION = {
 
 
 def make_patch(files: dict[str, bytes], edit, subject: str, trailers: dict[str, str]) -> bytes:
-    """A real format-patch: commit ``files`` (upstream-tree paths), apply ``edit``, commit, export."""
-    return git_patch(files, lambda repo: gitops.write_files(repo, edit(dict(files))), subject, trailers)
+    """A real format-patch: commit ``files`` (upstream-tree paths), apply ``edit``, commit, export. git makes each
+    patch once a test process: the same files, edit, subject and trailers give the same bytes (dates are pinned)."""
+    edited = edit(dict(files))
+    key = (tuple(sorted(files.items())), tuple(sorted(edited.items())), subject, tuple(trailers.items()))
+    if key not in _patches:
+        _patches[key] = git_patch(files, lambda repo: gitops.write_files(repo, edited), subject, trailers)
+    return _patches[key]
+
+
+_patches: dict[tuple, bytes] = {}
 
 
 def git_patch(files: dict[str, bytes], change, subject: str, trailers: dict[str, str]) -> bytes:
@@ -283,23 +291,43 @@ class Demo:
 
 
 @pytest.fixture
-def demo_project(tmp_path, monkeypatch) -> Demo:
-    up = tmp_path / "upstream"
+def demo_project(tmp_path, monkeypatch, demo_template) -> Demo:
+    """The demo project under tmp_path: a copy of the one the test process made first (it holds no path of its
+    own folder), as new for each test."""
+    shutil.copytree(demo_template, tmp_path, symlinks=True, dirs_exist_ok=True)
+    return _demo_in(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def demo_template(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("demo-template")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("demo-template-state")))  # never the user's
+        _make_demo(folder, mp)
+    return folder
+
+
+def _demo_in(folder: Path, monkeypatch) -> Demo:
+    index, cache, whl = folder / "index", folder / "cache", folder / "upstream" / "demo-1.0.0-py3-none-any.whl"
+    monkeypatch.setenv("PATCHWHEEL_INDEX_URL", index.as_uri())
+    monkeypatch.setenv("PATCHWHEEL_CACHE", str(cache))
+    return Demo(folder / "project", index, cache, whl, hashlib.sha256(whl.read_bytes()).hexdigest())
+
+
+def _make_demo(folder: Path, monkeypatch) -> Demo:
+    up = folder / "upstream"
     up.mkdir()
     whl = make_wheel(up, {"demo/__init__.py": INIT, "demo/core.py": CORE})
     sha = hashlib.sha256(whl.read_bytes()).hexdigest()
-    index = tmp_path / "index"
+    index = folder / "index"
     (index / "demo").mkdir(parents=True)
     (index / "demo" / "index.html").write_text(f'<a href="../../upstream/{whl.name}#sha256={sha}">{whl.name}</a>\n')
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("PATCHWHEEL_INDEX_URL", index.as_uri())
-    monkeypatch.setenv("PATCHWHEEL_CACHE", str(cache))
-    root = tmp_path / "project"
+    demo = _demo_in(folder, monkeypatch)
+    root = demo.root
     (root / "tests" / "proof").mkdir(parents=True)
     (root / "tests" / "proof" / "test_demo.py").write_text("def test_greet():\n    pass\n")
     (root / "tests" / "guards").mkdir()
     (root / "tests" / "guards" / "test_demo.py").write_text(GUARD)
-    demo = Demo(root, index, cache, whl, sha)
     demo.write_pins()
     (root / "overlay" / "sets.toml").write_text('[set.default]\ndemo = "1.0.0"\n')
     demo.patch_dir.mkdir(parents=True)
