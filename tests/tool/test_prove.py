@@ -200,7 +200,7 @@ def made_by_proofenv(monkeypatch) -> None:
     metadata, of the version its stand-in source names) and runs that pass."""
     monkeypatch.setattr(proofenv, "_create", lambda env: proofenv._site(env).mkdir(parents=True))
 
-    def install(env: Path, *args: str, on_base: bool = False) -> None:
+    def install(env: Path, *args: str, on_base: bool = False, compile: bool = True) -> None:
         if any(arg.startswith("torch @ ") for arg in args):
             info = proofenv._site(env) / f"torch-{proofenv.torch_version()}.dist-info"
             info.mkdir()

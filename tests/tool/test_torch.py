@@ -136,7 +136,7 @@ def torch_folder(demo_project, tmp_path, monkeypatch) -> Iterator[Path]:
     monkeypatch.setattr(
         proofenv,
         "_install",
-        lambda env, *args, on_base=False: install(env, *(a for a in args if a != "pytest"), on_base=on_base),
+        lambda env, *args, **kw: install(env, *(a for a in args if a != "pytest"), **kw),
     )
     (tmp_path / "building").mkdir()
     torchsource._wheel.cache_clear()  # each command asks the source once: a new command, a new process

@@ -43,7 +43,7 @@ class FakeBuilds:
             torchsource, "wheel", lambda v, _links: torchsource.TorchWheel(v, "torch.whl", "file:///torch.whl", source)
         )
 
-    def install(self, env: Path, *args: str, on_base: bool = False) -> None:
+    def install(self, env: Path, *args: str, on_base: bool = False, compile: bool = True) -> None:
         time.sleep(self.seconds)
         base = any(a.startswith("torch @ ") for a in args)
         if base:  # what the base's check reads: the torch installed, of the version asked for

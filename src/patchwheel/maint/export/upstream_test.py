@@ -68,6 +68,7 @@ def run(python: Path, tests: dict[str, bytes], timeout: float = TIMEOUT) -> list
         report, log = Path(tmp) / "report.json", Path(tmp) / "output.txt"
         env = {
             **os.environ,
+            **proofenv.WRITE_BYTECODE,
             "PYTHONPATH": str(plugin),
             "PATCHWHEEL_UPSTREAM_REPORT": str(report),
             "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}",

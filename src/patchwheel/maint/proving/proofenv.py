@@ -137,7 +137,7 @@ def _create(env: Path) -> None:
     _installer([uv, "venv", "--quiet", "--python", sys.executable, str(env)], env, "uv venv")
 
 
-def _install(env: Path, *args: str, on_base: bool = False) -> None:
+def _install(env: Path, *args: str, on_base: bool = False, compile: bool = True) -> None:
     """Install ``args`` (requirements, wheel paths) into ``env``. ``on_base``: torch comes from the base
     environment (see the module's docstring). No credential goes on the installer's command line, which every user
     of the machine reads (``ps``): uv is given pip's indexes by its environment, and what else holds one by a
@@ -148,9 +148,12 @@ def _install(env: Path, *args: str, on_base: bool = False) -> None:
         with _private_args(args) as given:  # (pip reads PIP_INDEX_URL and PIP_EXTRA_INDEX_URL itself)
             _installer([*python, "--no-input", *given], env, "pip install " + " ".join(args))
         return
-    # --compile-bytecode: as pip does. The proof runs' ranks import transformers afresh; with
-    # PYTHONDONTWRITEBYTECODE set, as on this project's machines, they would compile it from source every time.
-    cmd = [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", str(env / "bin" / "python")]
+    # --compile-bytecode, as pip does, where the processes that use the environment write no bytecode (with
+    # PYTHONDONTWRITEBYTECODE set, as on this project's machines, they would compile what they import each time).
+    # Without (``compile=False``): the environment's runs write the bytecode of what they import themselves
+    # (:data:`WRITE_BYTECODE`), a few hundred modules of transformers' 2,900, where compiling them all took 12 s.
+    cmd = [uv, "pip", "install", "--quiet", *(["--compile-bytecode"] if compile else [])]
+    cmd += ["--python", str(env / "bin" / "python")]
     links = [arg for link in pip_find_links() for arg in ("--find-links", link)]
     indexes = {}  # uv's own names of --extra-index-url and --index-url, which it reads as it reads them
     if os.environ.get("PIP_EXTRA_INDEX_URL", "").split():
@@ -314,14 +317,27 @@ def env_name(members: list[tuple[str, str]], kind: str = "") -> str:
     return (f"{kind}-" if kind else "") + "+".join(f"{pkg}-{version}" for pkg, version in members)
 
 
-def env_on_base(cache: Path, name: str, marker: dict, install: Callable[[], list[str]], at: Path | None = None) -> Path:
+#: The environment of a run in an environment made by :func:`env_on_base` (proofs, guards, the matrix, exports):
+#: Python writes the bytecode of what it imports (the environment is made without it).
+WRITE_BYTECODE = {"PYTHONDONTWRITEBYTECODE": ""}
+
+
+def env_on_base(
+    cache: Path,
+    name: str,
+    marker: dict,
+    install: Callable[[], list[str]],
+    at: Path | None = None,
+    compile: bool = False,
+) -> Path:
     """The environment :func:`env_name` ``name`` (or the folder ``at``) that sees the base's packages, with
-    ``install()`` (pip arguments, computed only when it is built) installed on top."""
+    ``install()`` (pip arguments, computed only when it is built) installed on top. Its runs write the bytecode of
+    what they import (:data:`WRITE_BYTECODE`); ``compile``: compiled when made, for runs that write none."""
     base = base_env(cache)
 
     def build(env: Path) -> None:
         (_site(env) / "patchwheel-base.pth").write_text(str(_site(base)) + "\n")
-        _install(env, *install(), on_base=True)
+        _install(env, *install(), on_base=True, compile=compile)
 
     return _make(at or envs_dir(cache) / name, json.dumps({"torch": torch_version(), **marker}), build)
 
@@ -428,7 +444,7 @@ def run_report(
         files = [proof_file] if isinstance(proof_file, str) else list(proof_file)
         cmd = [str(python), "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "--proof-expect=observe"]
         cmd.append("--continue-on-collection-errors")
-        env = {**os.environ, "PATCHWHEEL_PROOF_REPORT": str(report)}
+        env = {**os.environ, **WRITE_BYTECODE, "PATCHWHEEL_PROOF_REPORT": str(report)}
         cmd += ([] if guards else ["-m", "not regression"]) + (["--proof-first-bug"] if first_bug else [])
         returncode = run_in_group(cmd, root, env, log, timeout)
         seconds = time.perf_counter() - t0

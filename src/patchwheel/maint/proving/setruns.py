@@ -187,7 +187,7 @@ class _Runner:
         runs (the proof runs leave it as the judge's runs had it, so that their observations stay comparable);
         ``tool``: this tool's own command, on this tool's path."""
         slug = re.sub(r"\W+", "-", name)
-        environ = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""} | ({"PYTHONHASHSEED": "0"} if seed else {})
+        environ = {**os.environ, **proofenv.WRITE_BYTECODE} | ({"PYTHONHASHSEED": "0"} if seed else {})
         environ.pop("PATCHWHEEL_PROOF_REPORT", None)
         if tool:
             src = str(Path(__file__).resolve().parents[2])

@@ -256,12 +256,14 @@ def environments(project: Project, line: ReleaseLine, wheel: Path) -> tuple[Path
         proofenv.env_name([(line.package, line.version), *companions], "suite"),
         {"wheel": line.wheel.sha256, **extra},
         install(fetch.fetch(line.package, line.wheel, log=CONSOLE.warn)),
+        compile=True,  # upstream's suite runs write no bytecode (PYTHONDONTWRITEBYTECODE below)
     )
     fixed = proofenv.env_on_base(
         cache,
         proofenv.env_name([(line.package, line.fixed_version), *companions], "suite"),
         {"wheel": fetch.sha256_file(wheel), **extra},
         install(wheel),
+        compile=True,
     )
     return pristine, fixed
 
