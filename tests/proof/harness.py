@@ -9,16 +9,17 @@ message, the source files its traceback passed through, and the traceback text. 
 judges the type and the message and checks the files for the code under test; the traceback text is for people
 and never takes part in a verdict.
 
-Each rank is a new process forked from multiprocessing's fork server, which the harness starts when it is imported
-and which imports torch and the libraries around it (PRELOAD) and holds none of the test process's state. Last, it
-imports the code under test (rankpreload: transformers' and accelerate's common modules), recording every variable
-of the environment that import reads; a rank, once its environment is set, refuses to run where one of those differs
-from the server's, since its own import would have gone otherwise (the rest of the code under test it imports
-itself, after its environment is set, as in a fresh interpreter). torch starts no thread pool at import; numpy's
-OpenBLAS may, and it stops and restarts its threads around a fork (pthread_atfork), so forking from the server is
-safe. The rank's environment is the caller's at the call (as a spawned interpreter's would be) plus torchrun's.
-Every run is bounded in time; ranks still alive at the end are killed, so no process is left behind. A rank that
-dies without reporting, or does not report in time, raises :class:`RanksLost`: nothing was observed.
+Each rank is a new process forked from multiprocessing's fork server, which the first run of a test process starts
+(every guard run imports this module, and some run no rank), with the environment the process had when it imported
+this module, and which imports torch and the libraries around it (PRELOAD) and holds none of the test process's
+state. Last, it imports the code under test (rankpreload: transformers' and accelerate's common modules), recording
+every variable of the environment that import reads; a rank, once its environment is set, refuses to run where one
+of those differs from the server's, since its own import would have gone otherwise (the rest of the code under test
+it imports itself, after its environment is set, as in a fresh interpreter). torch starts no thread pool at import;
+numpy's OpenBLAS may, and it stops and restarts its threads around a fork (pthread_atfork), so forking from the
+server is safe. The rank's environment is the caller's at the call (as a spawned interpreter's would be) plus
+torchrun's. Every run is bounded in time; ranks still alive at the end are killed, so no process is left behind. A
+rank that dies without reporting, or does not report in time, raises :class:`RanksLost`: nothing was observed.
 """
 
 from __future__ import annotations
@@ -123,32 +124,29 @@ def _short_socket_folder() -> None:
         tempfile.tempdir = saved
 
 
-def start_server() -> None:
-    """Start the fork server now: it imports PRELOAD while this process goes on (collecting the tests, importing
-    torch itself), instead of at the first run. Ranks fork from it later."""
-    _context({})
-    _ensure_server()
+#: ``os.environ`` when the test process imported this module: the fork server's, whenever its first run starts it (a
+#: test that sets a variable before that run changes its ranks' environment, not the server's).
+SERVER_ENVIRON = dict(os.environb)
 
 
 def _ensure_server() -> None:
-    """The fork server running, started with this process's environment as ``os.environ`` has it (the ranks'), and
-    where it finds rankpreload."""
+    """The fork server running, started with :data:`SERVER_ENVIRON`, and where it finds rankpreload."""
     from multiprocessing import forkserver
 
     here = os.path.dirname(os.path.abspath(__file__))
     # Python 3.11's server does not take this process's sys.path (it is given it, and drops it): this folder goes
     # first on its PYTHONPATH.
-    path = {b"PYTHONPATH": os.fsencode(os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))}
-    with _c_environment(path):
+    given = SERVER_ENVIRON.get(b"PYTHONPATH")
+    path = {b"PYTHONPATH": os.pathsep.encode().join([os.fsencode(here), *filter(None, [given])])}
+    with _c_environment({**SERVER_ENVIRON, **path}):
         forkserver.ensure_running()
 
 
 @contextlib.contextmanager
-def _c_environment(extra: dict[bytes, bytes]):
-    """The C library's environment, which a new process inherits, equal to ``os.environ`` plus ``extra`` while
-    inside, and as it was after. They differ where C code sets a variable: GNU readline (imported with pdb, as pytest
+def _c_environment(wanted: dict[bytes, bytes]):
+    """The C library's environment, which a new process inherits, equal to ``wanted`` while inside, and as it was
+    after. It differs from ``os.environ`` where C code sets a variable: GNU readline (imported with pdb, as pytest
     does) sets COLUMNS and LINES there, and the preloaded libraries read them at import."""
-    wanted = {**dict(os.environb), **extra}
     saved = _c_environ()
     for key in saved.keys() - wanted.keys():
         os.unsetenv(key)
@@ -175,17 +173,6 @@ def _c_environ() -> dict[bytes, bytes]:
         found[key] = value
         i += 1
     return found
-
-
-# On import: a test module that imports the harness will run ranks. Not in a rank, which imports this module while
-# it unpickles its function (multiprocessing marks that phase `_inheriting`, and refuses to start processes in it),
-# nor in a pytest-xdist worker, which imports every test module and may run no rank: there the first run starts it.
-if (
-    mp.parent_process() is None
-    and not getattr(mp.current_process(), "_inheriting", False)
-    and "PYTEST_XDIST_WORKER" not in os.environ
-):
-    start_server()
 
 
 def _agent_store(world_size: int):
