@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sys
+import threading
 import warnings
 from abc import abstractmethod
 from collections import defaultdict, deque
@@ -253,6 +254,117 @@ def get_torch_context_manager_or_global_device():
             return default_device
         return None
     return device_in_context
+
+
+# Where new tensors went outside the `from_pretrained` that is building its model on the meta device, if one is
+_meta_build = threading.local()
+
+
+@contextmanager
+def _build_on_meta():
+    """
+    The meta device on which `from_pretrained` builds its model (see `get_init_context`). A model whose `__init__`
+    loads a sub-model with `from_pretrained` is built inside it: that inner load must not take the meta device for a
+    user's, and loads where it would have outside of the build.
+    """
+    outside = getattr(_meta_build, "outside", None)
+    _meta_build.outside = torch.tensor([]).device
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        _meta_build.outside = outside
+
+
+def _load_outside_of_meta_build(from_pretrained):
+    """Run a `from_pretrained` called while `from_pretrained` builds a model on meta on the device in use outside."""
+
+    @wraps(from_pretrained)
+    def load(cls, *args, **kwargs):
+        outside = getattr(_meta_build, "outside", None)
+        if outside is None or torch.tensor([]).device != torch.device("meta"):
+            return from_pretrained(cls, *args, **kwargs)
+        with torch.device(outside):
+            return from_pretrained(cls, *args, **kwargs)
+
+    return load
+
+
+@contextmanager
+def _parameters_on_meta():
+    """
+    Inside, every parameter a module registers goes to the meta device at once, while buffers are made as the
+    module's code makes them: a model built inside holds the buffers its `__init__` computes, and no weights.
+    """
+    register_parameter = nn.Module.register_parameter
+
+    def register_on_meta(module, name, param):
+        if param is not None and not param.is_meta:
+            param = nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
+        register_parameter(module, name, param)
+
+    nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register_parameter
+
+
+class _BufferPlaceholders:
+    """
+    The non-persistent buffers that loading gave uninitialized memory (they were on meta, and no checkpoint holds
+    them), as they were before `_init_weights` ran: one it did not write (same tensor, same version, same bytes) still
+    holds that memory.
+    """
+
+    def __init__(self, model: "PreTrainedModel", keys: list[str]):
+        self.model = model
+        self.before = {}
+        for key in keys:
+            buffer = model.get_buffer(key)
+            if not buffer.is_meta:
+                # (an inference tensor, made under `torch.inference_mode()`, counts no versions: its bytes tell)
+                version = None if buffer.is_inference() else buffer._version
+                self.before[key] = (buffer, version, buffer.detach().clone())
+
+    def unwritten(self) -> list[str]:
+        def same(buffer, version, copy):
+            if version is not None and buffer._version != version:
+                return False
+            return torch.equal(buffer.detach().contiguous().view(torch.uint8), copy.contiguous().view(torch.uint8))
+
+        return [
+            key
+            for key, (buffer, version, copy) in self.before.items()
+            if self.model.get_buffer(key) is buffer and same(buffer, version, copy)
+        ]
+
+    @torch.no_grad()
+    def fill_unwritten(self, dtype: torch.dtype | None) -> None:
+        keys = self.unwritten()
+        if not keys:
+            return
+        contexts = [apply_patches(), init.no_init_weights(), init.no_tie_weights(), _parameters_on_meta()]
+        if dtype is not None:
+            contexts.append(local_torch_dtype(dtype, type(self.model).__name__))
+        try:
+            with ContextManagers(contexts):
+                built = type(self.model)(copy.deepcopy(self.model.config))
+        except Exception as error:
+            logger.warning(
+                f"The non-persistent buffers {keys} of {type(self.model).__name__} are in no checkpoint, and its "
+                f"`_init_weights` does not set them; building the model again to compute them failed ({error!r}). "
+                "They hold uninitialized memory: set them in `_init_weights`."
+            )
+            return
+        for key in keys:
+            buffer = self.model.get_buffer(key)
+            try:
+                value = built.get_buffer(key)
+            except AttributeError:
+                continue
+            if value.shape == buffer.shape and not value.is_meta:
+                buffer.copy_(value.to(device=buffer.device, dtype=buffer.dtype))
 
 
 def _parameters_land_on_meta() -> bool:
@@ -3842,12 +3954,12 @@ class PreTrainedModel(
                     ]
                 )
             elif is_quantized:
-                init_contexts.extend([torch.device("meta"), set_quantized_state()])
+                init_contexts.extend([_build_on_meta(), set_quantized_state()])
         else:
             # meta_device_safe_creation_ops patches torch.linspace to default to CPU
             # so that custom models calling .item() during __init__ (e.g. drop-path
             # schedules) don't crash on meta tensors.
-            init_contexts.extend([torch.device("meta"), init.meta_device_safe_creation_ops()])
+            init_contexts.extend([_build_on_meta(), init.meta_device_safe_creation_ops()])
 
         return init_contexts
 
@@ -3910,6 +4022,7 @@ class PreTrainedModel(
             self._use_kernels = False
 
     @classmethod
+    @_load_outside_of_meta_build
     def from_pretrained(
         cls: type[SpecificPreTrainedModelType],
         pretrained_model_name_or_path: str | os.PathLike | None,
@@ -4651,6 +4764,7 @@ class PreTrainedModel(
             # Marks tied weights as `_is_hf_initialized` to avoid initializing them (it's very important for efficiency)
             model.mark_tied_weights_as_initialized(loading_info)
 
+            on_meta = [key for key, buffer in model.named_non_persistent_buffers() if buffer.is_meta]
             # Move missing (and potentially mismatched) keys and non-persistent buffers back to their expected device from
             # meta device (because they were not moved when loading the weights as they were not in the loaded state dict)
             model._move_missing_keys_from_meta_to_device(
@@ -4659,9 +4773,13 @@ class PreTrainedModel(
                 load_config.device_mesh,
                 load_config.hf_quantizer,
             )
+            placeholders = _BufferPlaceholders(model, on_meta)
 
             # Correctly initialize the missing (and potentially mismatched) keys (all parameters without the `_is_hf_initialized` flag)
             model._initialize_missing_keys(load_config.is_quantized)
+            # Non-persistent buffers built on meta that `_init_weights` did not set (custom and remote code models) get
+            # the value their module's `__init__` computes, instead of uninitialized memory
+            placeholders.fill_unwritten(load_config.dtype)
 
             # Tie the weights
             model.tie_weights(missing_keys=loading_info.missing_keys, recompute_mapping=False)
@@ -4922,7 +5040,8 @@ class PreTrainedModel(
         # We need to move back non-persistent buffers as well, as they are not part of loaded weights anyway
         for key, buffer in self.named_non_persistent_buffers():
             buffer_device = get_device(device_map, key, valid_torch_device=True)
-            value = torch.empty_like(buffer, device=buffer_device)
+            # One that holds a value (made on a real device while the model was built) keeps it
+            value = torch.empty_like(buffer, device=buffer_device) if buffer.is_meta else buffer.to(buffer_device)
             _load_parameter_into_model(self, key, value)
 
     def _initialize_missing_keys(self, is_quantized: bool) -> None:

@@ -1,0 +1,81 @@
+"""Proof for T6: a model whose ``__init__`` loads a sub-model with ``from_pretrained`` cannot itself be loaded.
+
+Bug (transformers 5): ``Outer.from_pretrained(path)`` builds ``Outer`` under the loader's own meta device context;
+its ``__init__`` calls ``AutoModel.from_pretrained(encoder)``, and that load's check for a user's meta context
+(``check_and_set_device_map``, huggingface/transformers#40942) sees the outer loader's and raises
+``RuntimeError: You are using `from_pretrained` with a meta device context manager or
+`torch.set_default_device('meta')```. Such models (a text encoder inside a tabular model, an inverted embedder)
+loaded on transformers 4; downstream projects pinned ``transformers<5`` over it (TabSTAR, vec2text).
+
+The fix lets the check ignore the loader's own context: the inner model loads its weights, and the outer load then
+replaces them with the outer checkpoint's, as for any other module. The load must give the saved model's weights and
+outputs, with the outer checkpoint's encoder weights where they differ from the encoder's own checkpoint.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tiny_llama
+
+pytestmark = pytest.mark.proof(
+    package="transformers",
+    signatures=[
+        ("RuntimeError", r"^You are using `from_pretrained` with a meta device context manager"),
+    ],
+)
+
+
+def _classes():
+    from transformers import AutoModel, PretrainedConfig, PreTrainedModel
+
+    class NestedConfig(PretrainedConfig):
+        model_type = "proof-t6-nested"
+
+        def __init__(self, encoder_path="", labels=3, **kwargs):
+            self.encoder_path = encoder_path
+            self.labels = labels
+            super().__init__(**kwargs)
+
+    class NestedModel(PreTrainedModel):
+        config_class = NestedConfig
+        base_model_prefix = "nested"
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.encoder = AutoModel.from_pretrained(config.encoder_path)
+            self.head = torch.nn.Linear(self.encoder.config.hidden_size, config.labels)
+            self.post_init()
+
+        def forward(self, input_ids):
+            return self.head(self.encoder(input_ids).last_hidden_state)
+
+    return NestedConfig, NestedModel
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """The outer model saved after training moved its encoder away from the encoder's own checkpoint."""
+    config_class, model_class = _classes()
+    encoder = tiny_llama.save_small(tmp_path_factory.mktemp("encoder"))
+    model = model_class(config_class(encoder_path=encoder))
+    with torch.no_grad():
+        model.encoder.embed_tokens.weight.add_(1.0)
+    path = tmp_path_factory.mktemp("outer")
+    model.save_pretrained(path)
+    return model_class, model, path
+
+
+@pytest.mark.parametrize("device_map", [None, "cpu"], ids=["plain", "device-map-cpu"])
+def test_a_model_that_loads_a_sub_model_in_init_loads(saved, device_map):
+    model_class, reference, path = saved
+    kwargs = {} if device_map is None else {"device_map": device_map}
+    loaded = model_class.from_pretrained(path, **kwargs)
+    expected = reference.state_dict()
+    got = loaded.state_dict()
+    assert sorted(got) == sorted(expected)
+    differ = [name for name in expected if not torch.equal(got[name], expected[name])]
+    assert differ == [], f"weights that are not the outer checkpoint's: {differ}"
+    with torch.no_grad():
+        assert torch.equal(loaded(tiny_llama.INPUT), reference(tiny_llama.INPUT))
