@@ -276,18 +276,15 @@ def _build_on_meta():
         _meta_build.outside = outside
 
 
-def _load_outside_of_meta_build(from_pretrained):
-    """Run a `from_pretrained` called while `from_pretrained` builds a model on meta on the device in use outside."""
-
-    @wraps(from_pretrained)
-    def load(cls, *args, **kwargs):
-        outside = getattr(_meta_build, "outside", None)
-        if outside is None or torch.tensor([]).device != torch.device("meta"):
-            return from_pretrained(cls, *args, **kwargs)
-        with torch.device(outside):
-            return from_pretrained(cls, *args, **kwargs)
-
-    return load
+def _device_outside_of_meta_build() -> torch.device | None:
+    """
+    The device in use outside the `from_pretrained` that is building its model on the meta device, where this code
+    runs inside that build (in the model's `__init__`), else None.
+    """
+    outside = getattr(_meta_build, "outside", None)
+    if outside is None or torch.tensor([]).device != torch.device("meta"):
+        return None
+    return outside
 
 
 @contextmanager
@@ -4022,7 +4019,6 @@ class PreTrainedModel(
             self._use_kernels = False
 
     @classmethod
-    @_load_outside_of_meta_build
     def from_pretrained(
         cls: type[SpecificPreTrainedModelType],
         pretrained_model_name_or_path: str | os.PathLike | None,
@@ -4269,6 +4265,27 @@ class PreTrainedModel(
         >>> assert model.config.output_attentions == True
         ```
         """
+        # Called by the `__init__` of a model that `from_pretrained` builds on meta: load as outside of that build
+        outside = _device_outside_of_meta_build()
+        if outside is not None:
+            with torch.device(outside):
+                return PreTrainedModel.from_pretrained.__func__(
+                    cls,
+                    pretrained_model_name_or_path,
+                    *model_args,
+                    config=config,
+                    cache_dir=cache_dir,
+                    ignore_mismatched_sizes=ignore_mismatched_sizes,
+                    force_download=force_download,
+                    local_files_only=local_files_only,
+                    token=token,
+                    revision=revision,
+                    use_safetensors=use_safetensors,
+                    weights_only=weights_only,
+                    fusion_config=fusion_config,
+                    disable_mmap=disable_mmap,
+                    **kwargs,
+                )
         state_dict = kwargs.pop("state_dict", None)
         proxies = kwargs.pop("proxies", None)
         tqdm_class = kwargs.pop("tqdm_class", None)
