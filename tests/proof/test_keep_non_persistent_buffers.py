@@ -6,6 +6,7 @@ Bug (transformers 5): ``from_pretrained`` builds the model under a meta device, 
 ``_move_missing_keys_from_meta_to_device`` then gives every non-persistent buffer ``torch.empty_like``, and only
 ``_init_weights`` may write it again: transformers' own models do (their rotary modules), a custom or remote-code
 model does not, and keeps whatever the memory held (values like ``-3.7e19``). The forward output is silently wrong.
+A buffer that ``__init__`` makes on a real device (``device="cpu"``), which holds its value, is replaced so too.
 Under ``torch.use_deterministic_algorithms(True)`` torch fills new memory with NaN, which makes the symptom certain
 here: every test runs so.
 
@@ -31,8 +32,9 @@ HIDDEN = 8
 
 
 def _classes():
-    """A custom model (not one of transformers' own) with a non-persistent buffer on the model and one on a submodule
-    (a RoPE-like table, named so that transformers' generic rotary init does not know it)."""
+    """A custom model (not one of transformers' own) with non-persistent buffers on the model and one on a submodule
+    (a RoPE-like table, named so that transformers' generic rotary init does not know it); one of them is made on the
+    CPU explicitly, so it holds a value even while `from_pretrained` builds the model on meta."""
     from transformers import PretrainedConfig, PreTrainedModel
 
     class ScaledConfig(PretrainedConfig):
@@ -56,10 +58,12 @@ def _classes():
             self.proj = torch.nn.Linear(config.hidden, config.hidden)
             self.table = Table(config.hidden)
             self.register_buffer("scale", torch.arange(1, config.hidden + 1, dtype=torch.float32) / 4, persistent=False)
+            # made on a real device even while the model is built on meta: it holds its value from the start
+            self.register_buffer("bias", torch.full((config.hidden,), 0.5, device="cpu"), persistent=False)
             self.post_init()
 
         def forward(self, x):
-            return self.proj(x) * self.scale + self.table.inv_freq.repeat(2)
+            return self.proj(x) * self.scale + self.table.inv_freq.repeat(2) + self.bias
 
     return ScaledConfig, ScaledModel
 

@@ -54,22 +54,21 @@ def _classes():
     return NestedConfig, NestedModel
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """The outer model saved after training moved its encoder away from the encoder's own checkpoint."""
+def _saved(tmp_path):
+    """The outer model, saved after training moved its encoder away from the encoder's own checkpoint. Built in the
+    test itself (not a fixture): what goes wrong in the build is then the test's failure."""
     config_class, model_class = _classes()
-    encoder = tiny_llama.save_small(tmp_path_factory.mktemp("encoder"))
+    encoder = tiny_llama.save_small(tmp_path / "encoder")
     model = model_class(config_class(encoder_path=encoder))
     with torch.no_grad():
         model.encoder.embed_tokens.weight.add_(1.0)
-    path = tmp_path_factory.mktemp("outer")
-    model.save_pretrained(path)
-    return model_class, model, path
+    model.save_pretrained(tmp_path / "outer")
+    return model_class, model, tmp_path / "outer"
 
 
 @pytest.mark.parametrize("device_map", [None, "cpu"], ids=["plain", "device-map-cpu"])
-def test_a_model_that_loads_a_sub_model_in_init_loads(saved, device_map):
-    model_class, reference, path = saved
+def test_a_model_that_loads_a_sub_model_in_init_loads(tmp_path, device_map):
+    model_class, reference, path = _saved(tmp_path)
     kwargs = {} if device_map is None else {"device_map": device_map}
     loaded = model_class.from_pretrained(path, **kwargs)
     expected = reference.state_dict()
