@@ -152,6 +152,25 @@ LlamaForCausalLM(cfg).save_pretrained({str(ckpt)!r})
     return statistics.median(p), statistics.median(f)
 
 
+def buffers_overhead(tmp: Path, rounds: int) -> tuple[float, float]:
+    """`from_pretrained` of a model with 256 non-persistent buffers that its `_init_weights` sets
+    (bench/buffers_load_time.py) on the `latest` set's pristine transformers and on its +fixed build: T5's cost on the
+    ordinary path, alternating."""
+    project = config.load(ROOT)
+    lines = [project.line(pkg, project.sets["latest"][pkg]) for pkg in ("transformers", "accelerate")]
+    pristine = _env("pristine-latest", [str(fetch.fetch(ln.package, ln.wheel)) for ln in lines])
+    fixed = _env("fixed-latest", [str(wheel_file(tmp / "dist", b.filename)) for b in _build(tmp) if b.line in lines])
+    script, ckpt = str(ROOT / "bench" / "buffers_load_time.py"), str(tmp / "tables")
+    subprocess.run([pristine, script, "save", ckpt], check=True, capture_output=True)
+    p: list[float] = []
+    f: list[float] = []
+    for _ in range(rounds):  # alternate, so drift hits both alike
+        for py, out in ((pristine, p), (fixed, f)):
+            res = subprocess.run([py, script, "time", ckpt, "5"], check=True, capture_output=True, text=True)
+            out.append(float(res.stdout.strip().splitlines()[-1]))
+    return statistics.median(p), statistics.median(f)
+
+
 DISPATCH_ENTRIES = 3000
 DISPATCH_SWITCH = "ACCELERATE_DIAGNOSE_DISPATCH"
 
@@ -391,6 +410,12 @@ def main() -> int:
             )
             rows.append(("... the same on 4.50.3+fixed", f"{f * 1000:.0f} ms", "same checkpoint, alternating"))
             rows.append(("load-time ratio fixed / pristine", f"{f / p:.3f}", "within noise: about 1"))
+            p, f = buffers_overhead(tmp, args.load_rounds)
+            note = f"CPU time of a load, median of {args.load_rounds} rounds x 5 loads, alternating"
+            what = "`from_pretrained` of 256 blocks with a non-persistent table each, 5.24.0"
+            rows.append((what, f"{p * 1000:.0f} ms", note))
+            rows.append(("... on 5.24.0+fixed (T5 copies and compares each table)", f"{f * 1000:.0f} ms", note))
+            rows.append(("T5's load-time ratio fixed / pristine", f"{f / p:.3f}", "within noise: about 1"))
         if args.dispatch_rounds:
             acc_version = project.sets["latest"]["accelerate"]
             rows += dispatch_rows(dispatch_overhead(tmp, args.dispatch_rounds), args.dispatch_rounds, acc_version)
