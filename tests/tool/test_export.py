@@ -72,6 +72,18 @@ def test_export_is_the_contributors_commit_with_upstreams_test(demo_project, tmp
         shutil.rmtree(repo.parent)
 
 
+def test_a_bug_upstream_has_no_issue_for_exports_the_issue_to_open_beside_the_pull_request(demo_project, tmp_path):
+    _release(demo_project)
+    issue = "# greet() drops the comma\n\nReproduction: `greet('you')` gives 'hello you'.\n"
+    (_sub(demo_project) / "issue.md").write_text(issue)
+    out = _export(demo_project, tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == ["0001-greet-comma.patch", "ISSUE.md", "PR.md"]
+    assert (out / "ISSUE.md").read_text() == issue
+    (_sub(demo_project) / "issue.md").write_text("greet() drops the comma\n")  # no title
+    problems = submission.lint(demo_project.load())["demo/1.0.0"]
+    assert any("issue.md must start with '# <title>'" in p for p in problems), problems
+
+
 def test_pr_md_records_upstreams_test_both_ways_and_ruff(demo_project, tmp_path):
     _release(demo_project)
     seen: dict[str, object] = {}
@@ -176,6 +188,9 @@ def test_issue_references(demo_project):
         "https://github.com/example/demo/issues/7, example/other#3, https://github.com/example/demo/pull/9"
     )
     assert export_commit.fixes(p, "demo") == ["Fixes #7", "Fixes example/other#3", "Refs #9"]
+    # No issue upstream: a downstream project's pull request is referred to, never taken for upstream's own #44
+    p.trailers["Upstream-Issue"] = "https://github.com/someone/tool/pull/44"
+    assert export_commit.fixes(p, "demo") == ["Refs someone/tool#44"]
     assert export_commit.message("S\n\nBody.", ["Fixes #7"], feature=True) == "S\n\nBody.\n\nRefs #7\n"
 
 

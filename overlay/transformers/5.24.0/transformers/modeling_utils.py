@@ -241,21 +241,6 @@ def local_torch_dtype(dtype: torch.dtype, model_class_name: str | None = None):
         torch.set_default_dtype(original_dtype)
 
 
-def get_torch_context_manager_or_global_device():
-    """
-    Test if a device context manager is currently in use, or if it is not the case, check if the default device
-    is not "cpu". This is used to infer the correct device to load the model on, in case `device_map` is not provided.
-    """
-    device_in_context = torch.tensor([]).device
-    default_device = torch.get_default_device()
-    # This case means no context manager was used -> we still check if the default that was potentially set is not cpu
-    if device_in_context == default_device:
-        if default_device != torch.device("cpu"):
-            return default_device
-        return None
-    return device_in_context
-
-
 # Where new tensors went outside the `from_pretrained` that is building its model on the meta device, if one is
 _meta_build = threading.local()
 
@@ -287,81 +272,19 @@ def _device_outside_of_meta_build() -> torch.device | None:
     return outside
 
 
-@contextmanager
-def _parameters_on_meta():
+def get_torch_context_manager_or_global_device():
     """
-    Inside, every parameter a module registers goes to the meta device at once, while buffers are made as the
-    module's code makes them: a model built inside holds the buffers its `__init__` computes, and no weights.
+    Test if a device context manager is currently in use, or if it is not the case, check if the default device
+    is not "cpu". This is used to infer the correct device to load the model on, in case `device_map` is not provided.
     """
-    register_parameter = nn.Module.register_parameter
-
-    def register_on_meta(module, name, param):
-        if param is not None and not param.is_meta:
-            param = nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
-        register_parameter(module, name, param)
-
-    nn.Module.register_parameter = register_on_meta
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register_parameter
-
-
-class _BufferPlaceholders:
-    """
-    The non-persistent buffers that loading gave uninitialized memory (they were on meta, and no checkpoint holds
-    them), as they were before `_init_weights` ran: one it did not write (same tensor, same version, same bytes) still
-    holds that memory.
-    """
-
-    def __init__(self, model: "PreTrainedModel", keys: list[str]):
-        self.model = model
-        self.before = {}
-        for key in keys:
-            buffer = model.get_buffer(key)
-            if not buffer.is_meta:
-                # (an inference tensor, made under `torch.inference_mode()`, counts no versions: its bytes tell)
-                version = None if buffer.is_inference() else buffer._version
-                self.before[key] = (buffer, version, buffer.detach().clone())
-
-    def unwritten(self) -> list[str]:
-        def same(buffer, version, copy):
-            if version is not None and buffer._version != version:
-                return False
-            return torch.equal(buffer.detach().contiguous().view(torch.uint8), copy.contiguous().view(torch.uint8))
-
-        return [
-            key
-            for key, (buffer, version, copy) in self.before.items()
-            if self.model.get_buffer(key) is buffer and same(buffer, version, copy)
-        ]
-
-    @torch.no_grad()
-    def fill_unwritten(self, dtype: torch.dtype | None) -> None:
-        keys = self.unwritten()
-        if not keys:
-            return
-        contexts = [apply_patches(), init.no_init_weights(), init.no_tie_weights(), _parameters_on_meta()]
-        if dtype is not None:
-            contexts.append(local_torch_dtype(dtype, type(self.model).__name__))
-        try:
-            with ContextManagers(contexts):
-                built = type(self.model)(copy.deepcopy(self.model.config))
-        except Exception as error:
-            logger.warning(
-                f"The non-persistent buffers {keys} of {type(self.model).__name__} are in no checkpoint, and its "
-                f"`_init_weights` does not set them; building the model again to compute them failed ({error!r}). "
-                "They hold uninitialized memory: set them in `_init_weights`."
-            )
-            return
-        for key in keys:
-            buffer = self.model.get_buffer(key)
-            try:
-                value = built.get_buffer(key)
-            except AttributeError:
-                continue
-            if value.shape == buffer.shape and not value.is_meta:
-                buffer.copy_(value.to(device=buffer.device, dtype=buffer.dtype))
+    device_in_context = torch.tensor([]).device
+    default_device = torch.get_default_device()
+    # This case means no context manager was used -> we still check if the default that was potentially set is not cpu
+    if device_in_context == default_device:
+        if default_device != torch.device("cpu"):
+            return default_device
+        return None
+    return device_in_context
 
 
 def _parameters_land_on_meta() -> bool:
@@ -640,6 +563,64 @@ def _load_parameter_into_model(model: "PreTrainedModel", param_name: str, tensor
     # We need to use setattr here, as we set non-persistent buffers as well with this function (`load_state_dict`
     # does not allow to do it)
     setattr(parent, param_type, tensor)
+
+
+class _BufferPlaceholders:
+    """
+    The non-persistent buffers that loading gave uninitialized memory (they were on meta, and no checkpoint holds
+    them), as they were before `_init_weights` ran: one it did not write (same tensor, same version, same bytes) still
+    holds that memory.
+    """
+
+    def __init__(self, model: "PreTrainedModel", keys: list[str]):
+        self.model = model
+        self.before = {}
+        for key in keys:
+            buffer = model.get_buffer(key)
+            if not buffer.is_meta:
+                # (an inference tensor, made under `torch.inference_mode()`, counts no versions: its bytes tell)
+                version = None if buffer.is_inference() else buffer._version
+                self.before[key] = (buffer, version, buffer.detach().clone())
+
+    def unwritten(self) -> list[str]:
+        def same(buffer, version, copy):
+            if version is not None and buffer._version != version:
+                return False
+            return torch.equal(buffer.detach().contiguous().view(torch.uint8), copy.contiguous().view(torch.uint8))
+
+        return [
+            key
+            for key, (buffer, version, copy) in self.before.items()
+            if self.model.get_buffer(key) is buffer and same(buffer, version, copy)
+        ]
+
+    @torch.no_grad()
+    def fill_unwritten(self, dtype: torch.dtype | None) -> None:
+        keys = self.unwritten()
+        if not keys:
+            return
+        # Built on the CPU (not on meta, where nothing is computed), its parameters allocated but never written
+        contexts = [apply_patches(), init.no_init_weights(), init.no_tie_weights(), torch.device("cpu")]
+        if dtype is not None:
+            contexts.append(local_torch_dtype(dtype, type(self.model).__name__))
+        try:
+            with ContextManagers(contexts):
+                built = type(self.model)(copy.deepcopy(self.model.config))
+        except Exception as error:
+            logger.warning(
+                f"The non-persistent buffers {keys} of {type(self.model).__name__} are in no checkpoint, and its "
+                f"`_init_weights` does not set them; building the model again to compute them failed ({error!r}). "
+                "They hold uninitialized memory: set them in `_init_weights`."
+            )
+            return
+        for key in keys:
+            buffer = self.model.get_buffer(key)
+            try:
+                value = built.get_buffer(key)
+            except AttributeError:
+                continue
+            if value.shape == buffer.shape and not value.is_meta:
+                buffer.copy_(value.to(device=buffer.device, dtype=buffer.dtype))
 
 
 def _add_variant(weights_name: str, variant: str | None = None) -> str:

@@ -81,10 +81,11 @@ def issue_refs(value: str) -> list[tuple[str, str, str]]:
 
 
 def fixes(patch: Patch, package: str) -> list[str]:
-    """``Fixes #N`` lines from the ``Upstream-Issue`` trailer: ``#N`` in the package's own repository (the first
-    issue's), ``owner/repo#N`` elsewhere; ``Refs`` for a pull request, which a commit does not fix."""
+    """``Fixes #N`` lines from the ``Upstream-Issue`` trailer: ``#N`` in the package's own repository (the first one
+    named like the package, else huggingface/<package>), ``owner/repo#N`` elsewhere; ``Refs`` for a pull request,
+    which a commit does not fix (such as a downstream project's where no upstream issue exists)."""
     refs = issue_refs(patch.trailers.get("Upstream-Issue", ""))
-    home = refs[0][0] if refs else f"huggingface/{package}"
+    home = next((repo for repo, _, _ in refs if repo.rsplit("/", 1)[-1] == package), f"huggingface/{package}")
     return [f"{'Fixes' if kind == 'issues' else 'Refs'} {'' if repo == home else repo}#{n}" for repo, kind, n in refs]
 
 

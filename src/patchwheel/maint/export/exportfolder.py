@@ -140,6 +140,8 @@ def export(
         files["COMMENT.md"] = _comment(line, patch, sub, version, style, runs).encode()
     else:
         files["PR.md"] = _description(project, line, patch, sub, carried, style, runs).encode()
+        if sub.issue:  # upstream has no issue for the bug: the one to open, which the pull request then fixes
+            files["ISSUE.md"] = sub.issue.encode()
     for name, data in files.items():
         export_commit.refuse_ours(data, name)
     out = _write((out_root or project.exports) / patch.slug, files)

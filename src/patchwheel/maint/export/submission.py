@@ -70,6 +70,7 @@ class Submission:
     comment: str | None  # a fix someone else proposed: the comment offering the test to their pull request
     tests: dict[str, bytes]  # upstream-tree path -> bytes
     expect: tuple[Expectation, ...]
+    issue: str | None = None  # a fix for a bug upstream has no issue for: the issue to open with the pull request
 
     @property
     def subject(self) -> str:
@@ -110,6 +111,7 @@ def upstream_message(where: Path, patch: Patch) -> str:
 def _read(where: Path, patch: Patch) -> Submission:
     proposal = where / "proposal.md"
     comment = where / "comment.md"
+    issue = where / "issue.md"
     tests = {
         p.relative_to(where).as_posix(): p.read_bytes()
         for p in sorted((where / "tests").rglob("*"))
@@ -126,6 +128,7 @@ def _read(where: Path, patch: Patch) -> Submission:
         comment.read_text() if comment.is_file() else None,
         tests,
         expect,
+        issue.read_text() if fix and issue.is_file() else None,
     )
 
 
@@ -150,7 +153,15 @@ def _check(where: Path, patch: Patch) -> list[str]:
         return [] if text.startswith("# ") else [f"{patch.name}: {where}/proposal.md must start with '# <title>'"]
     if elsewhere:
         return _check_comment(where, patch, elsewhere) + _check_tests(where, patch)
-    return _check_message(where, patch) + _check_tests(where, patch)
+    return _check_message(where, patch) + _check_issue(where, patch) + _check_tests(where, patch)
+
+
+def _check_issue(where: Path, patch: Patch) -> list[str]:
+    """``issue.md`` (optional, a fix for a bug upstream has no issue for): the issue to open, ``# <title>`` first."""
+    path = where / "issue.md"
+    if not path.is_file() or path.read_text().startswith("# "):
+        return []
+    return [f"{patch.name}: {path} must start with '# <title>' (the issue to open upstream)"]
 
 
 def _check_comment(where: Path, patch: Patch, elsewhere: str) -> list[str]:
