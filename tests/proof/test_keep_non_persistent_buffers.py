@@ -105,3 +105,14 @@ def test_buffers_computed_in_init_come_back(saved, device_map):
     model_class, reference, path = saved
     kwargs = {} if device_map is None else {"device_map": device_map}
     _check(model_class.from_pretrained(path, **kwargs), reference)
+
+
+# The GPU form: the same load onto the first CUDA device, where `empty_like` takes memory from CUDA's allocator as it
+# does for users (NaN too under deterministic algorithms, which fill new CUDA memory alike).
+@pytest.mark.may_skip(reason="the GPU form loads onto a CUDA device and needs one")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU form: needs a CUDA device")
+def test_gpu_buffers_computed_in_init_come_back(saved):
+    model_class, reference, path = saved
+    loaded = model_class.from_pretrained(path, device_map={"": 0})
+    assert all(buffer.is_cuda for buffer in loaded.buffers()), "the load put the model on the GPU"
+    _check(loaded.cpu(), reference)
