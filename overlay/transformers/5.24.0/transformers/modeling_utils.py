@@ -248,15 +248,15 @@ _meta_build = threading.local()
 @contextmanager
 def _build_on_meta():
     """
-    The meta device on which `from_pretrained` builds its model (see `get_init_context`). A model whose `__init__`
-    loads a sub-model with `from_pretrained` is built inside it: that inner load must not take the meta device for a
-    user's, and loads where it would have outside of the build.
+    Marks the build of a model by `from_pretrained` on the meta device (the `torch.device("meta")` that follows it in
+    `get_init_context`), noting the device in use outside of it. A model whose `__init__` loads a sub-model with
+    `from_pretrained` is built inside it: that inner load must not take the meta device for a user's, and loads
+    where it would have outside of the build.
     """
     outside = getattr(_meta_build, "outside", None)
     _meta_build.outside = torch.tensor([]).device
     try:
-        with torch.device("meta"):
-            yield
+        yield
     finally:
         _meta_build.outside = outside
 
@@ -599,8 +599,10 @@ class _BufferPlaceholders:
         keys = self.unwritten()
         if not keys:
             return
-        # Built on the CPU (not on meta, where nothing is computed), its parameters allocated but never written
+        # Built on the CPU (not on meta, where nothing is computed), its parameters allocated but never written; the
+        # random numbers its `__init__` draws leave the global generator as it was
         contexts = [apply_patches(), init.no_init_weights(), init.no_tie_weights(), torch.device("cpu")]
+        contexts.append(torch.random.fork_rng(devices=[]))
         if dtype is not None:
             contexts.append(local_torch_dtype(dtype, type(self.model).__name__))
         try:
@@ -3932,12 +3934,12 @@ class PreTrainedModel(
                     ]
                 )
             elif is_quantized:
-                init_contexts.extend([_build_on_meta(), set_quantized_state()])
+                init_contexts.extend([_build_on_meta(), torch.device("meta"), set_quantized_state()])
         else:
             # meta_device_safe_creation_ops patches torch.linspace to default to CPU
             # so that custom models calling .item() during __init__ (e.g. drop-path
             # schedules) don't crash on meta tensors.
-            init_contexts.extend([_build_on_meta(), init.meta_device_safe_creation_ops()])
+            init_contexts.extend([_build_on_meta(), torch.device("meta"), init.meta_device_safe_creation_ops()])
 
         return init_contexts
 
