@@ -118,6 +118,20 @@ def capture() -> Iterator[Captured]:
         got.logs.extend(f"{r.levelname} {r.name}: {r.getMessage()}" for r in handler.records)
 
 
+@contextlib.contextmanager
+def deterministic() -> Iterator[None]:
+    """torch fills the memory it allocates with NaN (``torch.utils.deterministic.fill_uninitialized_memory``): an
+    uninitialised buffer then reads alike on every run and on both builds."""
+    import torch
+
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 def raised(exc: BaseException) -> dict:
     """An exception of the code under test as an observed value (a scenario that goes on after it, in a rank)."""
     return {"type": type(exc).__name__, "message": str(exc)}

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator
 
 import pytest
 import torch
 
+import guardkit
 import tiny_llama
 
 pytestmark = pytest.mark.guard(package="transformers")
@@ -168,18 +168,6 @@ def _custom(observe, model) -> None:
         observe("output", model(X.to(model.proj.weight.dtype)).double())
 
 
-@contextlib.contextmanager
-def _deterministic() -> Iterator[None]:
-    """torch fills the memory it allocates with NaN (``torch.utils.deterministic.fill_uninitialized_memory``): an
-    uninitialised buffer then reads alike on every run and on both builds."""
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Transformers' own Llama: its rotary inv_freq is set by _init_weights; tied embeddings
 
@@ -196,7 +184,7 @@ def test_llama_loads(observe, llama, form):
     kwargs = {"device_map": "cpu"} if form == "device_map-cpu" else {}
     if form == "dtype-bfloat16":
         kwargs["dtype"] = torch.bfloat16
-    contexts = {"inference_mode": torch.inference_mode, "deterministic": _deterministic}
+    contexts = {"inference_mode": torch.inference_mode, "deterministic": guardkit.deterministic}
     context = contexts.get(form, contextlib.nullcontext)
     with context():
         model = AutoModelForCausalLM.from_pretrained(llama, **kwargs)
@@ -263,7 +251,7 @@ def _load_args_model(observe, custom, write):
     config_class, _, args_class = CLASSES
     config = config_class.from_pretrained(custom)
     config.write = write
-    with _deterministic():
+    with guardkit.deterministic():
         model = args_class.from_pretrained(custom, 10000.0, config=config)
     observe("tensors", _tensors(model))
     observe("nan", bool(model.table.inv_freq.isnan().any()))
@@ -359,7 +347,7 @@ def test_get_init_context_overridden_to_build_on_the_device(observe, custom, lla
         def get_init_context(cls, *args, **kwargs):
             return []
 
-    with _deterministic():
+    with guardkit.deterministic():
         _off_meta(observe, LlamaOnDevice.from_pretrained(llama), "llama_")
         _off_meta(observe, CustomOnDevice.from_pretrained(custom), "custom_")
 
@@ -418,7 +406,7 @@ def test_get_init_context_wrapped_to_drop_the_meta_device(observe, custom):
     saved = vars(PreTrainedModel)["get_init_context"]
     PreTrainedModel.get_init_context = classmethod(_patched)
     try:
-        with _deterministic():
+        with guardkit.deterministic():
             model = model_class.from_pretrained(custom)
     finally:
         PreTrainedModel.get_init_context = saved
@@ -455,7 +443,7 @@ def test_move_missing_keys_monkeypatched_with_the_release_signature(observe, lla
     PreTrainedModel.mark_tied_weights_as_initialized = mark
     torch.manual_seed(0)  # a class without post_init() does not tie lm_head: the load initialises it
     try:
-        with _deterministic():
+        with guardkit.deterministic():
             if model == "custom":
                 loaded = CLASSES[1].from_pretrained(custom)
             elif model == "llama":

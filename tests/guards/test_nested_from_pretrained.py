@@ -26,6 +26,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+import guardkit
+import nested_models
 import tiny_llama
 from proofkit import reset_default_device
 
@@ -33,33 +35,7 @@ pytestmark = pytest.mark.guard(package="transformers")
 
 
 def _classes():
-    """``NestedModel``: a model whose ``__init__`` loads its encoder with ``AutoModel.from_pretrained`` (the path in
-    its config) and adds a head; it records the default device its ``__init__`` ran under."""
-    from transformers import AutoModel, PretrainedConfig, PreTrainedModel
-
-    class NestedConfig(PretrainedConfig):
-        model_type = "guard-t6-nested"
-
-        def __init__(self, encoder_path="", labels=3, **kwargs):
-            self.encoder_path = encoder_path
-            self.labels = labels
-            super().__init__(**kwargs)
-
-    class NestedModel(PreTrainedModel):
-        config_class = NestedConfig
-        base_model_prefix = "nested"
-
-        def __init__(self, config):
-            super().__init__(config)
-            self.init_device = str(torch.empty(0).device)
-            self.encoder = AutoModel.from_pretrained(config.encoder_path)
-            self.head = torch.nn.Linear(self.encoder.config.hidden_size, config.labels)
-            self.post_init()
-
-        def forward(self, input_ids):
-            return self.head(self.encoder(input_ids).last_hidden_state)
-
-    return NestedConfig, NestedModel
+    return nested_models.classes("guard-t6-nested")
 
 
 CLASSES = _classes()
@@ -105,17 +81,6 @@ def _nested(observe, model, prefix: str = "") -> None:
     observe(f"{prefix}nonpersistent", _nonpersistent(model))
     with torch.no_grad():
         observe(f"{prefix}output", model(tiny_llama.INPUT)[0, -1].double())
-
-
-@contextlib.contextmanager
-def _deterministic() -> Iterator[None]:
-    """torch fills the memory it allocates with NaN: an uninitialised buffer reads alike on every run and build."""
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
 
 
 #: A model built off the meta device meets the non-persistent-buffers fix (0004): pristine gives the buffers of the
@@ -381,7 +346,7 @@ def test_get_init_context_overridden_for_a_model_that_loads_a_sub_model(observe,
 
     torch.manual_seed(0)
     model_class(nested_config).save_pretrained(tmp_path / "nested")
-    with _deterministic():
+    with guardkit.deterministic():
         _nested(observe, OffMeta.from_pretrained(tmp_path / "nested"))
 
 
@@ -424,7 +389,7 @@ def test_get_init_context_wrapped_to_drop_the_meta_device(observe, nested_config
         model_class = ItemInInit
         LlamaForCausalLM.from_pretrained(encoder).save_pretrained(tmp_path / "saved")
     try:
-        with _replaced(PreTrainedModel, "get_init_context", classmethod(_patched)), _deterministic():
+        with _replaced(PreTrainedModel, "get_init_context", classmethod(_patched)), guardkit.deterministic():
             loaded = model_class.from_pretrained(tmp_path / "saved")
     finally:
         observe("dropped", dropped)

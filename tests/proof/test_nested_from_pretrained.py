@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import nested_models
 import tiny_llama
 
 pytestmark = pytest.mark.proof(
@@ -28,30 +29,7 @@ pytestmark = pytest.mark.proof(
 
 
 def _classes():
-    from transformers import AutoModel, PretrainedConfig, PreTrainedModel
-
-    class NestedConfig(PretrainedConfig):
-        model_type = "proof-t6-nested"
-
-        def __init__(self, encoder_path="", labels=3, **kwargs):
-            self.encoder_path = encoder_path
-            self.labels = labels
-            super().__init__(**kwargs)
-
-    class NestedModel(PreTrainedModel):
-        config_class = NestedConfig
-        base_model_prefix = "nested"
-
-        def __init__(self, config):
-            super().__init__(config)
-            self.encoder = AutoModel.from_pretrained(config.encoder_path)
-            self.head = torch.nn.Linear(self.encoder.config.hidden_size, config.labels)
-            self.post_init()
-
-        def forward(self, input_ids):
-            return self.head(self.encoder(input_ids).last_hidden_state)
-
-    return NestedConfig, NestedModel
+    return nested_models.classes("proof-t6-nested")
 
 
 def _saved(tmp_path):
