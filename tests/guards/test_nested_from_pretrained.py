@@ -164,6 +164,20 @@ def test_user_meta_context_around_from_pretrained_raises(observe, encoder, neste
 
 
 @pytest.mark.parametrize("style", ["with-torch.device", "set_default_device"])
+def test_user_meta_context_around_from_pretrained_with_a_device_map(observe, nested_config, tmp_path, style):
+    """The outer load given ``device_map="cpu"`` inside a user's own meta context: transformers lets it through (the
+    device map decides), and the build of the model that loads a sub-model in its ``__init__`` happens inside that
+    context; the inner load refuses the user's meta context, on both builds alike (the device outside the build is
+    the user's meta device: nothing to load on)."""
+    _, model_class = CLASSES
+    torch.manual_seed(0)
+    model_class(nested_config).save_pretrained(tmp_path / "nested")
+    observe("style", style)
+    with _user_meta(style):
+        model_class.from_pretrained(tmp_path / "nested", device_map="cpu")
+
+
+@pytest.mark.parametrize("style", ["with-torch.device", "set_default_device"])
 def test_user_meta_context_around_a_model_that_loads_a_sub_model(observe, nested_config, style):
     """A model whose ``__init__`` calls ``AutoModel.from_pretrained``, built with its constructor inside a user's
     own meta context (no ``from_pretrained`` around it): the inner load refuses the user's context, on both builds

@@ -60,10 +60,11 @@ def _classes():
             self.register_buffer("scale", torch.arange(1, config.hidden + 1, dtype=torch.float32) / 4, persistent=False)
             # made on a real device even while the model is built on meta: it holds its value from the start
             self.register_buffer("bias", torch.full((config.hidden,), 0.5, device="cpu"), persistent=False)
+            self.register_buffer("gain", torch.tensor(1.5), persistent=False)  # a scalar (0-d) one too
             self.post_init()
 
         def forward(self, x):
-            return self.proj(x) * self.scale + self.table.inv_freq.repeat(2) + self.bias
+            return (self.proj(x) * self.scale + self.table.inv_freq.repeat(2) + self.bias) * self.gain
 
     return ScaledConfig, ScaledModel
 

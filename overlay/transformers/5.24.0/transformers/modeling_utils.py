@@ -267,7 +267,8 @@ def _device_outside_of_meta_build() -> torch.device | None:
     runs inside that build (in the model's `__init__`), else None.
     """
     outside = getattr(_meta_build, "outside", None)
-    if outside is None or torch.tensor([]).device != torch.device("meta"):
+    # (outside on meta: the user's own meta context, around a load with a device map, which refuses it as before)
+    if outside is None or outside.type == "meta" or torch.tensor([]).device != torch.device("meta"):
         return None
     return outside
 
@@ -586,7 +587,8 @@ class _BufferPlaceholders:
         def same(buffer, version, copy):
             if version is not None and buffer._version != version:
                 return False
-            return torch.equal(buffer.detach().contiguous().view(torch.uint8), copy.contiguous().view(torch.uint8))
+            # compared as bytes (NaN is not equal to itself); reshape(-1): a 0-d tensor cannot be viewed so
+            return torch.equal(buffer.detach().reshape(-1).view(torch.uint8), copy.reshape(-1).view(torch.uint8))
 
         return [
             key
