@@ -51,15 +51,19 @@ class RanksLost(CouldNotObserve):
 
 
 # Modules the fork server imports once, before it forks ranks: torch, the parts of it that transformers and
-# accelerate import (with numpy and sympy), and their other dependencies that are not under test; then the code under
-# test's common modules (rankpreload, which records what their import reads from the environment, for each rank to
-# check). A module missing from an environment is skipped. The modules before rankpreload read some variables at
-# import (IMPORT_TIME_ENV), which a run's ``env`` therefore may not set: the server would not see them. (Nor does it
-# see such a variable the test process sets after the server started: no proof does.)
+# accelerate import (with numpy and sympy), and their other dependencies that are not under test; pytest, which every
+# test module imports (a rank imports the test module of its function when it unpickles it, before its environment is
+# set: 0.07 s a rank, a sixth of the guards' CPU); then the code under test's common modules (rankpreload, which
+# records what their import reads from the environment, for each rank to check). A module missing from an environment
+# is skipped. The modules before rankpreload read some variables at import (IMPORT_TIME_ENV), which a run's ``env``
+# therefore may not set: the server would not see them. (Nor does it see such a variable the test process sets after
+# the server started: no proof does.)
 PRELOAD = [
     "torch",
     "torch._dynamo",
+    "torch._functorch.aot_autograd",  # torch.compile's, which accelerate's prepare reaches in a rank
     "torch.distributed.tensor",
+    "torch.distributed.tensor.experimental",
     "torch.distributed.fsdp",
     "huggingface_hub",
     "safetensors.torch",
@@ -70,6 +74,7 @@ PRELOAD = [
     "jinja2",
     "psutil",
     "fsspec",  # reads every FSSPEC_* variable at import (it iterates over the environment), as tqdm does TQDM_*
+    "pytest",  # reads no variable at import
     "rankpreload",
 ]
 IMPORT_TIME_ENV = (
