@@ -10,7 +10,7 @@ did not judge by behaviour are reported as unmeasured, never guessed. Features (
 from __future__ import annotations
 
 from .config import Project
-from .matrix.table import Matrix
+from .matrix.table import Cell, LineMatrix, Matrix, Row
 from .series import parse_series, test_refs
 
 
@@ -52,42 +52,48 @@ def for_package(project: Project, matrix: Matrix | None, package: str, version: 
             )
         install = f"{package}=={own.fixed_version}"
         return {"bugs": bugs, "measured": True, "install": install, "fixed_builds": [], "derive": None}
-    measured = False
-    seen: dict[str, dict] = {}
-    judged: set[str] = set()  # fixes a newer line's proof judged on this release: its verdict stands
     issues = {
         p.slug: p.trailers.get("Upstream-Issue", "")
         for line in project.lines.get(package, [])
         for p in parse_series(line)
     }
-    lines = [m for m in (matrix.lines if matrix else []) if m.package == package]
-    for mline in reversed(lines):  # the newest line first: its patches describe the newest form of each fix
-        for row in mline.patches:
-            cell = row.cells.get(version)
-            if cell is None or cell.behaviour not in ("fails", "passes") or row.slug in judged:
-                continue
-            measured = True
-            judged.add(row.slug)
-            if cell.behaviour != "fails":
-                continue
-            seen[row.slug] = {
-                "package": package,
-                "version": version,
-                "fix": row.slug,
-                "subject": row.subject,
-                "upstream_issue": issues.get(row.slug, ""),
-                "evidence": (
-                    f"its proof fails on pristine {package} {version} (matrix check, line {mline.line}): "
-                    f"{cell.behaviour_detail or ''}"
-                ),
-            }
+    judged = matrix_verdicts(matrix, package, version)
+    bugs = [
+        {
+            "package": package,
+            "version": version,
+            "fix": slug,
+            "subject": row.subject,
+            "upstream_issue": issues.get(slug, ""),
+            "evidence": (
+                f"its proof fails on pristine {package} {version} (matrix check, line {mline.line}): "
+                f"{cell.behaviour_detail or ''}"
+            ),
+        }
+        for slug, (mline, row, cell) in judged.items()
+        if cell.behaviour == "fails"
+    ]
     return {
-        "bugs": list(seen.values()),
-        "measured": measured,
+        "bugs": bugs,
+        "measured": bool(judged),
         "install": None,
         "fixed_builds": _fixed_builds(project, package),
         "derive": derive_command(package, version),
     }
+
+
+def matrix_verdicts(matrix: Matrix | None, package: str, version: str) -> dict[str, tuple[LineMatrix, Row, Cell]]:
+    """Each fix whose proof the committed matrix ran (or inferred) on pristine ``package`` ``version``, by slug:
+    the line, row and cell that judged it ("fails": the release has the bug; "passes": it does not). The newest line
+    that judged a fix speaks for it: its patches describe the newest form of each fix."""
+    judged: dict[str, tuple[LineMatrix, Row, Cell]] = {}
+    lines = [m for m in (matrix.lines if matrix else []) if m.package == package]
+    for mline in reversed(lines):
+        for row in mline.patches:
+            cell = row.cells.get(version)
+            if cell is not None and cell.behaviour in ("fails", "passes") and row.slug not in judged:
+                judged[row.slug] = (mline, row, cell)
+    return judged
 
 
 def annotate(project: Project, matrix: Matrix | None, report: dict) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -323,3 +324,71 @@ def test_a_work_folder_edited_by_hand_is_refused_not_followed(demo_project, monk
         derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
     assert "--abort`, then derive again" in refused.value.hint
     assert tree(demo_project.root) == before and (work / "state.json").read_text() == "{not json"
+
+
+def _resolved_line(demo, version: str, core: bytes, prover) -> None:
+    """A line of ``version`` (its core.py ``core``, on which the 1.0.0 line's patch conflicts), made as a maintainer
+    makes one: derive, the conflict resolved by hand, --continue."""
+    demo.add_release(version, core)
+    assert derive.derive(demo.load(), f"demo=={version}", prover, log=lambda m: None).stop is not None
+    repo = demo.root / ".rebase" / f"demo-{version}" / "repo"
+    (repo / "src/demo/core.py").write_bytes(core.replace(b'"hi " + name', b'"hi, " + name'))
+    gitops.git(repo, "add", "src/demo/core.py")
+    assert derive.resume(demo.load(), f"demo=={version}", prover, log=lambda m: None).stop is None
+
+
+def test_the_line_with_the_fewest_conflicts_is_carried_not_the_nearest(demo_project, monkeypatch, tmp_path):
+    """0.9.0 is one release from the 1.0.0 line and three from the 0.5.0 line, but only 0.5.0's patch applies to
+    its code: the nearest line stopped on a conflict that another line had resolved already."""
+    kept_by_proof(demo_project)
+    proofs(monkeypatch, tmp_path)
+    _resolved_line(demo_project, "0.5.0", CONFLICTING, Prover())
+    for version in ("0.6.0", "0.7.0"):
+        demo_project.add_release(version, CORE)
+    demo_project.add_release("0.9.0", b"# one more line\n" + CONFLICTING)
+    said: list[str] = []
+    done = derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=said.append)
+    assert done.stop is None, done.stop
+    assert done.source == "0.5.0"
+    assert said[0].endswith(
+        "demo 0.9.0: from the line demo/0.5.0 (the fewest conflicts: 0 of its 1 patches, 3 release(s) away; "
+        "demo/1.0.0: 1 of its 1 patches conflict); judging it (text, and proofs on the pristine release)"
+    ), said[0]
+    assert [v.decision for v in done.verdicts] == ["carried (offset): its proof still fails"]
+    # --from still names the line, and says so.
+    said.clear()
+    demo_project.add_release("0.9.5", b"# one more line\n" + CONFLICTING)
+    done = derive.derive(demo_project.load(), "demo==0.9.5", Prover(), source="1.0.0", log=said.append)
+    assert done.stop is not None and done.source == "1.0.0" and "(named by --from)" in said[0], said[0]
+    assert derive.abort(demo_project.load(), "demo==0.9.5")
+
+
+def test_a_line_without_the_fix_for_a_bug_the_release_has_is_passed_over(demo_project):
+    """Of two lines, the one with fewer conflicts lacks the fix of a bug the matrix shows in the release: a line
+    carried from it would ship without that fix (derive stops on it), so the line that carries it is chosen."""
+    line = demo_project.load().line("demo", "1.0.0")
+    newer = replace(line, version="2.0.0")
+    found = [
+        derive.Candidate(newer, 1, [], ["shout"], (1, 1)),
+        derive.Candidate(line, 2, ["0001-greet-comma.patch"], [], (2, 0)),
+    ]
+    chosen, why = derive.choose(found, "1.5.0", ["shout"])
+    assert chosen is line
+    assert why == (
+        "it carries a fix for each bug the matrix shows in 1.5.0 (shout), with the fewest conflicts: 1 of its 2 "
+        "patches, 2 release(s) away; demo/2.0.0: 0 of its 1 patches conflict, and it lacks shout"
+    )
+    # Where every line lacks one, the fewest lacking; then the fewest conflicts; then the nearest, the older first.
+    found = [
+        derive.Candidate(newer, 1, [], ["shout", "whisper"], (1, 1)),
+        derive.Candidate(line, 2, ["0001-greet-comma.patch"], ["whisper"], (2, 0)),
+    ]
+    assert derive.choose(found, "1.5.0", ["shout", "whisper"])[1].startswith(
+        "no line carries a fix for every bug the matrix shows in 1.5.0; this one lacks the fewest, the fewest "
+        "conflicts: 1 of its 2 patches"
+    )
+    same = [derive.Candidate(newer, 1, [], [], (1, 1)), derive.Candidate(line, 1, [], [], (1, 0))]
+    assert derive.choose(same, "1.5.0", [])[0] is line
+    assert derive.choose(found[:1], "1.5.0", [])[1] == (
+        "the only line of demo: demo/2.0.0: 0 of its 1 patches conflict, and it lacks shout, whisper"
+    )

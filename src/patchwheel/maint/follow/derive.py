@@ -1,7 +1,9 @@
 """Derive a release line for a release users run: ``patchwheel derive <pkg>==<version>``.
 
 `follow` carries a package's newest line onto the releases after it; `derive` makes a line for any other final
-release a team pins, from the nearest line (``--from`` picks another), with follow's policy and guarantees:
+release a team pins, from the line that carries most by itself (:func:`choose`: a fix for every bug the committed
+matrix shows in the release, the fewest conflicts by text, then the nearest; ``--from`` picks another), with
+follow's policy and guarantees:
 
 1. **judge** the release: the source line's patches by text and by proofs on the pristine release (the one policy,
    :func:`carry.policy.judge`), and the proofs of the fixes only other lines carry (one may carry a fix the source
@@ -33,10 +35,11 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ... import config, gitops, lint, series
+from ... import config, gitops, knownbugs, lint, series
 from ...config import Artifact, Project, ReleaseLine
 from ...configfiles import add_set, set_member, suite_add
 from ...errors import ConfigError, PatchwheelError
+from ...matrix.table import Matrix
 from ...reporter import CONSOLE
 from ...wheels import fetch
 from .. import lintall
@@ -46,7 +49,9 @@ from ..carry.scratch import Scratch, held_interrupts, restate_torch
 from ..carry.steps import Prove, build_and_prove, judge_into_matrix, proof_stop, retire
 from ..proving import proofenv
 from ..upstream import matrixrun as upstream
+from ..upstream import textcheck
 from ..upstream.selection import Selection
+from ..workrepo import release_files, touched
 
 _SPEC = re.compile(r"(?P<pkg>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][0-9A-Za-z.+!-]*)")
 
@@ -66,6 +71,7 @@ class Derived(Carried):
     copied: str | None = None  # with --continue: the digest the waiting folder had when it was copied
     source_series: dict[str, str] = field(default_factory=dict)  # the source line's files at the start: sha256s
     seen: dict[str, list[dict]] = field(default_factory=dict, repr=False)  # the judge's proof cases, per environment
+    why: str = ""  # why the source line was chosen
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -82,19 +88,78 @@ def default_set(version: str) -> str:
     return "v" + ".".join(str(n) for n in (release + (0,))[:2])
 
 
-def nearest(project: Project, package: str, version: str, order: list[str]) -> ReleaseLine:
-    """The line closest to ``version`` in the index's order of releases (``order``, oldest first): fewest releases
-    between them; of two as close, the older line (the bugs a release has are those of the releases before it)."""
+def _distance(line: ReleaseLine, version: str, order: list[str]) -> tuple[int, int]:
+    """How far ``line`` is from ``version`` in the index's order of releases (``order``, oldest first): the releases
+    between them, then 0 for an older line (the bugs a release has are those of the releases before it)."""
     where = {v: i for i, v in enumerate(order)}
-    at = where[version]
+    i = where.get(line.version)
+    if i is None:  # a line of a release the index no longer lists: by version alone
+        i = sum(Version(v) < Version(line.version) for v in order)
+    return abs(i - where[version]), 0 if Version(line.version) < Version(version) else 1
 
-    def distance(line: ReleaseLine) -> tuple[int, int]:
-        i = where.get(line.version)
-        if i is None:  # a line of a release the index no longer lists: by version alone
-            i = sum(Version(v) < Version(line.version) for v in order)
-        return abs(i - at), 0 if Version(line.version) < Version(version) else 1
 
-    return min(project.lines[package], key=distance)
+@dataclass
+class Candidate:
+    """A line that derive could carry onto a release, judged by text against it, and by the committed matrix's
+    verdicts there (which bugs the release has, which fixes it has)."""
+
+    line: ReleaseLine
+    patches: int
+    conflicts: list[str]  # its patches whose text conflicts on the release (a fix the matrix shows there is left out)
+    lacks: list[str]  # fixes of bugs the matrix shows in the release that the line does not carry
+    distance: tuple[int, int]
+
+    @property
+    def rank(self) -> tuple:
+        return len(self.lacks), len(self.conflicts), self.distance
+
+    def said(self) -> str:
+        told = f"{self.line.key}: {len(self.conflicts)} of its {self.patches} patches conflict"
+        return told + (f", and it lacks {', '.join(self.lacks)}" if self.lacks else "")
+
+
+def candidates(
+    project: Project, package: str, version: str, artifact: Artifact, order: list[str]
+) -> tuple[list[Candidate], list[str]]:
+    """Every line of ``package`` judged as a source for ``version`` (its pristine wheel ``artifact``), by text only:
+    the series carried onto the release's files (a second or so a line), no proof run; and the fixes of the bugs the
+    committed matrix shows in the release."""
+    verdicts = knownbugs.matrix_verdicts(Matrix.load(project.matrix_json), package, version)
+    bugs = sorted(slug for slug, (_, _, cell) in verdicts.items() if cell.behaviour == "fails")
+    fixed_there = {slug for slug, (_, _, cell) in verdicts.items() if cell.behaviour == "passes"}
+    found = []
+    for line in project.lines[package]:
+        patches = series.checked_series(line)
+        paths = touched(patches)
+        old = {p: d for p, d in release_files(line, paths).items() if d is not None}
+        results = textcheck.classify(patches, old, release_files(line, paths, artifact))
+        conflicted = {r.patch for r in results if r.status == "conflict"}
+        conflicts = [p.name for p in patches if p.name in conflicted and p.slug not in fixed_there]
+        carried = {p.slug for p in patches}
+        lacks = [slug for slug in bugs if slug not in carried]
+        found.append(Candidate(line, len(patches), conflicts, lacks, _distance(line, version, order)))
+    return found, bugs
+
+
+def choose(found: list[Candidate], version: str, bugs: list[str]) -> tuple[ReleaseLine, str]:
+    """The line that carries most by itself: of the lines that carry a fix for every bug the matrix shows in
+    ``version`` (``bugs``), the one with the fewest conflicts there; then the fewest releases between; of two as
+    close, the older. With why, for derive's first line."""
+    best = min(found, key=lambda c: c.rank)
+    if len(found) == 1:
+        return best.line, f"the only line of {best.line.package}: {best.said()}"
+    if best.lacks:
+        covers = f"no line carries a fix for every bug the matrix shows in {version}; this one lacks the fewest, "
+    elif bugs:
+        covers = f"it carries a fix for each bug the matrix shows in {version} ({', '.join(bugs)}), with "
+    else:
+        covers = ""
+    others = "; ".join(c.said() for c in sorted(found, key=lambda c: c.rank) if c is not best)
+    why = (
+        f"{covers}the fewest conflicts: {len(best.conflicts)} of its {best.patches} patches, "
+        f"{best.distance[0]} release(s) away; {others}"
+    )
+    return best.line, why
 
 
 def derive(
@@ -118,12 +183,14 @@ def derive(
             f"{package} {version} is newer than the newest line {newest.key}",
             f"`nox -s follow -- {package}` carries the newest line onto newer releases (and moves the set latest)",
         )
-    from_line = (
-        project.line(package, source) if source else nearest(project, package, version, [v for v, _, _ in releases])
-    )
     set_name = default_set(version) if set_name is None else set_name
     _set_can_take(project, set_name, package)
-    done = Derived(package, version, from_line.version, set_name, source_series=_series_digest(from_line))
+    if source:
+        from_line, why = project.line(package, source), "named by --from"
+    else:
+        found, bugs = candidates(project, package, version, artifact, [v for v, _, _ in releases])
+        from_line, why = choose(found, version, bugs)
+    done = Derived(package, version, from_line.version, set_name, source_series=_series_digest(from_line), why=why)
     return _run(project, done, log, partial(_start, artifact=artifact, prove=prove))
 
 
@@ -254,7 +321,7 @@ def _start(
     source = project.line(done.package, done.source)
     judged = upstream.Judged(keep=True)
     done.seen = judged.seen or {}
-    say(f"from the line {source.key}; judging it (text, and proofs on the pristine release)")
+    say(f"from the line {source.key} ({done.why}); judging it (text, and proofs on the pristine release)")
     done.verdicts, stop = policy.judge(project, source, done.version, artifact, judged, lambda p, v: _by_hand(done))
     for v in done.verdicts:
         say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
