@@ -181,11 +181,10 @@ def test_an_interrupt_leaves_the_project_and_the_waiting_work_as_they_were(demo_
     assert derive.resume(demo_project.load(), "demo==0.8.0", Prover(), log=lambda m: None).stop is None
 
 
-def test_a_bug_another_line_fixes_stops_it_with_the_line_to_derive_from(demo_project, monkeypatch, tmp_path):
-    """The newer line carries a fix the source line does not: its bug is still in the release, so a line carried
-    from the source alone would ship without it."""
-    kept_by_proof(demo_project)
-    second_line(demo_project, "2.0.0")
+def _shout_line(demo) -> None:
+    """A newer line, 2.0.0, that carries a second fix (shout) the 1.0.0 line does not."""
+    kept_by_proof(demo)
+    second_line(demo, "2.0.0")
     files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
     shout = make_patch(
         edit_greet(dict(files)),
@@ -193,26 +192,47 @@ def test_a_bug_another_line_fixes_stops_it_with_the_line_to_derive_from(demo_pro
         "Shout the greeting",
         {**KEPT, "Proof-Test": "tests/proof/test_shout.py"},
     )
-    (demo_project.root / "tests" / "proof" / "test_shout.py").write_text("def test_shout():\n    pass\n")
-    gitops.write_files(demo_project.root / "upstream-pr" / "demo" / "shout", SUBMISSION)  # the newest line's
-    line = demo_project.load().line("demo", "2.0.0")
+    (demo.root / "tests" / "proof" / "test_shout.py").write_text("def test_shout():\n    pass\n")
+    gitops.write_files(demo.root / "upstream-pr" / "demo" / "shout", SUBMISSION)  # the newest line's
+    line = demo.load().line("demo", "2.0.0")
     (line.patch_dir / "0002-shout.patch").write_bytes(shout)
     with (line.patch_dir / "series").open("a") as fh:
         fh.write("0002-shout.patch\n")
-    buildno.bump(demo_project.load(), line, log=lambda m: None)  # as `nox -s new` records a new patch
-    vendored.write(demo_project.load(), [line], log=lambda m: None)
-    demo_project.add_release("1.1.0", CORE)
+    buildno.bump(demo.load(), line, log=lambda m: None)  # as `nox -s new` records a new patch
+    vendored.write(demo.load(), [line], log=lambda m: None)
+    demo.add_release("1.1.0", CORE)
+
+
+def test_a_bug_another_line_fixes_is_fixed_by_that_lines_patch(demo_project, monkeypatch, tmp_path):
+    """The newer line carries a fix the source line does not, and its bug is still in the release: a line carried
+    from the source alone would ship without it (derive stopped there, and from the newer line it stopped on the
+    fix that line had dropped). Its patch is adopted: carried after the source's own, from its line."""
+    _shout_line(demo_project)
     proofs(monkeypatch, tmp_path)
-    before = tree(demo_project.root)
     done = derive.derive(demo_project.load(), "demo==1.1.0", Prover(), log=lambda m: None)
-    assert done.stop is not None and "0002-shout.patch of demo/2.0.0: its bug is still in demo 1.1.0" in done.stop.why
-    assert "(--from 2.0.0)" in done.stop.why
-    assert tree(demo_project.root) == before
-    # Where the other line's bug is gone from the release, its proof passes and nothing stops.
+    assert done.stop is None, done.stop
+    assert done.source == "1.0.0"
+    assert [(v.patch, v.decision) for v in done.others] == [
+        ("0002-shout.patch (demo/2.0.0)", "adopted from the line 2.0.0: its bug is in demo 1.1.0")
+    ]
+    line = config.load(demo_project.root).line("demo", "1.1.0")
+    assert (line.patch_dir / "series").read_text().splitlines()[1:] == [
+        "# 0002-shout.patch from the line 2.0.0: its bug is in 1.1.0, and 1.0.0 has no fix",
+        "0001-greet-comma.patch",
+        "0002-shout.patch",
+    ]
+    assert b'"HELLO, " + name' in (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").read_bytes()
+    assert lintall.problems(config.load(demo_project.root)) == []
+
+
+def test_a_fix_another_line_carries_is_not_adopted_where_its_bug_is_gone(demo_project, monkeypatch, tmp_path):
+    _shout_line(demo_project)
     proofs(monkeypatch, tmp_path, passes_from={"tests/proof/test_shout.py": "1.1.0"})
     done = derive.derive(demo_project.load(), "demo==1.1.0", Prover(), log=lambda m: None)
     assert done.stop is None, done.stop
     assert [v.decision for v in done.others] == ["nothing to carry: its proof passes on pristine demo 1.1.0"]
+    series = (config.load(demo_project.root).line("demo", "1.1.0").patch_dir / "series").read_text()
+    assert "0002-shout.patch" not in series
 
 
 def test_a_set_it_moves_retires_the_line_no_set_names(demo_project, monkeypatch, tmp_path):
@@ -392,3 +412,42 @@ def test_a_line_without_the_fix_for_a_bug_the_release_has_is_passed_over(demo_pr
     assert derive.choose(found[:1], "1.5.0", [])[1] == (
         "the only line of demo: demo/2.0.0: 0 of its 1 patches conflict, and it lacks shout, whisper"
     )
+
+
+def test_an_adopted_patch_that_conflicts_waits_for_the_maintainer_like_any_other(demo_project, monkeypatch, tmp_path):
+    """An adopted patch is carried by text as the source's are: where its 3-way merge conflicts, the work folder
+    waits with its conflict, and --continue writes it into the series, from its line."""
+    kept_by_proof(demo_project)
+    second_line(demo_project, "2.0.0")
+    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+    in_order = make_patch(
+        edit_greet(dict(files)),
+        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"return a + b", b"return b + a")},
+        "Add in order",
+        {**KEPT, "Proof-Test": "tests/proof/test_order.py"},
+    )
+    (demo_project.root / "tests" / "proof" / "test_order.py").write_text("def test_order():\n    pass\n")
+    gitops.write_files(demo_project.root / "upstream-pr" / "demo" / "add-in-order", SUBMISSION)
+    line = demo_project.load().line("demo", "2.0.0")
+    (line.patch_dir / "0002-add-in-order.patch").write_bytes(in_order)
+    with (line.patch_dir / "series").open("a") as fh:
+        fh.write("0002-add-in-order.patch\n")
+    buildno.bump(demo_project.load(), line, log=lambda m: None)
+    vendored.write(demo_project.load(), [line], log=lambda m: None)
+    demo_project.add_release("1.1.0", CORE.replace(b"return a + b", b"return sum((a, b))"))
+    proofs(monkeypatch, tmp_path)
+    done = derive.derive(demo_project.load(), "demo==1.1.0", Prover(), log=lambda m: None)
+    assert done.stop is not None and "0002-add-in-order.patch: CONFLICT in src/demo/core.py" in done.stop.why
+    repo = demo_project.root / ".rebase" / "demo-1.1.0" / "repo"
+    resolved = CORE.replace(b'"hello " + name', b'"hello, " + name').replace(b"return a + b", b"return sum((b, a))")
+    (repo / "src/demo/core.py").write_bytes(resolved)
+    gitops.git(repo, "add", "src/demo/core.py")
+    done = derive.resume(demo_project.load(), "demo==1.1.0", Prover(), log=lambda m: None)
+    assert done.stop is None, done.stop
+    new = config.load(demo_project.root).line("demo", "1.1.0")
+    assert (new.patch_dir / "series").read_text().splitlines()[1:] == [
+        "# 0002-add-in-order.patch from the line 2.0.0: its bug is in 1.1.0, and 1.0.0 has no fix",
+        "0001-greet-comma.patch",
+        "0002-add-in-order.patch",
+    ]
+    assert (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").read_bytes() == resolved

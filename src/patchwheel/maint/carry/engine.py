@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
@@ -28,7 +29,7 @@ from ...configfiles import add_release
 from ...errors import ConfigError
 from ...names import SHA256, file_name_problem
 from ...reporter import CONSOLE
-from ...series import PATCH_NAME, checked_series, parse_patch, patch_name, slug_of
+from ...series import PATCH_NAME, Patch, checked_series, parse_patch, patch_name, slug_of
 from ...wheels import buildno, fetch, vendored
 from ..upstream.textcheck import carry
 from ..workrepo import WorkRepo, release_files, touched
@@ -52,14 +53,17 @@ def carry_line(
     version: str,
     *,
     dropped: dict[str, str],
+    adopted: Sequence[tuple[ReleaseLine, Patch]] = (),
     log=CONSOLE,
     by: str = "rebase",
 ) -> Project | None:
     """Carry the line ``source`` onto the upstream release ``version``, newer or older than it (every door starts
     here): the patches of ``dropped`` (patch file name -> why, the one policy's decisions, :mod:`.policy`) are left
-    out, every other one is carried by text. The project with the new line written (as a load would read it now),
-    or None at a conflict, which is left in the work repository ``.rebase/<pkg>-<version>/`` with the commands to
-    go on (``by`` names the command)."""
+    out, every other one is carried by text. ``adopted``: patches of other lines of the package (a fix the source
+    does not carry, whose bug the caller found in the release), carried after the source's, each by text from its
+    own line (a 3-way merge takes that line's files under it as its base). The project with the new line written
+    (as a load would read it now), or None at a conflict, which is left in the work repository
+    ``.rebase/<pkg>-<version>/`` with the commands to go on (``by`` names the command)."""
     package = source.package
     check_free(project, package, version, by)
     work = workfolder.path(project.root, package, version)
@@ -68,19 +72,23 @@ def carry_line(
     unknown = set(dropped) - {p.name for p in series}
     if unknown:
         raise ConfigError(f"no patch {', '.join(sorted(unknown))} in the line {source.key}", "drop only its patches")
+    clash = {p.name for _, p in adopted} & {p.name for p in series}
+    if clash or len({p.name for _, p in adopted}) != len(adopted):
+        raise ConfigError(f"{', '.join(sorted(clash)) or 'a patch'} adopted twice or named as a source patch", "")
     keep = [p for p in series if p.name not in dropped]
-    new_files = release_files(source, touched(series), wheel)
+    extra = touched(p for _, p in adopted)
+    new_files = release_files(source, sorted(set(touched(series)) | set(extra)), wheel)
     work.mkdir(parents=True)
-    # The source line's patch files, copied: the work folder holds everything a --continue needs, wherever the
-    # project (or a scratch copy of it) is then.
+    # The source line's patch files (and the adopted ones), copied: the work folder holds everything a --continue
+    # needs, wherever the project (or a scratch copy of it) is then.
     (work / "source").mkdir()
-    for p in series:
+    for p in [*series, *(p for _, p in adopted)]:
         (work / "source" / p.name).write_bytes(p.path.read_bytes())
     # The whole series: a kept patch may build on a dropped one (its diff is against that state).
-    repo = WorkRepo.of_line(source, series, at=work / "repo")
+    repo = WorkRepo.of_line(source, series, extra=extra, at=work / "repo")
     gitops.git(repo.path, "branch", "-q", "series")
+    commits = {**repo.commits, **_adopted_commits(repo.path, adopted)}
     onto = repo.branch("rebased", repo.base, new_files, f"pristine {package} {version}")
-    commits = repo.commits
     state = {
         "package": package,
         "from": source.version,
@@ -89,11 +97,24 @@ def carry_line(
         "onto": onto,
         "wheel": [wheel.filename, wheel.sha256],
         "sdist": [sdist.filename, sdist.sha256] if sdist else None,
-        "todo": [[p.name, commits[p.name], f"source/{p.name}"] for p in keep],
+        "todo": [[p.name, commits[p.name], f"source/{p.name}"] for p in [*keep, *(p for _, p in adopted)]],
         "done": {},
         "dropped": dict(dropped),
+        "adopted": {p.name: line.version for line, p in adopted},
     }
     return _proceed(project, work, state, log, fresh=True)
+
+
+def _adopted_commits(repo: Path, adopted: Sequence[tuple[ReleaseLine, Patch]]) -> dict[str, str]:
+    """Each adopted patch as a commit of ``repo``, on its own line's files and the patches before it in that line's
+    series (a branch ``line-<version>`` a line): what a 3-way merge of it takes as its base."""
+    commits: dict[str, str] = {}
+    lines = {line.version: line for line, _ in adopted}
+    for version in sorted(lines, key=Version):
+        with WorkRepo.of_line(lines[version], checked_series(lines[version])) as theirs:
+            gitops.git(repo, "fetch", "-q", "--no-tags", str(theirs.path), f"HEAD:refs/heads/line-{version}")
+            commits.update({p.name: theirs.commits[p.name] for line, p in adopted if line.version == version})
+    return commits
 
 
 def check_free(project: Project, package: str, version: str, by: str) -> None:
@@ -127,7 +148,9 @@ def _again(by: str, package: str, version: str, work: Path) -> str:
 
 
 #: state.json's fields ("by" may be missing in a folder an older patchwheel made: that was rebase's).
-STATE_KEYS = ("package", "from", "to", "by", "onto", "wheel", "sdist", "todo", "done", "dropped")
+STATE_KEYS = ("package", "from", "to", "by", "onto", "wheel", "sdist", "todo", "done", "dropped", "adopted")
+#: fields a work folder an older patchwheel made may lack
+_OPTIONAL = {"by", "adopted"}
 _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # a full sha1 or sha256 object name, never an option
 _FILE_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")  # what a file name on an index has (it goes into pins.toml)
 
@@ -144,7 +167,7 @@ def read_state(work: Path, package: str, version: str, by: str) -> dict:
     def bad(key: str, value: object, want: str) -> ConfigError:
         return ConfigError(f'{state_file}: "{key}" is {workfolder.shown(value)}, not {want}', hint)
 
-    if not isinstance(state, dict) or not set(STATE_KEYS) - {"by"} <= set(state) <= set(STATE_KEYS):
+    if not isinstance(state, dict) or not set(STATE_KEYS) - _OPTIONAL <= set(state) <= set(STATE_KEYS):
         have = sorted(state) if isinstance(state, dict) else type(state).__name__
         raise ConfigError(
             f"{state_file} is not a rebase's state: it holds {workfolder.shown(have)}, where a rebase writes a table "
@@ -184,9 +207,14 @@ def read_state(work: Path, package: str, version: str, by: str) -> dict:
             PATCH_NAME.match(name) and isinstance(why, str) and why.isprintable() for name, why in value.items()
         ):
             raise bad(key, value, "a table of patch file names and one-line reasons")
+    adopted = state.setdefault("adopted", {})
+    if not isinstance(adopted, dict) or not all(PATCH_NAME.match(n) and _is_version(v) for n, v in adopted.items()):
+        raise bad("adopted", adopted, "a table of patch file names and the versions of the lines they come from")
     names = [t[0] for t in todo] + list(state["done"]) + list(state["dropped"])
     if len(set(names)) != len(names):
         raise bad("todo", todo, 'a list of patches that are neither in "done" nor in "dropped", each once')
+    if not set(adopted) <= set(names) - set(state["dropped"]):
+        raise bad("adopted", adopted, 'patches to carry or carried (in "todo" or "done")')
     return state
 
 
@@ -340,6 +368,8 @@ def _write_line(project: Project, work: Path, state: dict, log) -> Project:
     lines = [f"# Patch series for {package} {version}, {how} from {state['from']} by `patchwheel {by}`."]
     for name, why in state["dropped"].items():
         lines.append(f"# dropped {name}: {why}")
+    for name, line_version in state.get("adopted", {}).items():
+        lines.append(f"# {name} from the line {line_version}: its bug is in {version}, and {state['from']} has no fix")
     for i, (rev, name) in enumerate(zip(revs, names, strict=True), 1):  # lengths checked above
         new_name = patch_name(i, slug_of(name))
         (tmp / new_name).write_bytes(gitops.format_patch(repo, rev))

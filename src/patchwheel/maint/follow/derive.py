@@ -327,14 +327,16 @@ def _start(
         say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
     if stop is not None:
         return stop
-    done.others, stop = _judge_others(project, source, done, artifact, judged)
+    done.others, adopted, stop = _judge_others(project, source, done, artifact, judged)
     for v in done.others:
         say(f"  {v.patch}: not in the line {source.version}; proof {v.behaviour} -> {v.decision or 'stop'}")
     if stop is not None:
         return stop
     said: list[str] = []
     dropped = policy.dropped(done.verdicts)
-    carried = engine.carry_line(project, source, done.version, dropped=dropped, by="derive", log=said.append)
+    carried = engine.carry_line(
+        project, source, done.version, dropped=dropped, adopted=adopted, by="derive", log=said.append
+    )
     if carried is None:
         return _wait(work, done, said)
     done.carried = [s for s in said if not s.startswith("  ")]
@@ -436,9 +438,10 @@ def _name_in_set(project: Project, done: Derived) -> tuple[Project, str | None]:
 
 def _judge_others(
     project: Project, source: ReleaseLine, done: Derived, artifact: Artifact, judged: upstream.Judged
-) -> tuple[list[Verdict], Stop | None]:
+) -> tuple[list[Verdict], list[tuple[ReleaseLine, series.Patch]], Stop | None]:
     """The proofs of the fixes the other lines carry and ``source`` does not (by slug; features are capabilities,
-    not bugs), on the pristine release: a bug still there stops it, as does a proof that cannot judge."""
+    not bugs), on the pristine release: a bug still there is fixed by adopting that line's patch (the newest line's
+    form of the fix), carried after the source's own; a proof that cannot judge stops it."""
     carried = {p.slug for p in series.parse_series(source)}
     others: dict[str, tuple[ReleaseLine, series.Patch]] = {}
     for line in project.lines[done.package]:
@@ -446,28 +449,26 @@ def _judge_others(
             if not p.is_feature and p.slug not in carried:
                 others[p.test_module] = (line, p)  # the newest line's patch of a module names it
     if not others:
-        return [], None
+        return [], [], None
     wheels = [(done.package, artifact)] + upstream.companions(project, source)
     env = proofenv.release_env(project.cache, wheels)
     outcomes = judged.get_many(env, sorted(others), judged.runner(env, project.root))
-    verdicts, problems = [], []
+    verdicts, adopted, problems = [], [], []
     for module, (line, p) in sorted(others.items()):
         o = outcomes[module]
         v = Verdict(f"{p.name} ({line.key})", "n/a", o.verdict, o.detail)
         if o.verdict == "passes":
             v.decision = f"nothing to carry: its proof passes on pristine {done.package} {done.version}"
         elif o.verdict == "fails":
-            problems.append(
-                f"{p.name} of {line.key}: its bug is still in {done.package} {done.version} ({o.detail}), and the "
-                f"line {source.version} does not carry it: derive from {line.version} (--from {line.version}), or "
-                "carry the fix by hand"
-            )
+            v.decision = f"adopted from the line {line.version}: its bug is in {done.package} {done.version}"
+            adopted.append((line, p))
         else:
             problems.append(
                 f"{p.name} of {line.key}: its proof cannot judge pristine {done.package} {done.version} ({o.detail})"
             )
         verdicts.append(v)
-    return verdicts, (Stop("; ".join(problems), _by_hand(done)) if problems else None)
+    adopted.sort(key=lambda lp: (Version(lp[0].version), lp[1].name))
+    return verdicts, adopted, (Stop("; ".join(problems), _by_hand(done)) if problems else None)
 
 
 def _by_hand(done: Derived) -> list[str]:
