@@ -451,3 +451,25 @@ def test_an_adopted_patch_that_conflicts_waits_for_the_maintainer_like_any_other
         "0002-add-in-order.patch",
     ]
     assert (demo_project.root / "overlay" / "demo" / "1.1.0" / "demo" / "core.py").read_bytes() == resolved
+
+
+def test_the_matrix_of_a_new_line_reuses_the_runs_other_lines_made_on_the_same_releases(
+    demo_project, monkeypatch, tmp_path
+):
+    """A proof's verdict on a pristine release is the release's, whichever line asks: the new line's cells on the
+    releases another line's committed runs judged take those verdicts, and no environment is made for them (a
+    cold derive of transformers 4.57.3 spent most of its 1,064 s making environments for newer releases)."""
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", b"# an older first line\n" + CORE)
+    judged = proofs(monkeypatch, tmp_path)
+    assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is None
+    assert ("1.0.0", "tests/proof/test_demo.py") in judged, "the line 0.9.0 judged on 1.0.0, for the matrix"
+    demo_project.add_release("0.8.0", b"# an older first line\n# and another\n" + CORE)
+    judged.clear()
+    assert derive.derive(demo_project.load(), "demo==0.8.0", Prover(), log=lambda m: None).stop is None
+    assert ("1.0.0", "tests/proof/test_demo.py") not in judged, judged
+    status = json.loads((demo_project.root / "patches" / "MATRIX.json").read_text())
+    mine = next(ln for ln in status["lines"] if ln["line"] == "demo/0.8.0")
+    cell = mine["patches"][0]["cells"]["1.0.0"]
+    assert cell["behaviour"] == "fails" and cell["behaviour_detail"].endswith("[the run for the line demo/0.9.0]")
+    assert "inferred_from" not in cell, "a verdict observed on that release, not one inferred between two others"

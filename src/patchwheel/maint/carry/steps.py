@@ -91,7 +91,12 @@ def judge_into_matrix(
     committed = Matrix.load(project.matrix_json) or Matrix()
     torch = proofenv.torch_version()
     committed.check_torch(torch)  # before the judging, which takes minutes
-    judged_lines = [upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True) for ln in lines]
+    judged_lines = []
+    for ln in lines:
+        known = upstream.committed_verdicts(project, ln)  # another line's runs: no environment for those releases
+        judged_lines.append(
+            upstream.check_line(project, ln, selection, selection, judged=judged, bisect=True, known=known)
+        )
     matrix = committed.merged(judged_lines, torch=torch)
     matrix.keep_lines({line.key for line in project.all_lines()})
     matrix.save(project.matrix_json)

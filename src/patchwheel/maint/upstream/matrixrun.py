@@ -36,7 +36,7 @@ from ...matrix.table import (
     series_lookup,
 )
 from ...reporter import CONSOLE, Progress, Reporter
-from ...series import checked_series
+from ...series import checked_series, test_refs
 from ...wheels import fetch
 from ..proving import proofenv
 from ..workrepo import release_files, touched
@@ -111,12 +111,15 @@ def check_line(
     bisect: bool = False,
     report: Reporter = CONSOLE,
     older: bool = False,
+    known: Callable[[str, str], proofenv.ProofOutcome | None] | None = None,
 ) -> LineMatrix:
     """The matrix of one release line over the selected newer releases. ``behaviour``: the releases to run proofs
     on; with ``bisect``, those are only where the verdicts can change (see maint/bisection.py) and every other cell
     is inferred. ``judged``: the run's verdict cache, shared by its lines (a fresh one when not given). ``older``:
     selected releases older than the line count too (what `derive` asks of a line it carries backwards; the
-    committed matrix has only newer ones)."""
+    committed matrix has only newer ones). ``known(proof module, release)``: a verdict observed already (another
+    line's run of the same proof on the same release, :func:`committed_verdicts`); a release whose every proof is
+    known is not run, and needs no environment."""
     judged = judged if judged is not None else Judged()
     series = checked_series(line)
     releases = [
@@ -144,6 +147,13 @@ def check_line(
         return version, results
 
     def judge(version: str) -> dict[str, proofenv.ProofOutcome]:
+        seen = {p.test_module: known(p.test_module, version) for p in series if known and not p.is_feature}
+        ran = {module: o for module, o in seen.items() if o is not None}
+        if ran and len(ran) == len(seen):
+            outcomes = {p.name: FEATURE_OUTCOME if p.is_feature else ran[p.test_module] for p in series}
+            codes = " ".join(BEHAVIOUR_CODE[o.verdict] for o in outcomes.values())
+            progress.step(f"{line.key} vs {version}: proofs {codes} (the matrix's runs of them)")
+            return outcomes
         wheels = [(line.package, artifacts[version])] + companions(project, line)
         try:
             env = proofenv.release_env(project.cache, wheels)
@@ -186,6 +196,27 @@ def check_line(
         result.reinfer()  # the cells between runs: by the same rule as after a merge
     result.refresh_flags()
     return result
+
+
+def committed_verdicts(project: Project, line: ReleaseLine) -> Callable[[str, str], proofenv.ProofOutcome | None]:
+    """The verdicts the committed matrix ran (not inferred) with this run's torch, for the lines of ``line``'s package
+    judged beside the same companions: (proof module, release) -> outcome. A proof's verdict on a pristine release
+    is the release's, whichever line asks (the matrix check runs each module once for every line): a line derive
+    makes between two others needs no environment for a release those lines' runs judged already."""
+    matrix = Matrix.load(project.matrix_json)
+    torch = proofenv.torch_version()
+    pins = companion_pins(project, line)
+    found: dict[tuple[str, str], proofenv.ProofOutcome] = {}
+    for mline in matrix.lines if matrix else []:
+        if mline.package != line.package or mline.companions != pins or mline.line == line.key:
+            continue
+        for row in mline.patches:
+            refs = test_refs(row.proof_test) if row.proof_test and not row.is_feature else []
+            for version, cell in row.cells.items() if refs else ():
+                if cell.was_run and cell.torch == torch and cell.behaviour in ("fails", "passes"):
+                    detail = f"{cell.behaviour_detail or ''} [the run for the line {mline.line}]".lstrip()
+                    found.setdefault((refs[0][0], version), proofenv.ProofOutcome(cell.behaviour, detail))
+    return lambda module, version: found.get((module, version))
 
 
 def _run_plan(plan: bisection.Plan, pool: ThreadPoolExecutor, workers: int, judge, record, progress: Progress) -> None:
