@@ -23,6 +23,10 @@
 8. what the build costs per line, CPU and wall, against the physical limit measured in the same run (hash the
    pinned wheel, read its central directory, copy every member raw), and a one-line build with the other lines in
    dist/ against the same build into an empty dist/ (bench/buildcost.py, which also runs alone).
+9. a mechanical derive (`patchwheel derive transformers==4.57.3`: carried from the line that applies best without a
+   maintainer's step, judged, its matrix, lint, build, proven both ways with its guards) in a copy of the project:
+   warm, and cold (empty wheel, environment and uv caches, as on a fresh machine), wall and CPU
+   (`--derive only`: this alone; `--derive-spec` another release).
 """
 
 from __future__ import annotations
@@ -309,6 +313,46 @@ def follow_run(tmp: Path, package: str = "transformers") -> tuple[float, float, 
     return seconds, cpu, (said[-1] if said and ran.returncode == 0 else f"exit {ran.returncode}: {ran.stdout}"), steps
 
 
+def derive_run(tmp: Path, spec: str, env: dict[str, str], name: str) -> tuple[float, float, str, list[str]]:
+    """`patchwheel derive <spec>` in a copy of the project (its files only: what derive reads and writes), with
+    ``env`` added (an empty cache for a cold run): the wall time, the CPU time (user + sys of the process and
+    everything it waited for), what it said last, and its timed lines."""
+    from patchwheel.maint.carry.scratch import READS
+    from patchwheel.writeback import WRITES
+
+    root = tmp / name
+    shutil.rmtree(root, ignore_errors=True)
+    for part in WRITES + READS:
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+        elif (ROOT / part).is_file():
+            shutil.copy(ROOT / part, root / part)
+    cmd = [sys.executable, "-m", "patchwheel", "--root", str(root), "derive", spec]
+    before = _children_cpu()
+    t = time.perf_counter()
+    ran = subprocess.run(
+        cmd, env={**os.environ, **env, "PYTHONPATH": str(ROOT / "src")}, capture_output=True, text=True
+    )
+    seconds, cpu = time.perf_counter() - t, _children_cpu() - before
+    steps = [ln for ln in ran.stdout.splitlines() if ln.startswith("[")]
+    what = steps[-1] if steps and ran.returncode == 0 else f"exit {ran.returncode}: {ran.stdout[-2000:]}"
+    return seconds, cpu, what, steps
+
+
+def derive_rows(tmp: Path, spec: str, which: str) -> list[tuple[str, str, str]]:
+    rows = []
+    cold = {"PATCHWHEEL_CACHE": str(tmp / "derive-cache"), "UV_CACHE_DIR": str(tmp / "derive-uv")}
+    runs: list[tuple[str, dict[str, str]]] = [] if which == "warm" else [("cold", cold)]
+    if which != "cold":
+        runs.append(("warm", {}))
+    for kind, env in runs:
+        seconds, cpu, what, steps = derive_run(tmp, spec, env, f"derive-{kind}")
+        print("\n".join(steps))
+        note = "empty wheel, environment and uv caches" if kind == "cold" else "wheels and environments cached"
+        rows.append((f"`patchwheel derive {spec}`, {kind} ({note})", f"{seconds:.0f} s, CPU {cpu:.0f} s", what))
+    return rows
+
+
 def _children_cpu() -> float:
     import resource
 
@@ -340,7 +384,21 @@ def main() -> int:
         default="warm",
         help="time `patchwheel follow transformers` from the tree one release back (about 2 min; only: nothing else)",
     )
+    ap.add_argument(
+        "--derive",
+        choices=("warm", "cold", "both", "none", "only"),
+        default="none",
+        help="time a mechanical `patchwheel derive` in a copy of the project (only: cold then warm, nothing else)",
+    )
+    ap.add_argument("--derive-spec", default="transformers==4.57.3", help="the release --derive derives")
     args = ap.parse_args()
+    if args.derive == "only":
+        with tempfile.TemporaryDirectory() as tmp_name:
+            rows = derive_rows(Path(tmp_name), args.derive_spec, "only")
+        print("| measurement | result | note |\n|---|---|---|")
+        for r in rows:
+            print(f"| {r[0]} | {r[1]} | {r[2]} |")
+        return 0
     if args.follow == "only":
         with tempfile.TemporaryDirectory() as tmp_name:
             seconds, cpu, what, steps = follow_run(Path(tmp_name))
@@ -436,6 +494,8 @@ def main() -> int:
                     f"target: at most 2 min; {what}",
                 )
             )
+        if args.derive != "none":
+            rows += derive_rows(tmp, args.derive_spec, args.derive)
     print(f"\nbenchmark on {os.cpu_count()} cores, Python {sys.version.split()[0]}\n")
     print("| measurement | result | note |\n|---|---|---|")
     for r in rows:
