@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORE, INIT, TRAILERS, edit_greet, make_patch
+from conftest import CORE, INIT, TRAILERS, Prover, edit_greet, make_patch, proofs
 from patchwheel import cli, config
 from patchwheel.maint import fixtables, lintall
+from patchwheel.maint.follow import derive
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
@@ -132,3 +133,17 @@ def test_the_command_checks_or_writes(demo_project, capsys, check):
             0,
             "wrote the fix tables of README.md",
         ) and "0001-greet-comma" in path.read_text()
+
+
+def test_derive_writes_the_tables_of_the_line_it_wrote(demo_project, monkeypatch, tmp_path):
+    """A line derive (or rebase) writes is a release line of each fix it carries: the tables say so at once (they
+    were left stale for lint to find, and for a maintainer to run `nox -s tables`)."""
+    _readme(demo_project.root)
+    fixtables.write(demo_project.load())
+    demo_project.add_release("0.9.0", b"# an older first line\n" + CORE)
+    proofs(monkeypatch, tmp_path)
+    said: list[str] = []
+    assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=said.append).stop is None
+    assert said[-1].endswith("wrote the fix tables of README.md"), said[-3:]
+    assert "| Greet with a comma | demo 0.9.0, 1.0.0 |" in (demo_project.root / "README.md").read_text()
+    assert fixtables.problems(demo_project.load()) == []

@@ -15,7 +15,7 @@ tables say (the lines that carry each fix): the upstream watch's pull request ha
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,3 +235,36 @@ def write(project: Project) -> list[Path]:
     for path, text in found:
         replace_text(path, text)
     return [path for path, _ in found]
+
+
+def pending(project: Project, root: Path | None = None) -> list[tuple[Path, str, str]]:
+    """The tables of the files under ``root`` (default: the project's own) as ``project``'s series give them: (file,
+    its text now, its text with the tables), where they differ. A scratch copy's project renders the tables of the
+    project it is written back to; none where a table cannot be rendered (lint says why)."""
+    found, out = fixes(project), []
+    for table in TABLES:
+        path = (root or project.root) / table.path
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        try:
+            new = render(text, table, found)
+        except ConfigError:
+            return []
+        if new != text:
+            out.append((path, text, new))
+    return out
+
+
+def write_pending(found: list[tuple[Path, str, str]], root: Path, log: Callable[[str], None]) -> None:
+    """After a maintainer's command wrote a line (derive, rebase): the tables :func:`pending` rendered, each written
+    where its file still holds the text it was rendered from (else it says to run `nox -s tables`)."""
+    written = []
+    for path, text, new in found:
+        if path.read_text(encoding="utf-8") != text:
+            log(f"{path.relative_to(root).as_posix()} changed meanwhile: its fix table is stale; run `nox -s tables`")
+            continue
+        replace_text(path, new)
+        written.append(path.relative_to(root).as_posix())
+    if written:
+        log(f"wrote the fix tables of {', '.join(written)}")

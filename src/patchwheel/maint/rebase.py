@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..reporter import CONSOLE
 from ..series import checked_series
 from ..wheels import buildno, fetch, vendored
+from . import fixtables
 from .carry import engine, policy, workfolder
 from .carry.outcome import Stop
 from .upstream import matrixrun as upstream
@@ -47,7 +48,7 @@ def start(project: Project, package: str, version: str, *, behaviour: bool = Tru
             said(stop, log)
             return False
         dropped = policy.dropped(verdicts)
-    return engine.carry_line(project, old, version, dropped=dropped, log=log) is not None
+    return _written(engine.carry_line(project, old, version, dropped=dropped, log=log), log)
 
 
 def said(stop: Stop, log=CONSOLE) -> None:
@@ -68,7 +69,15 @@ def by_hand(package: str, version: str) -> list[str]:
 
 def resume(project: Project, package: str, version: str, *, log=CONSOLE) -> bool:
     """Go on after a conflict was resolved in the work repository (:func:`carry.engine.resume`)."""
-    return engine.resume(project, package, version, log=log, by="rebase") is not None
+    return _written(engine.resume(project, package, version, log=log, by="rebase"), log)
+
+
+def _written(carried: Project | None, log) -> bool:
+    """The line was written (its fix tables too, from its series), or the carry waits at a conflict."""
+    if carried is None:
+        return False
+    fixtables.write_pending(fixtables.pending(carried), carried.root, log)
+    return True
 
 
 def abort(project: Project, package: str, version: str) -> str:

@@ -42,7 +42,7 @@ from ...errors import ConfigError, PatchwheelError
 from ...matrix.table import Matrix
 from ...reporter import CONSOLE
 from ...wheels import fetch
-from .. import lintall
+from .. import fixtables, lintall
 from ..carry import engine, policy, workfolder
 from ..carry.outcome import Carried, Stop, Verdict
 from ..carry.scratch import Scratch, held_interrupts, restate_torch
@@ -72,6 +72,7 @@ class Derived(Carried):
     source_series: dict[str, str] = field(default_factory=dict)  # the source line's files at the start: sha256s
     seen: dict[str, list[dict]] = field(default_factory=dict, repr=False)  # the judge's proof cases, per environment
     why: str = ""  # why the source line was chosen
+    tables: list[tuple[Path, str, str]] = field(default_factory=list, repr=False)  # the fix tables to write
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -306,6 +307,7 @@ def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> D
                         workfolder.remove(real)
                 done.waiting = ""
                 say(f"wrote {len(done.written)} file(s) of overlay/ and patches/")
+                fixtables.write_pending(done.tables, project.root, say)
     except PatchwheelError as exc:  # TreeChanged included: nothing was written
         done.stop = Stop(exc.message + (f" ({exc.hint})" if exc.hint else ""), _by_hand(done))
     if done.stop is not None:
@@ -411,6 +413,7 @@ def _finish(project: Project, work: Scratch, done: Derived, prove: Prove, say: C
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(done))
     members_lines = {p: project.line(p, v) for p, v in project.sets[done.set_name].items()}
+    done.tables = fixtables.pending(project, work.project)  # the project's README.md and docs/fixes.md
     done.runs = build_and_prove(project, members_lines, work, prove, say, done.seen)
     return proof_stop(f"{done.package} {done.version}", done.runs, _by_hand(done))
 
