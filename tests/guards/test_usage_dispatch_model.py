@@ -190,9 +190,9 @@ DISK_ONLY = [
         "1",
         id="set",
         marks=[
-            pytest.mark.intended("dispatch.diagnose_imported", reason=IMPORTS, when="accelerate>=1.7"),
+            pytest.mark.intended("dispatch.diagnose_imported", reason=IMPORTS, when="accelerate>=1.15"),
             pytest.mark.intended(
-                "rank_logs", reason=WARNS, match=r"accelerate dispatch diagnosis", when="accelerate>=1.7"
+                "rank_logs", reason=WARNS, match=r"accelerate dispatch diagnosis", when="accelerate>=1.15"
             ),
         ],
     ),
@@ -202,8 +202,8 @@ DISK_ONLY = [
 @pytest.mark.parametrize("switch", DISK_ONLY)
 def test_map_of_disk_only(observe, tmp_path, switch):
     """Stands for accelerate's ``test_dispatch_model_disk_only`` (huggingface/accelerate
-    tests/test_big_modeling.py): every entry on "disk"; 1.6.0 refuses it (``ValueError: You are trying to offload
-    the whole model to the disk``) before anything is dispatched, later releases offload it."""
+    tests/test_big_modeling.py): every entry on "disk"; releases before 1.15.0 refuse it (``ValueError: You are
+    trying to offload the whole model to the disk``) before anything is dispatched, 1.15.0 offloads it."""
     _observe(observe, tmp_path, "disk-only", switch)
 
 
