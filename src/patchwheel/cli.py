@@ -68,8 +68,8 @@ HELP = {
     "watch torch": "whether the torch source has a torch newer than [torch] newest of overlay/sets.toml (exit 1)",
     "follow": "carry each package's newest line onto the newer upstream releases, where nothing needs judgement "
     "(exit 1: a package stopped, with the commands a maintainer runs)",
-    "derive": "make a release line for a release users run, from the nearest line, proven both ways "
-    "(exit 1: it stopped, with the commands a maintainer runs)",
+    "derive": "make a release line for a release users run, from the line that carries most by itself, proven both "
+    "ways (exit 1: it stopped, with the commands a maintainer runs)",
     "vendor": "write overlay/<pkg>/<version>/: the fixed modules, from the pinned wheel and the series",
     "rebase": "write patches/<pkg>/<version>/ from the newest line of <pkg>, judged by follow's policy, unproven "
     "(exit 1: it stopped, with the commands a maintainer runs)",
@@ -150,11 +150,21 @@ def _maintenance_commands(sub) -> None:
     follow.add_argument("--pending", action="store_true", help="print the packages with a newer release, as JSON")
     derive = _command(sub, "maint_commands.cmd_derive", "derive")
     derive.add_argument("release", help="pkg==version, e.g. transformers==4.57.6")
-    derive.add_argument("--from", dest="source", metavar="VERSION", help="the line to carry (default: the nearest)")
+    derive.add_argument(
+        "--from", dest="source", metavar="VERSION", help="the line to carry (default: the one that applies best)"
+    )
     derive.add_argument("--set", dest="set_name", help="the consumer set naming the line (default: v<major>.<minor>)")
     then = derive.add_mutually_exclusive_group()
     then.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     then.add_argument("--abort", action="store_true", help="drop the work folder a conflict left")
+    derive.add_argument(
+        "--new",
+        action="append",
+        default=[],
+        metavar="SLUG",
+        help="with --continue: a fix you committed in the work repository on top of the carried patches, as a new "
+        "patch of the line (one --new a commit, in order)",
+    )
     rebase = _command(sub, "maint_commands.cmd_rebase", "rebase", line=True)
     goon = rebase.add_mutually_exclusive_group()
     goon.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")

@@ -220,11 +220,13 @@ def cmd_derive(args) -> int:
     project = config.load(root(args))
     if (args.cont or args.abort) and (args.source or args.set_name):
         raise ConfigError("--from and --set are the start's: a derive in progress keeps its own", "leave them out")
+    if args.new and not args.cont:
+        raise ConfigError("--new names commits in the work folder of a derive in progress", "use it with --continue")
     if args.abort:
         print(f"removed {derive.abort(project, args.release)}")
         return 0
     if args.cont:
-        done = derive.resume(project, args.release, setruns.prove_set)
+        done = derive.resume(project, args.release, setruns.prove_set, new=args.new)
     else:
         done = derive.derive(project, args.release, setruns.prove_set, source=args.source, set_name=args.set_name)
     for line in followreport.derived(done):

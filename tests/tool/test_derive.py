@@ -473,3 +473,53 @@ def test_the_matrix_of_a_new_line_reuses_the_runs_other_lines_made_on_the_same_r
     cell = mine["patches"][0]["cells"]["1.0.0"]
     assert cell["behaviour"] == "fails" and cell["behaviour_detail"].endswith("[the run for the line demo/0.9.0]")
     assert "inferred_from" not in cell, "a verdict observed on that release, not one inferred between two others"
+
+
+def _commit_new_fix(repo: Path, core: bytes) -> None:
+    """A maintainer's own fix for the release, committed in the waiting work repository on top of the carried
+    patches, with the trailers every patch has."""
+    (repo / "src/demo/core.py").write_bytes(core)
+    gitops.git(repo, "add", "src/demo/core.py")
+    body = "\n".join(f"{k}: {v}" for k, v in {**KEPT, "Proof-Test": "tests/proof/test_order.py"}.items())
+    gitops.commit(repo, f"Add in order\n\nWhy the change is needed.\n\n{body}\n")
+
+
+def test_a_fix_committed_on_top_of_the_carried_patches_becomes_a_patch_of_the_line(demo_project, monkeypatch, tmp_path):
+    """The release has a bug next to ours that no line fixes (accelerate 1.11.0's tensor-parallel prepare with
+    transformers 5): the maintainer commits its fix in the waiting work repository, and --continue --new names it;
+    it was refused as "changed by hand beyond the conflict"."""
+    kept_by_proof(demo_project)
+    (demo_project.root / "tests" / "proof" / "test_order.py").write_text("def test_order():\n    pass\n")
+    demo_project.add_release("0.9.0", CONFLICTING)
+    proofs(monkeypatch, tmp_path)
+    assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is not None
+    repo = demo_project.root / ".rebase" / "demo-0.9.0" / "repo"
+    resolved = CONFLICTING.replace(b'"hi " + name', b'"hi, " + name')
+    (repo / "src/demo/core.py").write_bytes(resolved)
+    gitops.git(repo, "add", "src/demo/core.py")
+    gitops.git(repo, "-c", "core.editor=true", "cherry-pick", "--continue")
+    _commit_new_fix(repo, resolved.replace(b"return a + b", b"return b + a"))
+    before, waiting = tree(demo_project.root), work_tree(demo_project.root)
+    done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
+    assert done.stop is not None and "1 commit(s) in" in done.stop.why, done.stop
+    assert "on top of the 1 carried patches" in done.stop.why and "--continue --new <slug>" in done.stop.why
+    assert tree(demo_project.root) == before and work_tree(demo_project.root) == waiting
+    for bad, says in ((["0001-x.patch"], "is not a slug"), (["greet-comma"], "names a patch of the line twice")):
+        done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None, new=bad)
+        assert done.stop is not None and says in done.stop.why, done.stop
+        assert tree(demo_project.root) == before and work_tree(demo_project.root) == waiting
+    done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None, new=["add-in-order"])
+    assert done.stop is None, done.stop
+    line = config.load(demo_project.root).line("demo", "0.9.0")
+    assert (line.patch_dir / "series").read_text().splitlines()[1:] == [
+        "# 0002-add-in-order.patch: new on this line, a maintainer's fix for demo 0.9.0",
+        "0001-greet-comma.patch",
+        "0002-add-in-order.patch",
+    ]
+    assert b"+    return b + a" in (line.patch_dir / "0002-add-in-order.patch").read_bytes()
+    assert lintall.problems(config.load(demo_project.root)) == []
+
+
+def test_new_is_only_for_a_derive_in_progress(demo_project, capsys):
+    assert cli.main(["--root", str(demo_project.root), "derive", "demo==0.9.0", "--new", "x"]) == 2
+    assert "--new names commits in the work folder of a derive in progress" in capsys.readouterr().err

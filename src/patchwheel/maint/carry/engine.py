@@ -29,7 +29,7 @@ from ...configfiles import add_release
 from ...errors import ConfigError
 from ...names import SHA256, file_name_problem
 from ...reporter import CONSOLE
-from ...series import PATCH_NAME, Patch, checked_series, parse_patch, patch_name, slug_of
+from ...series import PATCH_NAME, SLUG, Patch, checked_series, parse_patch, patch_name, slug_of
 from ...wheels import buildno, fetch, vendored
 from ..upstream.textcheck import carry
 from ..workrepo import WorkRepo, release_files, touched
@@ -264,9 +264,13 @@ def _source_patch(work: Path, name: str) -> Path:
     return path
 
 
-def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str = "rebase") -> Project | None:
+def resume(
+    project: Project, package: str, version: str, *, log=CONSOLE, by: str = "rebase", new: Sequence[str] = ()
+) -> Project | None:
     """Go on after a conflict was resolved in the work repository; ``by``: the command that goes on (derive calls
-    it in its scratch copy). The work folder's state must be that command's, for ``package`` ``version``. The
+    it in its scratch copy). The work folder's state must be that command's, for ``package`` ``version``. ``new``:
+    the slugs of fixes a maintainer committed in the work repository on top of every carried patch (a bug next to
+    ours that the release has and no line fixes), one a commit, in order: each becomes a patch of the new line. The
     project with the new line, or None at another conflict (:func:`carry_line`)."""
     version = version_of(version)
     package = project.line(package).package  # a known package, as the tool names its folders
@@ -280,26 +284,64 @@ def resume(project: Project, package: str, version: str, *, log=CONSOLE, by: str
     state = read_state(work, package, version, by)
     repo = work / "repo"
     again = _again(by, package, version, work)
+    _check_new(new, state)
     for name in ("repo", "source"):
         if (work / name).is_symlink() or not (work / name).is_dir():
             raise ConfigError(f"{work / name} is not a folder the carry engine made", f"start over: {again}")
     for _ in workfolder.entries(work, f"remove it, or start over: {again}"):
         pass  # a link or a special file (a named pipe) is refused before git or the tool opens anything
     workfolder.git_settings(repo, again)  # before git runs anything there: its own config could name a program
-    if not state["todo"]:  # every patch carried, the line not written yet (a later step stopped): write it
-        return _proceed(project, work, state, log)
-    unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
-    if unmerged:
-        raise ConfigError(
-            f"still unresolved in {repo}: {', '.join(unmerged)}",
-            f"edit them, `git -C {repo} add <file>`, then run --continue again",
-        )
-    if (repo / ".git" / "CHERRY_PICK_HEAD").exists():
-        gitops.git(repo, "-c", "core.editor=true", "cherry-pick", "--continue")
-    name = state["todo"].pop(0)[0]
-    state["done"][name] = "resolved by hand"
-    log(f"{name}: resolved by hand")
+    if state["todo"]:  # stopped at a conflict (else every patch is carried and a later step stopped)
+        unmerged = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
+        if unmerged:
+            raise ConfigError(
+                f"still unresolved in {repo}: {', '.join(unmerged)}",
+                f"edit them, `git -C {repo} add <file>`, then run --continue again",
+            )
+        if (repo / ".git" / "CHERRY_PICK_HEAD").exists():
+            gitops.git(repo, "-c", "core.editor=true", "cherry-pick", "--continue")
+        name = state["todo"].pop(0)[0]
+        state["done"][name] = "resolved by hand"
+        log(f"{name}: resolved by hand")
+    _take_new(repo, state, new, again)
     return _proceed(project, work, state, log)
+
+
+def _check_new(new: Sequence[str], state: dict) -> None:
+    """``--new``: slugs, each once and of no carried patch, and only once every patch is carried (a fix committed
+    between two carried patches would be taken for the next one)."""
+    if not new:
+        return
+    bad = [s for s in new if not SLUG.match(s)]
+    if bad:
+        raise ConfigError(f"--new {bad[0]!r} is not a slug", "lowercase letters, digits, '.' and '-', e.g. tp-only")
+    taken = {slug_of(n) for n in [*state["done"], *state["dropped"], *(t[0] for t in state["todo"])]}
+    clash = sorted(set(new) & taken) or sorted({s for s in new if new.count(s) > 1})
+    if clash:
+        raise ConfigError(f"--new {clash[0]} names a patch of the line twice", "give each new fix its own slug")
+
+
+#: what ``done`` says of a fix a maintainer committed on top of the carried patches (``--new``)
+NEW = "new on this line, a maintainer's fix"
+
+
+def _take_new(repo: Path, state: dict, new: Sequence[str], again: str) -> None:
+    """The commits on top of the carried (and resolved) patches: one for each ``--new`` slug, in order, taken into
+    ``done`` where they stand, so that the patches still to carry go on top of them."""
+    count = len(gitops.git(repo, "rev-list", f"{state['onto']}..HEAD").decode().split())
+    extra = count - len(state["done"])
+    if extra != len(new):
+        if extra > 0 and not new:
+            raise ConfigError(
+                f"{extra} commit(s) in {repo} on top of the {len(state['done'])} carried patches",
+                "name each new fix, in order: --continue --new <slug> --new <slug> ... (or remove the commits)",
+            )
+        raise ConfigError(
+            f"{count} commits in {repo}: {len(state['done'])} carried patches and {len(new)} named with --new",
+            f"one --new for each commit on top of the carried patches, or start over: {again}",
+        )
+    for slug in new:
+        state["done"][patch_name(len(state["done"]) + 1, slug)] = NEW
 
 
 def _proceed(project: Project, work: Path, state: dict, log, fresh: bool = False) -> Project | None:
@@ -368,6 +410,9 @@ def _write_line(project: Project, work: Path, state: dict, log) -> Project:
     lines = [f"# Patch series for {package} {version}, {how} from {state['from']} by `patchwheel {by}`."]
     for name, why in state["dropped"].items():
         lines.append(f"# dropped {name}: {why}")
+    for i, (name, why) in enumerate(state["done"].items(), 1):
+        if why == NEW:
+            lines.append(f"# {patch_name(i, slug_of(name))}: {NEW} for {package} {version}")
     for name, line_version in state.get("adopted", {}).items():
         lines.append(f"# {name} from the line {line_version}: its bug is in {version}, and {state['from']} has no fix")
     for i, (rev, name) in enumerate(zip(revs, names, strict=True), 1):  # lengths checked above

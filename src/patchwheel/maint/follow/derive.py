@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -195,9 +195,12 @@ def derive(
     return _run(project, done, log, partial(_start, artifact=artifact, prove=prove))
 
 
-def resume(project: Project, spec: str, prove: Prove, *, log: Callable[[str], None] = CONSOLE) -> Derived:
+def resume(
+    project: Project, spec: str, prove: Prove, *, log: Callable[[str], None] = CONSOLE, new: Sequence[str] = ()
+) -> Derived:
     """Go on with the derive of ``spec`` after its conflict was resolved in ``.rebase/<pkg>-<version>/repo``. The
-    work folder's state is input: checked, every field, against ``spec`` and the project before anything runs."""
+    work folder's state is input: checked, every field, against ``spec`` and the project before anything runs.
+    ``new``: the slugs of fixes the maintainer committed there on top of every carried patch (``--new``)."""
     package, version = parse_spec(spec)
     saved = workfolder.load(project.root, package, version)
     work = workfolder.path(project.root, package, version)
@@ -230,7 +233,7 @@ def resume(project: Project, spec: str, prove: Prove, *, log: Callable[[str], No
     done.copied = workfolder.digest(work, again)  # refuses a link or a special file (git's own left out)
     workfolder.git_settings(work / "repo", again)  # in the maintainer's folder: the copy's would name the scratch one
     done.waiting = str(work / "repo")
-    return _run(project, done, log, partial(_resume, prove=prove))
+    return _run(project, done, log, partial(_resume, prove=prove, new=tuple(new)))
 
 
 def abort(project: Project, spec: str) -> Path:
@@ -345,7 +348,9 @@ def _start(
     return _finish(carried, work, done, prove, say)
 
 
-def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: Prove) -> Stop | None:
+def _resume(
+    work: Scratch, done: Derived, say: Callable[[str], None], *, prove: Prove, new: tuple[str, ...] = ()
+) -> Stop | None:
     real = workfolder.path(work.project, done.package, done.version)
     again = f"`nox -s derive -- {done.package}=={done.version} --abort`, then derive again"
     copied = workfolder.digest(real, again, into=workfolder.path(work.root, done.package, done.version))
@@ -354,7 +359,7 @@ def _resume(work: Scratch, done: Derived, say: Callable[[str], None], *, prove: 
     project = config.load(work.root)  # the one load in the copy
     said: list[str] = []
     say(f"carrying the rest of the line {done.source} (the conflict resolved in {real / 'repo'})")
-    carried = engine.resume(project, done.package, done.version, log=said.append, by="derive")
+    carried = engine.resume(project, done.package, done.version, log=said.append, by="derive", new=new)
     if carried is None:
         return _wait(work, done, said)
     done.carried = [s for s in said if not s.startswith("  ")]
