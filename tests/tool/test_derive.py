@@ -217,7 +217,7 @@ def test_a_bug_another_line_fixes_is_fixed_by_that_lines_patch(demo_project, mon
     ]
     line = config.load(demo_project.root).line("demo", "1.1.0")
     assert (line.patch_dir / "series").read_text().splitlines()[1:] == [
-        "# 0002-shout.patch from the line 2.0.0: its bug is in 1.1.0, and 1.0.0 has no fix",
+        "# 0002-shout.patch: from the line 2.0.0 (its 0002-shout.patch): its bug is in 1.1.0, and 1.0.0 has no fix",
         "0001-greet-comma.patch",
         "0002-shout.patch",
     ]
@@ -371,8 +371,9 @@ def test_the_line_with_the_fewest_conflicts_is_carried_not_the_nearest(demo_proj
     assert done.stop is None, done.stop
     assert done.source == "0.5.0"
     assert said[0].endswith(
-        "demo 0.9.0: from the line demo/0.5.0 (the fewest conflicts: 0 of its 1 patches, 3 release(s) away; "
-        "demo/1.0.0: 1 of its 1 patches conflict); judging it (text, and proofs on the pristine release)"
+        "demo 0.9.0: from the line demo/0.5.0 (the fewest conflicts on 0.9.0 in all, 0: 0 of its 1 patches "
+        "conflict; 3 release(s) away; demo/1.0.0: 1 of its 1 patches conflict); judging it (text, and proofs on the "
+        "pristine release)"
     ), said[0]
     assert [v.decision for v in done.verdicts] == ["carried (offset): its proof still fails"]
     # --from still names the line, and says so.
@@ -383,35 +384,28 @@ def test_the_line_with_the_fewest_conflicts_is_carried_not_the_nearest(demo_proj
     assert derive.abort(demo_project.load(), "demo==0.9.5")
 
 
-def test_a_line_without_the_fix_for_a_bug_the_release_has_is_passed_over(demo_project):
-    """Of two lines, the one with fewer conflicts lacks the fix of a bug the matrix shows in the release: a line
-    carried from it would ship without that fix (derive stops on it), so the line that carries it is chosen."""
+def test_the_fixes_a_line_lacks_count_by_their_conflicts(demo_project):
+    """A line that lacks a fix other lines carry gets it adopted where the release has the bug: the conflicts of
+    that fix's patch count as its own would. Of two lines with one conflict each in all, the nearer; of two as near,
+    the older."""
     line = demo_project.load().line("demo", "1.0.0")
     newer = replace(line, version="2.0.0")
     found = [
-        derive.Candidate(newer, 1, [], ["shout"], (1, 1)),
-        derive.Candidate(line, 2, ["0001-greet-comma.patch"], [], (2, 0)),
+        derive.Candidate(newer, 1, [], ["shout"], ["shout"], (1, 1)),
+        derive.Candidate(line, 2, ["0001-greet-comma.patch"], [], [], (2, 0)),
     ]
-    chosen, why = derive.choose(found, "1.5.0", ["shout"])
-    assert chosen is line
+    chosen, why = derive.choose(found, "1.5.0")
+    assert chosen is newer, "1 conflict each in all: the nearer"
     assert why == (
-        "it carries a fix for each bug the matrix shows in 1.5.0 (shout), with the fewest conflicts: 1 of its 2 "
-        "patches, 2 release(s) away; demo/2.0.0: 0 of its 1 patches conflict, and it lacks shout"
+        "the fewest conflicts on 1.5.0 in all, 1: 0 of its 1 patches conflict; it lacks 1 fix(es) other lines carry "
+        "(shout), to adopt where the release has the bug, 1 of them conflicting; 1 release(s) away; demo/1.0.0: 1 "
+        "of its 2 patches conflict"
     )
-    # Where every line lacks one, the fewest lacking; then the fewest conflicts; then the nearest, the older first.
-    found = [
-        derive.Candidate(newer, 1, [], ["shout", "whisper"], (1, 1)),
-        derive.Candidate(line, 2, ["0001-greet-comma.patch"], ["whisper"], (2, 0)),
-    ]
-    assert derive.choose(found, "1.5.0", ["shout", "whisper"])[1].startswith(
-        "no line carries a fix for every bug the matrix shows in 1.5.0; this one lacks the fewest, the fewest "
-        "conflicts: 1 of its 2 patches"
-    )
-    same = [derive.Candidate(newer, 1, [], [], (1, 1)), derive.Candidate(line, 1, [], [], (1, 0))]
-    assert derive.choose(same, "1.5.0", [])[0] is line
-    assert derive.choose(found[:1], "1.5.0", [])[1] == (
-        "the only line of demo: demo/2.0.0: 0 of its 1 patches conflict, and it lacks shout, whisper"
-    )
+    found[0] = derive.Candidate(newer, 1, [], ["shout", "whisper"], ["shout", "whisper"], (1, 1))
+    assert derive.choose(found, "1.5.0")[0] is line, "2 conflicts in all against 1"
+    same = [derive.Candidate(newer, 1, [], [], [], (1, 1)), derive.Candidate(line, 1, [], [], [], (1, 0))]
+    assert derive.choose(same, "1.5.0")[0] is line
+    assert derive.choose(found[:1], "1.5.0")[1].startswith("the only line of demo: demo/2.0.0: 0 of its 1 patches")
 
 
 def test_an_adopted_patch_that_conflicts_waits_for_the_maintainer_like_any_other(demo_project, monkeypatch, tmp_path):
@@ -446,7 +440,8 @@ def test_an_adopted_patch_that_conflicts_waits_for_the_maintainer_like_any_other
     assert done.stop is None, done.stop
     new = config.load(demo_project.root).line("demo", "1.1.0")
     assert (new.patch_dir / "series").read_text().splitlines()[1:] == [
-        "# 0002-add-in-order.patch from the line 2.0.0: its bug is in 1.1.0, and 1.0.0 has no fix",
+        "# 0002-add-in-order.patch: from the line 2.0.0 (its 0002-add-in-order.patch): its bug is in 1.1.0, and "
+        "1.0.0 has no fix",
         "0001-greet-comma.patch",
         "0002-add-in-order.patch",
     ]
@@ -473,6 +468,15 @@ def test_the_matrix_of_a_new_line_reuses_the_runs_other_lines_made_on_the_same_r
     cell = mine["patches"][0]["cells"]["1.0.0"]
     assert cell["behaviour"] == "fails" and cell["behaviour_detail"].endswith("[the run for the line demo/0.9.0]")
     assert "inferred_from" not in cell, "a verdict observed on that release, not one inferred between two others"
+    assert cell["observed_for"] == "demo/0.9.0"
+    # A verdict taken from another line's run is not taken again: the next line's cell names the line that ran it.
+    demo_project.add_release("0.7.0", b"# an older first line\n# and another\n# and a third\n" + CORE)
+    judged.clear()
+    assert derive.derive(demo_project.load(), "demo==0.7.0", Prover(), log=lambda m: None).stop is None
+    status = json.loads((demo_project.root / "patches" / "MATRIX.json").read_text())
+    cell = next(ln for ln in status["lines"] if ln["line"] == "demo/0.7.0")["patches"][0]["cells"]["1.0.0"]
+    assert cell["observed_for"] == "demo/0.9.0", cell
+    assert cell["behaviour_detail"].count("[the run for the line") == 1, cell
 
 
 def _commit_new_fix(repo: Path, core: bytes) -> None:
@@ -481,7 +485,9 @@ def _commit_new_fix(repo: Path, core: bytes) -> None:
     (repo / "src/demo/core.py").write_bytes(core)
     gitops.git(repo, "add", "src/demo/core.py")
     body = "\n".join(f"{k}: {v}" for k, v in {**KEPT, "Proof-Test": "tests/proof/test_order.py"}.items())
-    gitops.commit(repo, f"Add in order\n\nWhy the change is needed.\n\n{body}\n")
+    message = f"Add in order\n\nWhy the change is needed.\n\n{body}\n"
+    maintainer = ("--author", "A Maintainer <maintainer@example.org>", "--date", "2026-11-28T12:00:00+00:00")
+    gitops.git(repo, "commit", "-q", *maintainer, "-m", message)
 
 
 def test_a_fix_committed_on_top_of_the_carried_patches_becomes_a_patch_of_the_line(demo_project, monkeypatch, tmp_path):
@@ -508,6 +514,17 @@ def test_a_fix_committed_on_top_of_the_carried_patches_becomes_a_patch_of_the_li
         done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None, new=bad)
         assert done.stop is not None and says in done.stop.why, done.stop
         assert tree(demo_project.root) == before and work_tree(demo_project.root) == waiting
+    # The maintainer's fix committed before the resolution would be taken for the carried patch: refused.
+    resolution = gitops.git(repo, "rev-parse", "HEAD~1").decode().strip()
+    fix = gitops.git(repo, "rev-parse", "HEAD").decode().strip()
+    gitops.git(repo, "reset", "-q", "--hard", "HEAD~2")
+    gitops.git(repo, "cherry-pick", fix)
+    gitops.git(repo, "cherry-pick", resolution)
+    done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None, new=["add-in-order"])
+    assert done.stop is not None and "is not the resolution of 0001-greet-comma.patch" in done.stop.why, done.stop
+    gitops.git(repo, "reset", "-q", "--hard", "HEAD~2")
+    gitops.git(repo, "cherry-pick", resolution)
+    gitops.git(repo, "cherry-pick", fix)
     done = derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None, new=["add-in-order"])
     assert done.stop is None, done.stop
     line = config.load(demo_project.root).line("demo", "0.9.0")
@@ -523,3 +540,18 @@ def test_a_fix_committed_on_top_of_the_carried_patches_becomes_a_patch_of_the_li
 def test_new_is_only_for_a_derive_in_progress(demo_project, capsys):
     assert cli.main(["--root", str(demo_project.root), "derive", "demo==0.9.0", "--new", "x"]) == 2
     assert "--new names commits in the work folder of a derive in progress" in capsys.readouterr().err
+
+
+def test_a_release_whose_source_patches_are_all_upstream_still_gets_the_fix_another_line_carries(
+    demo_project, monkeypatch, tmp_path
+):
+    """Every patch of the source line passes on the release, but a fix only another line carries is still needed
+    there: derive adopts it instead of stopping with "is a +fixed line still needed?"."""
+    _shout_line(demo_project)
+    proofs(monkeypatch, tmp_path, passes_from={"tests/proof/test_demo.py": "1.1.0"})
+    done = derive.derive(demo_project.load(), "demo==1.1.0", Prover(), log=lambda m: None)
+    assert len(done.verdicts) == 1 and done.verdicts[0].decision.startswith("dropped: its proof passes"), done
+    assert [v.decision for v in done.others] == ["adopted from the line 2.0.0: its bug is in demo 1.1.0"]
+    # The adopted patch was written on top of the comma fix, which 1.1.0 does not need: it waits for the maintainer.
+    assert done.stop is not None and "0002-shout.patch: CONFLICT in src/demo/core.py" in done.stop.why, done.stop
+    assert "is a +fixed line still needed" not in done.stop.why

@@ -8,9 +8,9 @@ module only some lines name says which). The first column is the doc's own words
 row by row (found by the slug its patch link names); a fix with no row yet gets one, its patch's subject as the
 first words to reword, after the rows of its package; the row of a fix that no line carries any more goes.
 
-Each table is the one that follows the line :data:`MARKER` in its file. `follow` and `derive` change what the
-tables say (the lines that carry each fix): the upstream watch's pull request has them written again, and by hand
-`nox -s tables` does it."""
+Each table is the one that follows the line :data:`MARKER` in its file. A new line changes what the tables say
+(the lines that carry each fix): `derive` and `rebase` write them when they write the line (:func:`pending`,
+:func:`write_pending`); after `follow`, the upstream watch's pull request writes them; by hand, `nox -s tables`."""
 
 from __future__ import annotations
 
@@ -237,10 +237,12 @@ def write(project: Project) -> list[Path]:
     return [path for path, _ in found]
 
 
-def pending(project: Project, root: Path | None = None) -> list[tuple[Path, str, str]]:
+def pending(
+    project: Project, root: Path | None = None, log: Callable[[str], None] = lambda m: None
+) -> list[tuple[Path, str, str]]:
     """The tables of the files under ``root`` (default: the project's own) as ``project``'s series give them: (file,
     its text now, its text with the tables), where they differ. A scratch copy's project renders the tables of the
-    project it is written back to; none where a table cannot be rendered (lint says why)."""
+    project it is written back to. A table that cannot be rendered is left as it is, and ``log`` says why."""
     found, out = fixes(project), []
     for table in TABLES:
         path = (root or project.root) / table.path
@@ -249,8 +251,9 @@ def pending(project: Project, root: Path | None = None) -> list[tuple[Path, str,
         text = path.read_text(encoding="utf-8")
         try:
             new = render(text, table, found)
-        except ConfigError:
-            return []
+        except ConfigError as exc:
+            log(f"{table.path}: its fix table is not written ({exc.message}; fix: {exc.hint})")
+            continue
         if new != text:
             out.append((path, text, new))
     return out

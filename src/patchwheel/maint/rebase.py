@@ -76,7 +76,7 @@ def _written(carried: Project | None, log) -> bool:
     """The line was written (its fix tables too, from its series), or the carry waits at a conflict."""
     if carried is None:
         return False
-    fixtables.write_pending(fixtables.pending(carried), carried.root, log)
+    fixtables.write_pending(fixtables.pending(carried, log=log), carried.root, log)
     return True
 
 

@@ -80,6 +80,7 @@ class Cell:
     drop_when_met: bool | None = None
     flags: list[str] = field(default_factory=list)
     torch: str | None = None  # the torch a run verdict was judged on
+    observed_for: str | None = None  # a verdict another line's run observed on this release (that line's key)
 
     @property
     def was_run(self) -> bool:
@@ -88,6 +89,7 @@ class Cell:
     def judged(self, verdict: str | None, detail: str | None, torch: str | None = None) -> None:
         self.behaviour, self.behaviour_detail, self.inferred_from = verdict, detail, None
         self.torch = torch if verdict in VERDICTS else None
+        self.observed_for = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"text": self.text, "text_detail": self.text_detail, "behaviour": self.behaviour}
@@ -98,6 +100,8 @@ class Cell:
             out["inferred_from"] = list(self.inferred_from)
         if self.torch is not None:
             out["torch"] = self.torch
+        if self.observed_for is not None:
+            out["observed_for"] = self.observed_for
         return out
 
     @classmethod
@@ -111,6 +115,7 @@ class Cell:
             drop_when_met=d.get("drop_when_met"),
             flags=list(d.get("flags", [])),
             torch=d.get("torch"),
+            observed_for=d.get("observed_for"),
         )
 
 

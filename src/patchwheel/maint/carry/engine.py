@@ -74,7 +74,10 @@ def carry_line(
         raise ConfigError(f"no patch {', '.join(sorted(unknown))} in the line {source.key}", "drop only its patches")
     clash = {p.name for _, p in adopted} & {p.name for p in series}
     if clash or len({p.name for _, p in adopted}) != len(adopted):
-        raise ConfigError(f"{', '.join(sorted(clash)) or 'a patch'} adopted twice or named as a source patch", "")
+        raise ConfigError(
+            f"{', '.join(sorted(clash)) or 'a patch'} adopted twice or named as a source patch",
+            "adopt each fix once, from one line, and only fixes the source line does not carry",
+        )
     keep = [p for p in series if p.name not in dropped]
     extra = touched(p for _, p in adopted)
     new_files = release_files(source, sorted(set(touched(series)) | set(extra)), wheel)
@@ -300,16 +303,37 @@ def resume(
             )
         if (repo / ".git" / "CHERRY_PICK_HEAD").exists():
             gitops.git(repo, "-c", "core.editor=true", "cherry-pick", "--continue")
+        _check_resolution(repo, state, again)
         name = state["todo"].pop(0)[0]
         state["done"][name] = "resolved by hand"
         log(f"{name}: resolved by hand")
-    _take_new(repo, state, new, again)
+    _take_new(repo, state, new, again, state.get("by", "rebase"))
     return _proceed(project, work, state, log)
 
 
+def _author(repo: Path, rev: str) -> str:
+    return gitops.git(repo, "log", "-1", "--format=%an <%ae> %ad", "--date=raw", rev).decode().strip()
+
+
+def _check_resolution(repo: Path, state: dict, again: str) -> None:
+    """The commit right after the carried patches is the resolution of the patch the carry stopped at: git keeps a
+    cherry-pick's author and date through a conflict, and a maintainer's own commit has theirs. A fix committed
+    before the resolution would be taken for the patch (its file would hold the other's change)."""
+    revs = gitops.git(repo, "rev-list", "--reverse", f"{state['onto']}..HEAD").decode().split()
+    at = len(state["done"])
+    name, commit, _ = state["todo"][0]
+    if len(revs) > at and _author(repo, revs[at]) == _author(repo, commit):
+        return
+    said = f"commit {revs[at][:12]} is by {_author(repo, revs[at])}" if len(revs) > at else "there is none"
+    raise ConfigError(
+        f"the commit after the {at} carried patches in {repo} is not the resolution of {name}: git keeps the "
+        f"patch's author and date ({_author(repo, commit)}) through a conflict, and {said}",
+        f"resolve {name} on top of the carried patches and commit your own fixes after it; or start over: {again}",
+    )
+
+
 def _check_new(new: Sequence[str], state: dict) -> None:
-    """``--new``: slugs, each once and of no carried patch, and only once every patch is carried (a fix committed
-    between two carried patches would be taken for the next one)."""
+    """``--new``: slugs, each once and of no patch of the carry (carried, to carry or dropped)."""
     if not new:
         return
     bad = [s for s in new if not SLUG.match(s)]
@@ -325,19 +349,22 @@ def _check_new(new: Sequence[str], state: dict) -> None:
 NEW = "new on this line, a maintainer's fix"
 
 
-def _take_new(repo: Path, state: dict, new: Sequence[str], again: str) -> None:
+def _take_new(repo: Path, state: dict, new: Sequence[str], again: str, by: str) -> None:
     """The commits on top of the carried (and resolved) patches: one for each ``--new`` slug, in order, taken into
     ``done`` where they stand, so that the patches still to carry go on top of them."""
     count = len(gitops.git(repo, "rev-list", f"{state['onto']}..HEAD").decode().split())
     extra = count - len(state["done"])
     if extra != len(new):
         if extra > 0 and not new:
-            raise ConfigError(
-                f"{extra} commit(s) in {repo} on top of the {len(state['done'])} carried patches",
-                "name each new fix, in order: --continue --new <slug> --new <slug> ... (or remove the commits)",
+            hint = (
+                "name each new fix, in order: --continue --new <slug> --new <slug> ... (or remove the commits)"
+                if by == "derive"
+                else f"a rebase carries the line's patches only: remove them (git -C {repo} reset --hard HEAD~"
+                f"{extra}), or make the line with derive, whose --continue --new takes them"
             )
+            raise ConfigError(f"{extra} commit(s) in {repo} on top of the {len(state['done'])} carried patches", hint)
         raise ConfigError(
-            f"{count} commits in {repo}: {len(state['done'])} carried patches and {len(new)} named with --new",
+            f"{count} commits in {repo} for {len(state['done'])} carried patches and {len(new)} named with --new",
             f"one --new for each commit on top of the carried patches, or start over: {again}",
         )
     for slug in new:
@@ -413,8 +440,13 @@ def _write_line(project: Project, work: Path, state: dict, log) -> Project:
     for i, (name, why) in enumerate(state["done"].items(), 1):
         if why == NEW:
             lines.append(f"# {patch_name(i, slug_of(name))}: {NEW} for {package} {version}")
-    for name, line_version in state.get("adopted", {}).items():
-        lines.append(f"# {name} from the line {line_version}: its bug is in {version}, and {state['from']} has no fix")
+    adopted = state.get("adopted", {})
+    for i, name in enumerate(state["done"], 1):
+        if name in adopted:
+            lines.append(
+                f"# {patch_name(i, slug_of(name))}: from the line {adopted[name]} (its {name}): its bug is in "
+                f"{version}, and {state['from']} has no fix"
+            )
     for i, (rev, name) in enumerate(zip(revs, names, strict=True), 1):  # lengths checked above
         new_name = patch_name(i, slug_of(name))
         (tmp / new_name).write_bytes(gitops.format_patch(repo, rev))

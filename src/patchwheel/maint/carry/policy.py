@@ -41,9 +41,11 @@ def judge(
     artifact: Artifact,
     judged: upstream.Judged,
     by_hand: Callable[[str, str], list[str]],
+    needed: bool = False,
 ) -> tuple[list[Verdict], Stop | None]:
     """The verdicts of the line's patches on ``version`` (newer or older than the line), with the decision each,
-    or the stop: the one policy of every door. ``by_hand(pkg, version)``: the commands a stop names."""
+    or the stop: the one policy of every door. ``by_hand(pkg, version)``: the commands a stop names. ``needed``: the
+    release needs a line whatever this one's patches say (derive adopts another line's fix there)."""
     selection = Selection.parse([f"{line.package}=={version}"])
     judged_line = upstream.check_line(project, line, selection, selection, judged=judged, older=True)
     verdicts: list[Verdict] = []
@@ -63,7 +65,7 @@ def judge(
         else:
             v.decision = said
         verdicts.append(v)
-    if not problems and all(v.decision.startswith("dropped") for v in verdicts):
+    if not problems and not needed and all(v.decision.startswith("dropped") for v in verdicts):
         problems.append(f"every patch of {line.key} is upstream in {version}: is a +fixed line still needed?")
     if not problems:
         return verdicts, None

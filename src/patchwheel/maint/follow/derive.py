@@ -1,15 +1,16 @@
 """Derive a release line for a release users run: ``patchwheel derive <pkg>==<version>``.
 
 `follow` carries a package's newest line onto the releases after it; `derive` makes a line for any other final
-release a team pins, from the line that carries most by itself (:func:`choose`: a fix for every bug the committed
-matrix shows in the release, the fewest conflicts by text, then the nearest; ``--from`` picks another), with
-follow's policy and guarantees:
+release a team pins, from the line that carries most by itself (:func:`choose`: the fewest conflicts by text, its
+own patches' and those of the fixes it would adopt from other lines, then the nearest; ``--from`` picks another),
+with follow's policy and guarantees:
 
 1. **judge** the release: the source line's patches by text and by proofs on the pristine release (the one policy,
    :func:`carry.policy.judge`), and the proofs of the fixes only other lines carry (one may carry a fix the source
-   dropped, or not yet needs): where such a bug is still there, it stops;
+   dropped, or not yet needs): where such a bug is still there, that line's patch is adopted;
 2. **carry** the series (the carry engine, :func:`carry.engine.carry_line`: what the one policy dropped is left out,
-   the series says why),
+   the series says why; the adopted patches after it, each from its own line; with ``--continue --new``, a
+   maintainer's own fixes committed in the work folder),
    which writes the series, the pin (in version order), the first build record (above a retired line's of the
    release) and the vendored modules; name the line in a consumer set (``--set``, default ``v<major>.<minor>``,
    never ``latest``; a new set takes the other packages' newest lines), and in ``[suite]`` when it is the newest
@@ -101,66 +102,79 @@ def _distance(line: ReleaseLine, version: str, order: list[str]) -> tuple[int, i
 
 @dataclass
 class Candidate:
-    """A line that derive could carry onto a release, judged by text against it, and by the committed matrix's
-    verdicts there (which bugs the release has, which fixes it has)."""
+    """A line that derive could carry onto a release, judged by text against it: its own patches, and the fixes of
+    other lines it would adopt there (those the committed matrix does not show fixed in the release), each carried
+    by text from its own line."""
 
     line: ReleaseLine
     patches: int
-    conflicts: list[str]  # its patches whose text conflicts on the release (a fix the matrix shows there is left out)
-    lacks: list[str]  # fixes of bugs the matrix shows in the release that the line does not carry
+    conflicts: list[str]  # its patches whose text conflicts on the release (a fix the matrix shows there left out)
+    adopts: list[str]  # the fixes (slugs) of other lines it lacks: derive adopts each where its proof shows the bug
+    adopt_conflicts: list[str]  # those of them whose text conflicts on the release
     distance: tuple[int, int]
 
     @property
     def rank(self) -> tuple:
-        return len(self.lacks), len(self.conflicts), self.distance
+        return len(self.conflicts) + len(self.adopt_conflicts), self.distance
 
     def said(self) -> str:
-        told = f"{self.line.key}: {len(self.conflicts)} of its {self.patches} patches conflict"
-        return told + (f", and it lacks {', '.join(self.lacks)}" if self.lacks else "")
+        told = f"{len(self.conflicts)} of its {self.patches} patches conflict"
+        if self.adopts:
+            told += (
+                f"; it lacks {len(self.adopts)} fix(es) other lines carry ({', '.join(self.adopts)}), to adopt where "
+                f"the release has the bug, {len(self.adopt_conflicts)} of them conflicting"
+            )
+        return f"{self.line.key}: {told}"
 
 
-def candidates(
-    project: Project, package: str, version: str, artifact: Artifact, order: list[str]
-) -> tuple[list[Candidate], list[str]]:
+def candidates(project: Project, package: str, version: str, artifact: Artifact, order: list[str]) -> list[Candidate]:
     """Every line of ``package`` judged as a source for ``version`` (its pristine wheel ``artifact``), by text only:
-    the series carried onto the release's files (a second or so a line), no proof run; and the fixes of the bugs the
-    committed matrix shows in the release."""
+    each line's series carried onto the release's files (a second or so a line), no proof run. A fix the committed
+    matrix shows fixed in the release is not counted (the judge drops it, or adopts nothing for it)."""
     verdicts = knownbugs.matrix_verdicts(Matrix.load(project.matrix_json), package, version)
-    bugs = sorted(slug for slug, (_, _, cell) in verdicts.items() if cell.behaviour == "fails")
     fixed_there = {slug for slug, (_, _, cell) in verdicts.items() if cell.behaviour == "passes"}
-    found = []
-    for line in project.lines[package]:
-        patches = series.checked_series(line)
+    lines = project.lines[package]
+    series_of = {line.key: series.checked_series(line) for line in lines}
+    status: dict[tuple[str, str], str] = {}  # (line, slug) -> its text on the release
+    newest: dict[str, str] = {}  # fix (slug) -> the newest line that carries it (whose form derive adopts)
+    for line in lines:
+        patches = series_of[line.key]
         paths = touched(patches)
         old = {p: d for p, d in release_files(line, paths).items() if d is not None}
         results = textcheck.classify(patches, old, release_files(line, paths, artifact))
-        conflicted = {r.patch for r in results if r.status == "conflict"}
-        conflicts = [p.name for p in patches if p.name in conflicted and p.slug not in fixed_there]
-        carried = {p.slug for p in patches}
-        lacks = [slug for slug in bugs if slug not in carried]
-        found.append(Candidate(line, len(patches), conflicts, lacks, _distance(line, version, order)))
-    return found, bugs
+        for p, r in zip(patches, results, strict=True):
+            status[(line.key, p.slug)] = r.status
+            if not p.is_feature:
+                newest[p.slug] = line.key
+    found = []
+    for line in lines:
+        carried = {p.slug for p in series_of[line.key]}
+        conflicts = [
+            p.name
+            for p in series_of[line.key]
+            if status[(line.key, p.slug)] == "conflict" and p.slug not in fixed_there
+        ]
+        adopts = sorted(slug for slug in newest if slug not in carried and slug not in fixed_there)
+        adopt_conflicts = [slug for slug in adopts if status[(newest[slug], slug)] == "conflict"]
+        count = len(series_of[line.key])
+        found.append(Candidate(line, count, conflicts, adopts, adopt_conflicts, _distance(line, version, order)))
+    return found
 
 
-def choose(found: list[Candidate], version: str, bugs: list[str]) -> tuple[ReleaseLine, str]:
-    """The line that carries most by itself: of the lines that carry a fix for every bug the matrix shows in
-    ``version`` (``bugs``), the one with the fewest conflicts there; then the fewest releases between; of two as
-    close, the older. With why, for derive's first line."""
+def choose(found: list[Candidate], version: str) -> tuple[ReleaseLine, str]:
+    """The line that carries most by itself: the fewest conflicts on ``version`` in all (its own patches', and
+    those of the fixes it lacks, which derive adopts where the release has the bug: counted as if it had, since only
+    the judge's proofs tell); then the fewest releases between; of two as close, the older. With why, for derive's
+    first line."""
     best = min(found, key=lambda c: c.rank)
     if len(found) == 1:
         return best.line, f"the only line of {best.line.package}: {best.said()}"
-    if best.lacks:
-        covers = f"no line carries a fix for every bug the matrix shows in {version}; this one lacks the fewest, "
-    elif bugs:
-        covers = f"it carries a fix for each bug the matrix shows in {version} ({', '.join(bugs)}), with "
-    else:
-        covers = ""
     others = "; ".join(c.said() for c in sorted(found, key=lambda c: c.rank) if c is not best)
-    why = (
-        f"{covers}the fewest conflicts: {len(best.conflicts)} of its {best.patches} patches, "
+    total = best.rank[0]
+    return best.line, (
+        f"the fewest conflicts on {version} in all, {total}: {best.said().split(': ', 1)[1]}; "
         f"{best.distance[0]} release(s) away; {others}"
     )
-    return best.line, why
 
 
 def derive(
@@ -189,8 +203,8 @@ def derive(
     if source:
         from_line, why = project.line(package, source), "named by --from"
     else:
-        found, bugs = candidates(project, package, version, artifact, [v for v, _, _ in releases])
-        from_line, why = choose(found, version, bugs)
+        found = candidates(project, package, version, artifact, [v for v, _, _ in releases])
+        from_line, why = choose(found, version)
     done = Derived(package, version, from_line.version, set_name, source_series=_series_digest(from_line), why=why)
     return _run(project, done, log, partial(_start, artifact=artifact, prove=prove))
 
@@ -327,16 +341,20 @@ def _start(
     judged = upstream.Judged(keep=True)
     done.seen = judged.seen or {}
     say(f"from the line {source.key} ({done.why}); judging it (text, and proofs on the pristine release)")
-    done.verdicts, stop = policy.judge(project, source, done.version, artifact, judged, lambda p, v: _by_hand(done))
+    # The fixes only other lines carry first: where one is adopted, the release needs a line even if every patch
+    # of the source is upstream there.
+    done.others, adopted, others_stop = _judge_others(project, source, done, artifact, judged)
+    done.verdicts, stop = policy.judge(
+        project, source, done.version, artifact, judged, lambda p, v: _by_hand(done), needed=bool(adopted)
+    )
     for v in done.verdicts:
         say(f"  {v.patch}: {v.text}, proof {v.behaviour} -> {v.decision or 'stop'}")
     if stop is not None:
         return stop
-    done.others, adopted, stop = _judge_others(project, source, done, artifact, judged)
     for v in done.others:
         say(f"  {v.patch}: not in the line {source.version}; proof {v.behaviour} -> {v.decision or 'stop'}")
-    if stop is not None:
-        return stop
+    if others_stop is not None:
+        return others_stop
     said: list[str] = []
     dropped = policy.dropped(done.verdicts)
     carried = engine.carry_line(
@@ -418,7 +436,7 @@ def _finish(project: Project, work: Scratch, done: Derived, prove: Prove, say: C
     if problems:
         return Stop("the new tree does not pass lint: " + "; ".join(problems), _by_hand(done))
     members_lines = {p: project.line(p, v) for p, v in project.sets[done.set_name].items()}
-    done.tables = fixtables.pending(project, work.project)  # the project's README.md and docs/fixes.md
+    done.tables = fixtables.pending(project, work.project, say)  # the project's README.md and docs/fixes.md
     done.runs = build_and_prove(project, members_lines, work, prove, say, done.seen)
     return proof_stop(f"{done.package} {done.version}", done.runs, _by_hand(done))
 

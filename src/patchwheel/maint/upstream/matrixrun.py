@@ -111,15 +111,15 @@ def check_line(
     bisect: bool = False,
     report: Reporter = CONSOLE,
     older: bool = False,
-    known: Callable[[str, str], proofenv.ProofOutcome | None] | None = None,
+    known: Callable[[str, str], tuple[proofenv.ProofOutcome, str] | None] | None = None,
 ) -> LineMatrix:
     """The matrix of one release line over the selected newer releases. ``behaviour``: the releases to run proofs
     on; with ``bisect``, those are only where the verdicts can change (see maint/bisection.py) and every other cell
     is inferred. ``judged``: the run's verdict cache, shared by its lines (a fresh one when not given). ``older``:
     selected releases older than the line count too (what `derive` asks of a line it carries backwards; the
-    committed matrix has only newer ones). ``known(proof module, release)``: a verdict observed already (another
-    line's run of the same proof on the same release, :func:`committed_verdicts`); a release whose every proof is
-    known is not run, and needs no environment."""
+    committed matrix has only newer ones). ``known(proof module, release)``: a verdict observed already, and the
+    line whose run observed it (the same proof on the same release, :func:`committed_verdicts`); a release whose
+    every proof is known is not run, and needs no environment: its cells say whose run it was."""
     judged = judged if judged is not None else Judged()
     series = checked_series(line)
     releases = [
@@ -150,7 +150,8 @@ def check_line(
         seen = {p.test_module: known(p.test_module, version) for p in series if known and not p.is_feature}
         ran = {module: o for module, o in seen.items() if o is not None}
         if ran and len(ran) == len(seen):
-            outcomes = {p.name: FEATURE_OUTCOME if p.is_feature else ran[p.test_module] for p in series}
+            outcomes = {p.name: FEATURE_OUTCOME if p.is_feature else ran[p.test_module][0] for p in series}
+            origins[version] = {p.name: ran[p.test_module][1] for p in series if not p.is_feature}
             codes = " ".join(BEHAVIOUR_CODE[o.verdict] for o in outcomes.values())
             progress.step(f"{line.key} vs {version}: proofs {codes} (the matrix's runs of them)")
             return outcomes
@@ -172,9 +173,13 @@ def check_line(
         progress.step(f"{line.key} vs {version}: proofs {codes}")
         return outcomes
 
+    origins: dict[str, dict[str, str]] = {}  # release -> patch -> the line whose committed run judged it
+
     def record(version: str, outcomes: dict[str, proofenv.ProofOutcome]) -> None:
         for name, o in outcomes.items():
-            rows[name].cells[version].judged(o.verdict, o.detail, proofenv.torch_version())
+            cell = rows[name].cells[version]
+            cell.judged(o.verdict, o.detail, proofenv.torch_version())
+            cell.observed_for = origins.get(version, {}).get(name)
 
     with report.progress(line.key, len(releases) + (0 if bisect else len(wanted))) as progress:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -198,24 +203,29 @@ def check_line(
     return result
 
 
-def committed_verdicts(project: Project, line: ReleaseLine) -> Callable[[str, str], proofenv.ProofOutcome | None]:
-    """The verdicts the committed matrix ran (not inferred) with this run's torch, for the lines of ``line``'s package
-    judged beside the same companions: (proof module, release) -> outcome. A proof's verdict on a pristine release
-    is the release's, whichever line asks (the matrix check runs each module once for every line): a line derive
-    makes between two others needs no environment for a release those lines' runs judged already."""
+def committed_verdicts(
+    project: Project, line: ReleaseLine
+) -> Callable[[str, str], tuple[proofenv.ProofOutcome, str] | None]:
+    """The verdicts the committed matrix's runs observed (not inferred, not themselves taken from another line's run)
+    with this run's torch, for the lines of ``line``'s package judged beside the same companions: (proof module,
+    release) -> the outcome and the line whose run it was. A proof's verdict on a pristine release is the release's,
+    whichever line asks (the matrix check runs each module once for every line): a line derive makes between two
+    others needs no environment for a release those lines' runs judged already."""
     matrix = Matrix.load(project.matrix_json)
     torch = proofenv.torch_version()
     pins = companion_pins(project, line)
-    found: dict[tuple[str, str], proofenv.ProofOutcome] = {}
+    found: dict[tuple[str, str], tuple[proofenv.ProofOutcome, str]] = {}
     for mline in matrix.lines if matrix else []:
         if mline.package != line.package or mline.companions != pins or mline.line == line.key:
             continue
         for row in mline.patches:
             refs = test_refs(row.proof_test) if row.proof_test and not row.is_feature else []
             for version, cell in row.cells.items() if refs else ():
-                if cell.was_run and cell.torch == torch and cell.behaviour in ("fails", "passes"):
+                own = cell.was_run and cell.observed_for is None and cell.torch == torch
+                if own and cell.behaviour in ("fails", "passes"):
                     detail = f"{cell.behaviour_detail or ''} [the run for the line {mline.line}]".lstrip()
-                    found.setdefault((refs[0][0], version), proofenv.ProofOutcome(cell.behaviour, detail))
+                    outcome = proofenv.ProofOutcome(cell.behaviour, detail)
+                    found.setdefault((refs[0][0], version), (outcome, mline.line))
     return lambda module, version: found.get((module, version))
 
 
