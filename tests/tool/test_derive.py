@@ -555,3 +555,21 @@ def test_a_release_whose_source_patches_are_all_upstream_still_gets_the_fix_anot
     # The adopted patch was written on top of the comma fix, which 1.1.0 does not need: it waits for the maintainer.
     assert done.stop is not None and "0002-shout.patch: CONFLICT in src/demo/core.py" in done.stop.why, done.stop
     assert "is a +fixed line still needed" not in done.stop.why
+
+
+def test_a_conflict_of_a_fix_the_matrix_shows_fixed_in_the_release_is_not_counted(demo_project, monkeypatch, tmp_path):
+    """The judge drops a patch whose proof passes on the release: its conflict is no work. The committed matrix
+    says so beforehand (the 0.5.0 line's run on 0.9.0), so the nearer line is chosen, not the one without it."""
+    kept_by_proof(demo_project)
+    for version in ("0.6.0", "0.7.0"):
+        demo_project.add_release(version, CORE)
+    demo_project.add_release("0.9.0", b"# one more line\n" + CONFLICTING)
+    proofs(monkeypatch, tmp_path, passes_from={"tests/proof/test_demo.py": "0.9.0"})
+    _resolved_line(demo_project, "0.5.0", CONFLICTING, Prover())
+    status = json.loads((demo_project.root / "patches" / "MATRIX.json").read_text())
+    cells = next(ln for ln in status["lines"] if ln["line"] == "demo/0.5.0")["patches"][0]["cells"]
+    assert cells["0.9.0"]["behaviour"] == "passes"
+    said: list[str] = []
+    done = derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=said.append)
+    assert done.source == "1.0.0", said[0]
+    assert "from the line demo/1.0.0 (the fewest conflicts on 0.9.0 in all, 0: 0 of its 1 patches" in said[0]
