@@ -19,6 +19,7 @@ from patchwheel.maint import lintall, rebase
 from patchwheel.maint.follow import derive
 from patchwheel.maint.follow import report as followreport
 from patchwheel.maint.proving.setruns import Run
+from patchwheel.maint.upstream import matrixrun as upstream_matrix
 from patchwheel.wheels import buildno, vendored
 
 CONFLICTING = CORE.replace(b'"hello " + name', b'"hi " + name')
@@ -573,3 +574,29 @@ def test_a_conflict_of_a_fix_the_matrix_shows_fixed_in_the_release_is_not_counte
     done = derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=said.append)
     assert done.source == "1.0.0", said[0]
     assert "from the line demo/1.0.0 (the fewest conflicts on 0.9.0 in all, 0: 0 of its 1 patches" in said[0]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda line, cell: cell.update(inferred_from=["0.9.0", "1.1.0"]),  # inferred between two runs, not run
+        lambda line, cell: cell.update(torch="1.0.0"),  # run with another torch
+        lambda line, cell: line.update(companions=["other==1.0"]),  # run beside other companions
+        lambda line, cell: cell.update(behaviour="error"),  # could not judge
+        lambda line, cell: cell.update(observed_for="demo/0.8.0"),  # itself taken from another line's run
+    ],
+)
+def test_only_a_verdict_run_for_its_own_line_alike_is_reused(demo_project, monkeypatch, tmp_path, change):
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", b"# an older first line\n" + CORE)
+    proofs(monkeypatch, tmp_path)
+    assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is None
+    project = config.load(demo_project.root)
+    known = upstream_matrix.committed_verdicts(project, project.line("demo", "1.0.0"))
+    assert known("tests/proof/test_demo.py", "1.0.0") is not None, "as committed: reused"
+    status = json.loads(project.matrix_json.read_text())
+    line = next(ln for ln in status["lines"] if ln["line"] == "demo/0.9.0")
+    change(line, line["patches"][0]["cells"]["1.0.0"])
+    project.matrix_json.write_text(json.dumps(status))
+    known = upstream_matrix.committed_verdicts(project, project.line("demo", "1.0.0"))
+    assert known("tests/proof/test_demo.py", "1.0.0") is None
