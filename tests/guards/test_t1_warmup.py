@@ -41,7 +41,9 @@ def _load(ckpt, kwargs, model_class=None):
     with guardkit.capture() as seen:
         try:
             model = (model_class or LlamaForCausalLM).from_pretrained(ckpt, **kwargs)
-        except (RuntimeError, TypeError) as exc:  # 4.50 cannot shard onto a CPU mesh, alike on both builds
+        # 4.50 cannot shard onto a CPU mesh; transformers 5 cannot load a model that skips post_init()
+        # (AttributeError: no `all_tied_weights_keys`): alike on both builds
+        except (RuntimeError, TypeError, AttributeError) as exc:
             return {"raised": guardkit.raised(exc), "warnings": seen.warnings, "logs": seen.logs}
         state = model.state_dict()
         sharded = sorted(name for name, t in state.items() if isinstance(t, DTensor))
