@@ -12,6 +12,10 @@ names the code it stands for). Every such replacement is installed where users i
 called by ``from_pretrained`` itself: in a plain load (one process, ``device_map="cpu"``) and on the 2 ranks of a
 gloo group (``device_map="cpu"``, then ``tp_plan="auto"``). Recorded, besides the load's outcome: how the
 replacement was called (its positional arguments and keywords), which is the release's contract with it.
+
+On transformers 5 the warm-up's sizes come from ``get_total_byte_count``, which the 5.8.0 patch touches and public
+code wraps (to give a model that skips ``post_init()`` what loading reads): the same loads with such a wrapper,
+where the release has the function.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ def _load(ckpt, kwargs, model_class=None):
     with guardkit.capture() as seen:
         try:
             model = (model_class or LlamaForCausalLM).from_pretrained(ckpt, **kwargs)
-        except (RuntimeError, TypeError) as exc:  # 4.50 cannot shard onto a CPU mesh, alike on both builds
+        # 4.50 cannot shard onto a CPU mesh; transformers 5 cannot load a model that skips post_init()
+        # (AttributeError: no `all_tied_weights_keys`): alike on both builds
+        except (RuntimeError, TypeError, AttributeError) as exc:
             return {"raised": guardkit.raised(exc), "warnings": seen.warnings, "logs": seen.logs}
         state = model.state_dict()
         sharded = sorted(name for name, t in state.items() if isinstance(t, DTensor))
@@ -218,6 +224,9 @@ def _rank_scenarios(rank, world_size, ckpt):
     out = {"loads": _rank_loads(rank, world_size, ckpt)}
     for replacement in REPLACEMENTS:
         out[replacement] = _rank_loads_with(rank, world_size, replacement, ckpt, replacement in NO_POST_INIT)
+    out["byte_count_wrapper"] = _loads_with_byte_count_wrapper(
+        ckpt, {"replica": {"device_map": "cpu"}, "tensor_parallel": {"tp_plan": "auto"}}
+    )
     return out
 
 
@@ -302,3 +311,59 @@ def test_a_direct_call_with_the_release_arguments(observe, checkpoint):
         observe("returned", caching_allocator_warmup(*arguments))
     except TypeError as exc:  # a +fixed build that no longer takes the release's arguments
         observe("returned", {"type": type(exc).__name__, "message": str(exc)})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What users write around get_total_byte_count (transformers 5: the sizes the warm-up reserves)
+
+
+def _giving_what_post_init_sets(original, calls):
+    """A wrapper of ``get_total_byte_count`` that gives a model without ``all_tied_weights_keys`` (its ``__init__``
+    skipped ``post_init()``) an empty one, then calls the original with the same arguments."""
+
+    def get_total_byte_count(model, *args, **kwargs):
+        calls.append({"args": len(args), "kwargs": sorted(kwargs)})
+        if not hasattr(model, "all_tied_weights_keys"):
+            model.all_tied_weights_keys = {}
+        return original(model, *args, **kwargs)
+
+    return get_total_byte_count
+
+
+def _loads_with_byte_count_wrapper(ckpt, loads):
+    """``loads`` with ``get_total_byte_count`` wrapped on the module, as users do on transformers 5, and the CPU
+    counted as an accelerator by the warm-up (as a GPU is; else the warm-up returns before it sizes anything on this
+    CPU-only machine). None on a release without the function (4.x sizes the warm-up inside
+    ``caching_allocator_warmup``). Each load's outcome and how the wrapper was called."""
+    import transformers.modeling_utils as modeling_utils
+
+    if not hasattr(modeling_utils, "get_total_byte_count"):
+        return None
+    original, is_accelerator = modeling_utils.get_total_byte_count, modeling_utils.is_accelerator_device
+    outcomes = {}
+    try:
+        for name, kwargs in loads.items():
+            calls: list = []
+            modeling_utils.get_total_byte_count = _giving_what_post_init_sets(original, calls)
+            modeling_utils.is_accelerator_device = lambda device: str(device) not in ("disk", "meta")
+            outcomes[name] = {**_load(ckpt, kwargs), "calls": calls}
+    finally:
+        modeling_utils.get_total_byte_count, modeling_utils.is_accelerator_device = original, is_accelerator
+    return outcomes
+
+
+@pytest.mark.may_skip(reason="transformers 4.x has no get_total_byte_count (its warm-up sizes the model itself)")
+def test_get_total_byte_count_wrapped_to_give_what_post_init_sets(observe, checkpoint, distributed):
+    """Stands for the wrappers of ``transformers.modeling_utils.get_total_byte_count`` that give a remote-code model
+    which skips ``post_init()`` the ``all_tied_weights_keys`` that transformers 5's loading reads, then call the
+    original with the same arguments: ``patched_get_total_byte_count(model, accelerator_device_map, hf_quantizer)``
+    in a LLaDA probing script and ``patched_get_total_byte_count(model, *args, **kwargs)`` in an InternVL3 inference
+    script (found by ``find_string`` on ``get_total_byte_count(``; the index does not name their repositories).
+    Here around a normal Llama, in one process and on the 2 ranks of a gloo group (one replica per rank, then
+    ``tp_plan="auto"``): each load must load what pristine loads and call the wrapper as the release does."""
+    plain = _loads_with_byte_count_wrapper(checkpoint, {"replica": {"device_map": "cpu"}})
+    if plain is None:
+        pytest.skip("no transformers.modeling_utils.get_total_byte_count on this release")
+    observe("plain", plain)
+    for rank, result in enumerate(distributed):
+        observe(f"rank{rank}", result["byte_count_wrapper"])
