@@ -255,6 +255,20 @@ def matrix_run(tmp: Path, env: dict[str, str]) -> tuple[float, str]:
     )
 
 
+def _project_copy(root: Path) -> Path:
+    """A copy of the project's files that the carry commands read and write (no caches), at ``root``, made anew."""
+    from patchwheel.maint.carry.scratch import READS
+    from patchwheel.writeback import WRITES
+
+    shutil.rmtree(root, ignore_errors=True)
+    for part in WRITES + READS:
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+        elif (ROOT / part).is_file():
+            shutil.copy(ROOT / part, root / part)
+    return root
+
+
 def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str, str]:
     """A copy of the project one release back for ``package``: its newest line carried back onto the release before
     it (the same patches, with `carry.engine.carry_line`, so today's proofs and guards hold for it), the sets that named
@@ -266,17 +280,9 @@ def follow_project(tmp: Path, package: str = "transformers") -> tuple[Path, str,
 
     from patchwheel.configfiles import remove_release, set_member
     from patchwheel.maint.carry import engine
-    from patchwheel.maint.carry.scratch import READS
     from patchwheel.wheels import vendored
-    from patchwheel.writeback import WRITES
 
-    root = tmp / "follow-project"
-    shutil.rmtree(root, ignore_errors=True)
-    for part in WRITES + READS:
-        if (ROOT / part).is_dir():
-            shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-        elif (ROOT / part).is_file():
-            shutil.copy(ROOT / part, root / part)
+    root = _project_copy(tmp / "follow-project")
     project = config.load(root)
     newest = project.line(package)
     back = [v for v, _, yanked in fetch.releases(package) if Version(v) < Version(newest.version) and not yanked][-1]
@@ -317,16 +323,7 @@ def derive_run(tmp: Path, spec: str, env: dict[str, str], name: str) -> tuple[fl
     """`patchwheel derive <spec>` in a copy of the project (its files only: what derive reads and writes), with
     ``env`` added (an empty cache for a cold run): the wall time, the CPU time (user + sys of the process and
     everything it waited for), what it said last, and its timed lines."""
-    from patchwheel.maint.carry.scratch import READS
-    from patchwheel.writeback import WRITES
-
-    root = tmp / name
-    shutil.rmtree(root, ignore_errors=True)
-    for part in WRITES + READS:
-        if (ROOT / part).is_dir():
-            shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-        elif (ROOT / part).is_file():
-            shutil.copy(ROOT / part, root / part)
+    root = _project_copy(tmp / name)
     cmd = [sys.executable, "-m", "patchwheel", "--root", str(root), "derive", spec]
     before = _children_cpu()
     t = time.perf_counter()

@@ -278,6 +278,29 @@ class Demo:
 
         return config.load(self.root)
 
+    def add_fix(self, version: str, slug: str, subject: str, change: tuple[bytes, bytes]) -> None:
+        """A second fix on the line ``version``, made on top of its comma fix as a maintainer adds one (its proof
+        module ``tests/proof/test_<slug>.py``, its upstream folder, the build number recorded, the modules
+        vendored): ``change`` replaces one text of core.py by another."""
+        from patchwheel.wheels import buildno, vendored
+
+        files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
+        test = f"tests/proof/test_{slug.replace('-', '_')}.py"
+        patch = make_patch(
+            edit_greet(dict(files)),
+            lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(*change)},
+            subject,
+            {**TRAILERS, "Drop-When": "proof-passes-upstream", "Proof-Test": test},
+        )
+        (self.root / test).write_text("def test_it():\n    pass\n")
+        gitops.write_files(self.root / "upstream-pr" / "demo" / slug, SUBMISSION)
+        line = self.load().line("demo", version)
+        (line.patch_dir / f"0002-{slug}.patch").write_bytes(patch)
+        with (line.patch_dir / "series").open("a") as fh:
+            fh.write(f"0002-{slug}.patch\n")
+        buildno.bump(self.load(), line, log=lambda m: None)  # as `nox -s new` records a new patch
+        vendored.write(self.load(), [line], log=lambda m: None)
+
     def add_release(self, version: str, core: bytes, pyproject: bytes | None = None) -> None:
         """Publish another upstream release of demo (its core.py as given) on the test index; with ``pyproject``,
         its sdist too, holding that pyproject.toml (upstream's ruff settings, for export)."""

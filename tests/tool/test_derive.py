@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORE, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
+from conftest import CORE, INIT, TRAILERS, Prover, edit_greet, make_patch, proofs, tree
 from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import lintall, rebase
@@ -20,7 +20,6 @@ from patchwheel.maint.follow import derive
 from patchwheel.maint.follow import report as followreport
 from patchwheel.maint.proving.setruns import Run
 from patchwheel.maint.upstream import matrixrun as upstream_matrix
-from patchwheel.wheels import buildno, vendored
 
 CONFLICTING = CORE.replace(b'"hello " + name', b'"hi " + name')
 KEPT = {**TRAILERS, "Drop-When": "proof-passes-upstream"}
@@ -186,21 +185,7 @@ def _shout_line(demo) -> None:
     """A newer line, 2.0.0, that carries a second fix (shout) the 1.0.0 line does not."""
     kept_by_proof(demo)
     second_line(demo, "2.0.0")
-    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
-    shout = make_patch(
-        edit_greet(dict(files)),
-        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b'"hello, "', b'"HELLO, "')},
-        "Shout the greeting",
-        {**KEPT, "Proof-Test": "tests/proof/test_shout.py"},
-    )
-    (demo.root / "tests" / "proof" / "test_shout.py").write_text("def test_shout():\n    pass\n")
-    gitops.write_files(demo.root / "upstream-pr" / "demo" / "shout", SUBMISSION)  # the newest line's
-    line = demo.load().line("demo", "2.0.0")
-    (line.patch_dir / "0002-shout.patch").write_bytes(shout)
-    with (line.patch_dir / "series").open("a") as fh:
-        fh.write("0002-shout.patch\n")
-    buildno.bump(demo.load(), line, log=lambda m: None)  # as `nox -s new` records a new patch
-    vendored.write(demo.load(), [line], log=lambda m: None)
+    demo.add_fix("2.0.0", "shout", "Shout the greeting", (b'"hello, "', b'"HELLO, "'))
     demo.add_release("1.1.0", CORE)
 
 
@@ -414,21 +399,7 @@ def test_an_adopted_patch_that_conflicts_waits_for_the_maintainer_like_any_other
     waits with its conflict, and --continue writes it into the series, from its line."""
     kept_by_proof(demo_project)
     second_line(demo_project, "2.0.0")
-    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
-    in_order = make_patch(
-        edit_greet(dict(files)),
-        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"return a + b", b"return b + a")},
-        "Add in order",
-        {**KEPT, "Proof-Test": "tests/proof/test_order.py"},
-    )
-    (demo_project.root / "tests" / "proof" / "test_order.py").write_text("def test_order():\n    pass\n")
-    gitops.write_files(demo_project.root / "upstream-pr" / "demo" / "add-in-order", SUBMISSION)
-    line = demo_project.load().line("demo", "2.0.0")
-    (line.patch_dir / "0002-add-in-order.patch").write_bytes(in_order)
-    with (line.patch_dir / "series").open("a") as fh:
-        fh.write("0002-add-in-order.patch\n")
-    buildno.bump(demo_project.load(), line, log=lambda m: None)
-    vendored.write(demo_project.load(), [line], log=lambda m: None)
+    demo_project.add_fix("2.0.0", "add-in-order", "Add in order", (b"return a + b", b"return b + a"))
     demo_project.add_release("1.1.0", CORE.replace(b"return a + b", b"return sum((a, b))"))
     proofs(monkeypatch, tmp_path)
     done = derive.derive(demo_project.load(), "demo==1.1.0", Prover(), log=lambda m: None)

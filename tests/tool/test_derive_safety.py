@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORE, HANG, INIT, SUBMISSION, TRAILERS, Prover, edit_greet, make_patch, make_wheel, proofs, tree
+from conftest import CORE, HANG, INIT, TRAILERS, Prover, edit_greet, make_patch, make_wheel, proofs, tree
 from patchwheel import cli, config, gitops
 from patchwheel.errors import PatchwheelError
 from patchwheel.maint import rebase
 from patchwheel.maint.carry import workfolder
 from patchwheel.maint.follow import derive
 from patchwheel.maint.proving.setruns import Run
-from patchwheel.wheels import buildno, vendored
+from patchwheel.wheels import buildno
 from test_derive import CONFLICTING, KEPT, kept_by_proof, second_line, work_tree
 
 
@@ -394,21 +394,7 @@ def test_a_source_line_changed_meanwhile_is_refused(demo_project, monkeypatch, t
     that line."""
     _conflict(demo_project, monkeypatch, tmp_path)
     assert derive.derive(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None).stop is not None
-    files = {"src/demo/core.py": CORE, "src/demo/__init__.py": INIT}
-    second = make_patch(
-        edit_greet(dict(files)),
-        lambda f: {**f, "src/demo/core.py": f["src/demo/core.py"].replace(b"a + b", b"b + a")},
-        "Add the other way",
-        {**KEPT, "Proof-Test": "tests/proof/test_add.py"},
-    )
-    (demo_project.root / "tests/proof/test_add.py").write_text("def test_add():\n    pass\n")
-    gitops.write_files(demo_project.root / "upstream-pr" / "demo" / "add-other-way", SUBMISSION)
-    line = demo_project.load().line("demo", "1.0.0")
-    (line.patch_dir / "0002-add-other-way.patch").write_bytes(second)
-    with (line.patch_dir / "series").open("a") as fh:
-        fh.write("0002-add-other-way.patch\n")
-    buildno.bump(demo_project.load(), line, log=lambda m: None)
-    vendored.write(demo_project.load(), [line], log=lambda m: None)
+    demo_project.add_fix("1.0.0", "add-other-way", "Add the other way", (b"a + b", b"b + a"))
     with pytest.raises(PatchwheelError, match="the line demo/1.0.0 changed since this derive started"):
         derive.resume(demo_project.load(), "demo==0.9.0", Prover(), log=lambda m: None)
 
