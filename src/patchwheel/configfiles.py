@@ -50,6 +50,15 @@ def _table(lines: list[str], name: str) -> tuple[int, int] | None:
     return start, end
 
 
+def _last_key(lines: list[str], span: tuple[int, int]) -> int:
+    """Where a key goes at the end of the table ``span``: after its last line, before the blank lines that close it
+    and the comments above the next table's header (they are that table's)."""
+    end = span[1]
+    while end > span[0] + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1
+    return end
+
+
 def set_member(sets_file: Path, set_name: str, package: str, version: str) -> None:
     """``[set.<set_name>] <package> = "<version>"`` in overlay/sets.toml, every other line kept."""
     lines = sets_file.read_text().splitlines(keepends=True)
@@ -81,10 +90,7 @@ def set_floor(sets_file: Path, set_name: str, floor: str) -> bool:
     at = next((i for i in range(*span) if key.match(lines[i])), None)
     quoted = set_name if re.fullmatch(r"[A-Za-z0-9_-]+", set_name) else f'"{set_name}"'
     if at is None:
-        end = span[1]
-        while end > span[0] + 1 and not lines[end - 1].strip():
-            end -= 1  # before the blank lines that close the table
-        lines.insert(end, f'{quoted} = "{floor}"\n')
+        lines.insert(_last_key(lines, span), f'{quoted} = "{floor}"\n')
     else:
         lines[at] = re.sub(r"=\s*(\"[^\"]*\"|'[^']*')", f'= "{floor}"', lines[at], count=1)
 
@@ -109,11 +115,12 @@ def add_set(sets_file: Path, name: str, members: dict[str, str], floor: str | No
         at -= 1  # the comments just above [suite] are its own
     head, tail = "".join(lines[:at]).rstrip("\n"), "".join(lines[at:])
     new = (head + "\n\n" if head.strip() else "") + table + ("\n" + tail if tail else "")
-    if floor is not None and "[torch.floor]" in new:
-        floors = new.index("[torch.floor]")
-        end = new.find("\n[", floors + 1)
-        end = len(new.rstrip("\n")) if end == -1 else len(new[:end].rstrip("\n"))
-        new = new[:end] + f'\n{quoted} = "{floor}"' + new[end:]
+    floors = _table(new_lines := new.splitlines(keepends=True), "torch.floor") if floor is not None else None
+    if floors is not None:
+        if not new_lines[-1].endswith("\n"):
+            new_lines[-1] += "\n"
+        new_lines.insert(_last_key(new_lines, floors), f'{quoted} = "{floor}"\n')
+        new = "".join(new_lines)
 
     def reads_back(data: dict) -> bool:
         return data["set"][name] == members and (

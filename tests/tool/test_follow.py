@@ -448,6 +448,20 @@ def test_set_floor_and_add_set_write_the_floor_and_keep_every_other_line(tmp_pat
     assert not set_floor(plain, "latest", "2.7.0"), "a file without [torch] states no floor"
 
 
+def test_a_new_floor_goes_among_the_floors_not_under_the_next_tables_comment(tmp_path):
+    """overlay/sets.toml comments [torch.unproven] just above its header: derive's new floor was written after that
+    comment, which then read as if it spoke of the floor."""
+    sets = tmp_path / "sets.toml"
+    text = '[set.latest]\ndemo = "1.0.0"\n\n[torch]\nsuite = "2.13.0"\n\n[torch.floor]\nlatest = "2.6.0"\n\n'
+    text += '# Floors the proofs cannot judge yet, and why.\n[torch.unproven]\nlatest = "why"\n'
+    sets.write_text(text)
+    add_set(sets, "v5.8", {"demo": "0.9.0"}, "2.4.0")
+    assert '[torch.floor]\nlatest = "2.6.0"\n"v5.8" = "2.4.0"\n\n# Floors the proofs' in sets.read_text()
+    set_floor(sets, "v4", "2.2.0")
+    assert '"v5.8" = "2.4.0"\nv4 = "2.2.0"\n\n# Floors the proofs' in sets.read_text()
+    assert __import__("tomllib").loads(sets.read_text())["torch"]["unproven"] == {"latest": "why"}
+
+
 def test_the_older_lines_proofs_run_beside_the_judge_s_once(monkeypatch, tmp_path):
     """follow starts, beside the judge's run, the proofs the matrix step runs for the older lines on the new release
     and the judge does not (features have none); the matrix step then runs only what is left: counted by runs."""
