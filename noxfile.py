@@ -339,7 +339,8 @@ def upstream_suite(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks (headline in the README, all in docs/benchmarks.md): wheel rewrite vs patched sdist, nox -s build
-    cold and warm, the whole upstream matrix warm (args: --matrix both adds cold)."""
+    cold and warm, the whole upstream matrix warm (args: --matrix both adds cold; --derive only times a mechanical
+    derive, cold and warm)."""
     # pip: the sdist route is `pip wheel` (a uv environment has no pip of its own).
     session.install("packaging", "setuptools", "wheel", "pip", "rich==15.0.0", "uv==0.13.8")
     session.run(

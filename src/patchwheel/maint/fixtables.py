@@ -200,21 +200,22 @@ def render(text: str, table: Table, found: list[Fix]) -> str:
     return "\n".join(lines[: start - 2] + header + rows + lines[end:])
 
 
-def _stale(project: Project, table: Table, found: list[Fix]) -> str | None:
-    """The file's text as `tables` writes it, where it differs (None: up to date, or no such file: follow's and
-    derive's scratch copy of overlay/ and patches/, a test's project, has no table to check)."""
-    path = project.root / table.path
+def _stale(project: Project, table: Table, found: list[Fix], root: Path | None = None) -> tuple[str, str] | None:
+    """The file's text now and as `tables` writes it, where they differ (None: up to date, or no such file: follow's
+    and derive's scratch copy of overlay/ and patches/, a test's project, has no table to check). ``root``: the
+    files of another tree than the project's (the project a scratch copy is written back to)."""
+    path = (root or project.root) / table.path
     if not path.is_file():
         return None
     text = path.read_text(encoding="utf-8")
     new = render(text, table, found)
-    return new if new != text else None
+    return (text, new) if new != text else None
 
 
 def stale(project: Project) -> list[tuple[Path, str]]:
     """Each file whose table differs from the series, with its text as `tables` writes it."""
     found = fixes(project)
-    return [(project.root / t.path, new) for t in TABLES if (new := _stale(project, t, found)) is not None]
+    return [(project.root / t.path, both[1]) for t in TABLES if (both := _stale(project, t, found)) is not None]
 
 
 def problems(project: Project) -> list[str]:
@@ -245,17 +246,13 @@ def pending(
     project it is written back to. A table that cannot be rendered is left as it is, and ``log`` says why."""
     found, out = fixes(project), []
     for table in TABLES:
-        path = (root or project.root) / table.path
-        if not path.is_file():
-            continue
-        text = path.read_text(encoding="utf-8")
         try:
-            new = render(text, table, found)
+            both = _stale(project, table, found, root)
         except ConfigError as exc:
             log(f"{table.path}: its fix table is not written ({exc.message}; fix: {exc.hint})")
             continue
-        if new != text:
-            out.append((path, text, new))
+        if both is not None:
+            out.append(((root or project.root) / table.path, *both))
     return out
 
 
