@@ -26,6 +26,11 @@ patch series in ``patches/``:
 - a feature test on a build without its patch is not run (the feature is absent), and the summary says so;
 - ``@pytest.mark.regression``: must pass on every build.
 
+A proof test expected to fail whose failure is another package's known bug (the signature of one of that
+package's proof tests, raised from that package's code, on a build of it without that fix) is masked by it: with
+``--proof-masked FILE`` it is listed there, not judged, to be run again with that package +fixed (where it must fail
+with its own bug); without, it fails, naming the bug that masked it.
+
 Outcomes that prove nothing are failures: a pass where the bug was expected (``XPASS(strict)``); a failure with
 another error; a ``CouldNotObserve`` (spy empty, ranks lost, an ImportError: the test could not look); a skip, in
 any phase, unless the test is marked ``may_skip(reason=...)`` naming why it may (the GPU form), and then the
@@ -80,6 +85,9 @@ NOT_A_SIGNATURE = NO_OBSERVATION | {
 _outcomes: list[tuple[str, str, str]] = []
 _not_run: list[str] = []
 _report: list[dict] = []  # written to $PATCHWHEEL_PROOF_REPORT in observe mode
+_masked: list[dict] = []  # written to --proof-masked: tests another package's known bug masked
+#: (package, module, test) -> the signatures of each proof test collected, before --proof-package drops any
+_signatures: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,13 @@ def pytest_addoption(parser):
         metavar="FILE",
         help="judge the tests an earlier observe-mode run observed on the same inputs on that observation (a JSON "
         "list of its report's entries) instead of running them again",
+    )
+    parser.addoption(
+        "--proof-masked",
+        metavar="FILE",
+        help="a proof test whose bug another package's known bug masks here (that bug's signature, raised from that "
+        "package's code, on a build without its fix) is not judged in this run: it is listed in FILE (JSON), to be "
+        "judged again with that package +fixed; without this option it is a failure",
     )
     parser.addoption(
         "--proof-first-bug",
@@ -347,6 +362,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         _check_marker(item)
         mark = item.get_closest_marker("proof") or item.get_closest_marker("feature")
+        if item.get_closest_marker("proof") is not None:
+            _signatures[(mark.kwargs["package"], _module(item), item.originalname)] = mark.kwargs["signatures"]
         if packages and mark.kwargs.get("package") not in packages:
             drop.append(item)  # its package's line is proven in another session (--proof-package)
             continue
@@ -396,6 +413,28 @@ def classify(obs: Observed, signatures, package: str) -> str:
     return "other"
 
 
+def masking_bug(obs: Observed, package: str) -> tuple[str, str] | None:
+    """(package, patch): the known bug of another package that ``obs`` is, where it masks ``package``'s: ``obs``
+    has the signature of one of that package's proof tests (an exception type and message, raised from that
+    package's code; never a ``BugSymptom``, which a test raises itself), and the installed build of that package
+    lacks the patch its release line carries for that test. A user of both releases hits that bug first; the fix
+    of the other package removes it (``--proof-masked``)."""
+    for (other, module, test), signatures in _signatures.items():
+        raised = [(kind, regex) for kind, regex in signatures if kind != SYMPTOM]
+        if other == package or classify(obs, raised, other) != "bug":
+            continue
+        info = status.inspect(other)
+        if not info["installed"]:
+            continue
+        if any(_names_module(p.get("proof_test"), module) for p in info["patches"]):
+            continue  # the installed build carries that fix
+        version = info["upstream"]["version"] if info["fixed"] else info["version"]
+        patch = _series_naming(other, version, module, test)[0]
+        if patch is not None:
+            return other, patch
+    return None
+
+
 def _first_line(text: str, width: int = 200) -> str:
     return (text.strip().splitlines() or [""])[0][:width]
 
@@ -440,6 +479,20 @@ def pytest_runtest_makereport(item, call):
         verdict = f"failed as it must: {error[:160]}"
     elif kind == "no-observation":
         verdict = f"COULD NOT OBSERVE the behaviour it judges: {error[:160]}"
+    elif expect.what == "fail" and (masking := masking_bug(obs, marker.kwargs["package"] if marker else "")):
+        other, patch = masking
+        by = f"{other} {status.inspect(other)['version']}'s known bug ({patch}), reached first"
+        if item.config.getoption("--proof-masked"):
+            rep.outcome = "skipped"
+            rep.wasxfail = f"masked on {expect.where} by {by}: {error[:160]}; judged again with {other} +fixed"
+            verdict = f"masked by {by}: {error[:160]}; to be judged again with {other} +fixed"
+            _masked.append({"nodeid": item.nodeid, "package": other, "patch": patch, "error": error[:300]})
+            _record(item, expect, "masked", kind, error, verdict, seen=obs)
+            return
+        verdict = (
+            f"FAILED with {by}, not with its own: {error[:160]}; judge it with {other} +fixed "
+            "(--proof-masked lists such tests)"
+        )
     elif expect.what == "fail":
         verdict = f"FAILED with another error than the bug's: {error[:160]}"
     else:
@@ -512,6 +565,9 @@ def _record(
 
 
 def pytest_sessionfinish(session):
+    masked = session.config.getoption("--proof-masked")
+    if masked:
+        Path(masked).write_text(json.dumps(_masked, indent=1))
     if os.environ.get("PATCHWHEEL_PROOF_REPORT"):
         Path(os.environ["PATCHWHEEL_PROOF_REPORT"]).write_text(json.dumps(_report, indent=1))
 

@@ -55,16 +55,19 @@ class Project:
         (root / "overlay" / "demo").mkdir(parents=True)
         self.site = root / "site"
 
-    def line(self, version: str, proof: str | None, trailers: dict[str, str] | None = None) -> None:
-        """A release line of demo whose one patch names ``proof`` (or an empty series)."""
-        pins = self.root / "overlay" / "demo" / "pins.toml"
+    def line(
+        self, version: str, proof: str | None, trailers: dict[str, str] | None = None, package: str = "demo"
+    ) -> None:
+        """A release line of ``package`` whose one patch names ``proof`` (or an empty series)."""
+        pins = self.root / "overlay" / package / "pins.toml"
         if not pins.exists():
-            pins.write_text('package = "demo"\n')
+            pins.parent.mkdir(parents=True, exist_ok=True)
+            pins.write_text(f'package = "{package}"\n')
         pins.write_text(
             pins.read_text() + f'\n[release."{version}"]\nwheel = {{ filename = '
-            f'"demo-{version}-py3-none-any.whl", sha256 = "{SHA}" }}\n'
+            f'"{package}-{version}-py3-none-any.whl", sha256 = "{SHA}" }}\n'
         )
-        pdir = self.root / "patches" / "demo" / version
+        pdir = self.root / "patches" / package / version
         pdir.mkdir(parents=True)
         if proof is None and not trailers:
             (pdir / "series").write_text("# nothing left: upstream fixed it\n")
@@ -82,15 +85,18 @@ class Project:
         (pdir / "0001-greet-comma.patch").write_bytes(make_patch(files, edit_greet, "Greet with a comma", t))
         (pdir / "series").write_text("0001-greet-comma.patch\n")
 
-    def install(self, version: str, carries: str | None = None) -> None:
-        """An installed demo: pristine, or a +fixed build whose manifest carries a patch naming ``carries``."""
-        shutil.rmtree(self.site, ignore_errors=True)
-        (self.site / "demo").mkdir(parents=True)
-        (self.site / "demo" / "__init__.py").write_text(DEMO)
+    def install(self, version: str, carries: str | None = None, package: str = "demo", code: str = DEMO) -> None:
+        """An installed ``package`` (replacing the one there): pristine, or a +fixed build whose manifest carries a
+        patch naming ``carries``."""
+        shutil.rmtree(self.site / package, ignore_errors=True)
+        for old in self.site.glob(f"{package}-*.dist-info"):
+            shutil.rmtree(old)
+        (self.site / package).mkdir(parents=True)
+        (self.site / package / "__init__.py").write_text(code)
         full = version + ("+fixed" if carries else "")
-        info = self.site / f"demo-{full}.dist-info"
+        info = self.site / f"{package}-{full}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: demo\nVersion: {full}\n")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {full}\n")
         if carries:
             (info / "overlay-fixes.json").write_text(
                 json.dumps(
@@ -559,3 +565,83 @@ def test_a_replayed_observation_is_judged_and_a_changed_input_runs_the_test_agai
     project.line("1.0.1", module, {"Proof-Test": f"{module}::test_bug"})
     code, out, _ = project.pytest(module, "--proof-replay", str(replay))
     assert code == 0 and ran.read_text().split().count("bug") == 5, out
+
+
+# A companion package whose own known bug is reached before demo's (accelerate 1.11.0's init_empty_weights under
+# transformers 5, before transformers' meta-tensor bug), and its fixed form.
+COMPANION = """
+def init_empty():
+    raise TypeError("Parameter.__new__() got an unexpected keyword argument '_is_hf_initialized'")
+"""
+COMPANION_FIXED = """
+def init_empty():
+    return None
+"""
+
+
+def test_a_companion_s_known_bug_masks_a_proof_only_where_its_fix_is_missing(project, tmp_path):
+    """Accelerate 1.11.0's init_empty_weights raised its own TypeError under transformers 5 before T2's bug: the
+    proof failed "with another error than the bug's" on the pristine pins, and nothing said which bug, or where
+    T2's proof could be judged. It is masked only by that package's proof signature raised from that package's
+    code, on a build without that fix; it is then judged with the companion +fixed, where it must show its own bug."""
+    comp = project.module(
+        "test_comp.py",
+        """
+        import pytest
+
+        pytestmark = pytest.mark.proof(
+            package="comp", signatures=[("TypeError", "unexpected keyword argument '_is_hf_initialized'")]
+        )
+
+        def test_init_empty():
+            import comp
+            comp.init_empty()
+        """,
+    )
+    module = project.module(
+        "test_meta.py",
+        _marked(
+            "[('TypeError', 'not iterable')]",
+            "not iterable",
+            """
+        def test_load_on_meta():
+            import comp
+            import demo
+            comp.init_empty()
+            demo.buggy()
+
+        def test_the_test_raises_it_itself():
+            raise TypeError("Parameter.__new__() got an unexpected keyword argument '_is_hf_initialized'")
+        """,
+        ),
+    )
+    project.line("1.0.0", f"{module}::test_load_on_meta")
+    project.line("2.0.0", comp, package="comp")
+    project.install("1.0.0")
+    project.install("2.0.0", package="comp", code=COMPANION)
+    code, out, cases = project.pytest(module, comp)
+    assert code == 1, out
+    assert (
+        "test_load_on_meta\n    on demo 1.0.0 (pristine): FAILED with comp 2.0.0's known bug (0001-greet-comma.patch), "
+        "reached first, not with its own: TypeError: Parameter.__new__()" in out
+    ), out
+    assert "judge it with comp +fixed (--proof-masked lists such tests)" in out, out
+    # the test's own TypeError is no package's bug: a regression guard's plain failure
+    assert "test_the_test_raises_it_itself\n    on demo 1.0.0 (pristine), regression guard" in out, out
+    masked = tmp_path / "masked.json"
+    code, out, cases = project.pytest(module, comp, "--proof-masked", str(masked), "-k", "load_on_meta or init_empty")
+    assert code == 0, out
+    assert "masked by comp 2.0.0's known bug (0001-greet-comma.patch), reached first" in out, out
+    assert [(c["nodeid"], c["package"], c["patch"]) for c in json.loads(masked.read_text())] == [
+        (f"{module}::test_load_on_meta", "comp", "0001-greet-comma.patch")
+    ]
+    assert [c["outcome"] for c in cases if c["test"] == "test_load_on_meta"] == ["masked"]
+    # the companion +fixed: the proof is judged, and shows its own bug
+    project.install("2.0.0", carries=comp, package="comp", code=COMPANION_FIXED)
+    code, out, _ = project.pytest(f"{module}::test_load_on_meta", "--proof-masked", str(masked))
+    assert code == 0 and "failed as it must: TypeError: 'NoneType' object is not iterable" in out, out
+    assert json.loads(masked.read_text()) == []
+    # a +fixed companion that still raises its bug's error masks nothing: that is another error
+    project.install("2.0.0", carries=comp, package="comp", code=COMPANION)
+    code, out, _ = project.pytest(module, comp, "--proof-masked", str(masked), "-k", "load_on_meta")
+    assert code == 1 and "FAILED with another error than the bug's: TypeError: Parameter.__new__()" in out, out

@@ -100,3 +100,45 @@ def test_run_proofs_keeps_every_case_and_judges_as_first_bug_would(tmp_path, mon
     assert kept == early
     assert kept["tests/proof/a.py"] == proofenv.ProofOutcome("fails", "t2: E: bug")  # not "(+1 more)", not t3
     assert kept["tests/proof/b.py"].verdict == "passes"
+
+
+def test_a_proof_a_companion_s_bug_masked_is_judged_again_with_that_companion_fixed(
+    demo_project, monkeypatch, tmp_path
+):
+    """The proofs on the pristine pins list the tests another package's known bug masked (--proof-masked); those
+    are run again on the set's pristine pins with that package +fixed, and that run's verdict is the chain's."""
+    project = demo_project.load()
+    line = project.line("demo")
+    envs = {"pristine": tmp_path / "demo-1.0.0", "fixed": tmp_path / "fixed", "unmasked": tmp_path / "unmasked"}
+    monkeypatch.setattr(proofenv, "release_env", lambda cache, wheels: envs["pristine"])
+    monkeypatch.setattr(proofenv, "fixed_env", lambda cache, wheels, purpose, at: envs["fixed"])
+    made = []
+
+    def mixed_env(cache, pristine, fixed, at):
+        made.append(([pkg for pkg, _ in pristine], [w.name for w in fixed]))
+        return envs["unmasked"]
+
+    monkeypatch.setattr(proofenv, "mixed_env", mixed_env)
+    monkeypatch.setattr(setruns, "current_wheel", lambda line, dist, hint: dist / "demo-1.0.0+fixed-py3-none-any.whl")
+    started, verdict = [], {"unmasked": 1}
+    case = {"nodeid": "tests/proof/test_demo.py::test_greet", "package": "demo", "patch": "0001-x.patch"}
+
+    def run_in_group(cmd, cwd, env, log, timeout):
+        python = Path(cmd[0] if cmd[1:3] != ["-m", "patchwheel"] else cmd[cmd.index("--python") + 1])
+        where = next(name for name, path in envs.items() if python.parents[1] == path)
+        args = cmd[3:]
+        started.append((where, "status" if cmd[1:3] == ["-m", "patchwheel"] else args[0]))
+        if "--proof-masked" in args:
+            Path(args[args.index("--proof-masked") + 1]).write_text(json.dumps([case]))
+        log.write_text("=== 1 passed in 0.1s ===\n")
+        return 1 if started[-1] == ("pristine", "status") else verdict.get(where, 0)
+
+    monkeypatch.setattr(proofenv, "run_in_group", run_in_group)
+    runs = setruns.prove(project, {"demo": line}, tmp_path, ("pristine",), log=lambda m: None)
+    assert started == [("pristine", "status"), ("pristine", "tests/proof"), ("unmasked", case["nodeid"])]
+    assert made == [([], ["demo-1.0.0+fixed-py3-none-any.whl"])]
+    assert [r.ok for r in runs] == [True, True, False], "the masked proof did not show its own bug: the chain fails"
+    assert runs[-1].name == "proofs masked by demo's 0001-x.patch, on the pristine pins with demo +fixed"
+    verdict["unmasked"] = 0
+    started.clear()
+    assert all(r.ok for r in setruns.prove(project, {"demo": line}, tmp_path, ("pristine",), log=lambda m: None))

@@ -407,6 +407,19 @@ def fixed_env(cache: Path, wheels: list[Path], purpose: str = "mutants", at: Pat
     return env_on_base(cache, name, marker, lambda: [str(w) for w in wheels], at=at)
 
 
+def mixed_env(cache: Path, pristine: list[tuple[str, Artifact]], fixed: list[Path], at: Path | None = None) -> Path:
+    """An environment with these upstream wheels (package, artifact) and these local +fixed wheels, on top of the
+    base env: one package's pristine release with its companions +fixed, where a companion's known bug masks its
+    bug on the pristine pins (:mod:`setruns`). ``at``: there instead (a checkout's own, as :func:`fixed_env`)."""
+    members = [(pkg, wheel_version(a.filename)) for pkg, a in pristine] + [wheel_name_version(w.name) for w in fixed]
+    marker = {"wheels": [a.sha256 for _, a in pristine], "fixed": {w.name: fetch.sha256_file(w) for w in fixed}}
+
+    def install() -> list[str]:
+        return [*(str(fetch.fetch(p, a)) for p, a in pristine), *(str(w) for w in fixed)]
+
+    return env_on_base(cache, env_name(members, "unmasked"), marker, install, at=at)
+
+
 @dataclass
 class ProofOutcome:
     verdict: str  # "passes" (bug absent), "fails" (bug present), "error" (could not judge)
