@@ -37,6 +37,18 @@ def test_merge_keeps_a_run_verdict_over_a_new_inference():
     assert old.lines[0].patches[0].cells["1.3"].behaviour == "passes"  # the input is not changed
 
 
+def test_merge_keeps_whose_run_a_kept_verdict_was():
+    """A text-only run kept an earlier verdict that another line's run had observed, but not ``observed_for``: the
+    verdict then read as the line's own run, and derive's matrix reused it for other lines."""
+    observed = {"text": "clean", "behaviour": "fails", "behaviour_detail": "x", "torch": "2.13.0"}
+    observed["observed_for"] = "demo/0.9.0"
+    line = {"line": "demo/1.0.0", "companions": [], "releases": [{"version": "1.1", "wheel": "w", "sha256": "s"}]}
+    old = Matrix.from_json({"lines": [{**line, "patches": [{"name": "p", "cells": {"1.1": observed}}]}]})
+    text_only = LineMatrix.from_json({**line, "patches": [{"name": "p", "cells": {"1.1": {"text": "3-way"}}}]})
+    got = old.merged([text_only], torch="2.13.0").lines[0].patches[0].cells["1.1"]
+    assert (got.text, got.behaviour, got.observed_for) == ("3-way", "fails", "demo/0.9.0")
+
+
 def test_status_md_escapes_the_text_it_shows():
     """A proof's detail is upstream's own message (``<class 'torch.Tensor'>``, a ``|``, backticks, a newline): in
     MATRIX.md it reads as written, never as HTML, a link, a new table column or a new block."""

@@ -380,11 +380,12 @@ def _merge_line(prev: LineMatrix, new: LineMatrix) -> None:
                 and old.behaviour
                 and (cell.behaviour is None or (cell.inferred_from is not None and old.was_run))
             ):  # keep what was judged before over nothing, and a run over an inference
-                cell.behaviour, cell.behaviour_detail, cell.inferred_from, cell.torch = (
+                cell.behaviour, cell.behaviour_detail, cell.inferred_from, cell.torch, cell.observed_for = (
                     old.behaviour,
                     old.behaviour_detail,
                     old.inferred_from,
                     old.torch,
+                    old.observed_for,  # whose run it was: only a line's own runs are reused for other lines
                 )
             cells[version] = cell
         p.cells = {v: cells[v] for v in sorted(cells, key=Version)}
