@@ -154,6 +154,15 @@ def _maintenance_commands(sub) -> None:
         "--from", dest="source", metavar="VERSION", help="the line to carry (default: the one that applies best)"
     )
     derive.add_argument("--set", dest="set_name", help="the consumer set naming the line (default: v<major>.<minor>)")
+    derive.add_argument(
+        "--with",
+        dest="companions",
+        action="append",
+        default=[],
+        metavar="PKG==VERSION",
+        help="a new set pairs the line with this line of another package (default: its newest), e.g. "
+        "transformers==4.57.6 for a set of teams on transformers 4",
+    )
     then = derive.add_mutually_exclusive_group()
     then.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     then.add_argument("--abort", action="store_true", help="drop the work folder a conflict left")

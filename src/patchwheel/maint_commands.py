@@ -218,8 +218,10 @@ def cmd_derive(args) -> int:
     from .maint.proving import setruns
 
     project = config.load(root(args))
-    if (args.cont or args.abort) and (args.source or args.set_name):
-        raise ConfigError("--from and --set are the start's: a derive in progress keeps its own", "leave them out")
+    if (args.cont or args.abort) and (args.source or args.set_name or args.companions):
+        raise ConfigError(
+            "--from, --set and --with are the start's: a derive in progress keeps its own", "leave them out"
+        )
     if args.new and not args.cont:
         raise ConfigError("--new names commits in the work folder of a derive in progress", "use it with --continue")
     if args.abort:
@@ -228,7 +230,14 @@ def cmd_derive(args) -> int:
     if args.cont:
         done = derive.resume(project, args.release, setruns.prove_set, new=args.new)
     else:
-        done = derive.derive(project, args.release, setruns.prove_set, source=args.source, set_name=args.set_name)
+        done = derive.derive(
+            project,
+            args.release,
+            setruns.prove_set,
+            source=args.source,
+            set_name=args.set_name,
+            companions=args.companions,
+        )
     for line in followreport.derived(done):
         print(line)
     return STOPPED if done.stop else 0

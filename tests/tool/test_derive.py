@@ -246,7 +246,9 @@ def test_a_set_it_moves_retires_the_line_no_set_names(demo_project, monkeypatch,
         (["demo==0.9.0", "--from", "7.0"], "no release line demo 7.0"),
         (["demo==0.9.0", "--abort"], "no derive of demo 0.9.0 is waiting"),
         (["demo==0.9.0", "--continue"], "no derive of demo 0.9.0 is waiting"),
-        (["demo==0.9.0", "--continue", "--set", "x"], "--from and --set are the start's"),
+        (["demo==0.9.0", "--continue", "--set", "x"], "--from, --set and --with are the start's"),
+        (["demo==0.9.0", "--continue", "--with", "demo==1.0.0"], "--from, --set and --with are the start's"),
+        (["demo==0.9.0", "--with", "demo==1.0.0"], "demo is the package derive makes the line of"),
     ],
 )
 def test_bad_input_is_refused_with_what_to_do(demo_project, capsys, args, message):
@@ -571,3 +573,45 @@ def test_only_a_verdict_run_for_its_own_line_alike_is_reused(demo_project, monke
     project.matrix_json.write_text(json.dumps(status))
     known = upstream_matrix.committed_verdicts(project, project.line("demo", "1.0.0"))
     assert known("tests/proof/test_demo.py", "1.0.0") is None
+
+
+def _other_package(demo) -> None:
+    """A second package with two lines (pins and empty series): the companion a set pairs demo with."""
+    pins = 'package = "other"\nimport-name = "other"\nsource-root = "src"\nlocal-label = "fixed"\n'
+    for version in ("1.0.0", "2.0.0"):
+        wheel = f'{{ filename = "other-{version}-py3-none-any.whl", sha256 = "{"0" * 64}" }}'
+        pins += f'\n[release."{version}"]\nwheel = {wheel}\n'
+        (demo.root / "patches" / "other" / version).mkdir(parents=True)
+        (demo.root / "patches" / "other" / version / "series").write_text("# nothing to fix yet\n")
+    (demo.root / "overlay" / "other").mkdir()
+    (demo.root / "overlay" / "other" / "pins.toml").write_text(pins)
+    (demo.root / "overlay" / "sets.toml").write_text('[set.default]\ndemo = "1.0.0"\nother = "2.0.0"\n')
+
+
+def test_with_pairs_a_new_set_with_an_older_line_of_another_package(demo_project, monkeypatch):
+    """A new set took the other packages' newest lines only: a set for teams on accelerate 1.13.0 with transformers
+    4.57.6 had to be written by hand before derive could move it."""
+    _other_package(demo_project)
+    project = demo_project.load()
+    assert derive.companions_of(project, "demo", "v0.9", ["other==1.0.0"]) == {"other": "1.0.0"}
+    for specs, message in [
+        (["other==3.0.0"], "--with other==3.0.0: other has no line 3.0.0"),
+        (["demo==1.0.0"], "demo is the package derive makes the line of"),
+        (["nope==1.0.0"], "nope is not a package of this project"),
+        (["other==1.0.0", "other==2.0.0"], "--with names other twice"),
+        (["other"], "is not <package>==<version>"),
+    ]:
+        with pytest.raises(PatchwheelError, match=message):
+            derive.companions_of(project, "demo", "v0.9", specs)
+    with pytest.raises(PatchwheelError, match="the set default exists: it pairs other 2.0.0"):
+        derive.companions_of(project, "demo", "default", ["other==1.0.0"])
+    monkeypatch.setattr(derive.lint, "set_floor", lambda project, members: "2.4.0")
+    done = derive.Derived("demo", "1.0.0", "1.0.0", "v1")
+    done.companions = {"other": "1.0.0"}
+    changed, before = derive._name_in_set(project, done)
+    assert before is None and changed.sets["v1"] == {"demo": "1.0.0", "other": "1.0.0"}
+    assert done.set_change == "the set v1 (new): demo 1.0.0, other 1.0.0"
+    assert config.load(demo_project.root).sets["v1"] == {"demo": "1.0.0", "other": "1.0.0"}
+    done.companions = {}
+    done.set_name = "v1.0"
+    assert derive._name_in_set(project, done)[0].sets["v1.0"] == {"demo": "1.0.0", "other": "2.0.0"}  # the newest

@@ -332,9 +332,13 @@ def load(root: Path, package: str, version: str) -> dict:
     def bad(what: str) -> ConfigError:
         return ConfigError(f"{file} is not a derive's state: {what}", hint)
 
-    if not isinstance(state, dict) or set(state) != set(KEYS):
+    if not isinstance(state, dict) or set(state) - {"with"} != set(KEYS):
         have = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise bad(f"it holds {shown(have)}, where derive writes a table of {', '.join(KEYS)}")
+        raise bad(f"it holds {shown(have)}, where derive writes a table of {', '.join(KEYS)} (and with)")
+    state.setdefault("with", {})  # a folder an older derive left names no --with
+    paired = state["with"]
+    if not isinstance(paired, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in paired.items()):
+        raise bad(f'"with" is {shown(paired)}, not a table of packages and versions')
     for key in ("source", "set"):
         if not isinstance(state[key], str) or not state[key]:
             raise bad(f'"{key}" is {shown(state[key])}, not a name')

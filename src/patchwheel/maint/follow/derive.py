@@ -13,8 +13,8 @@ with follow's policy and guarantees:
    maintainer's own fixes committed in the work folder),
    which writes the series, the pin (in version order), the first build record (above a retired line's of the
    release) and the vendored modules; name the line in a consumer set (``--set``, default ``v<major>.<minor>``,
-   never ``latest``; a new set takes the other packages' newest lines), and in ``[suite]`` when it is the newest
-   line of its major version; retire the line a moved set named, if no set names it any more;
+   never ``latest``; a new set takes the other packages' newest lines, or those ``--with`` names), and in
+   ``[suite]`` when it is the newest line of its major version; retire the line a moved set named, if no set names it any more;
 3. judge the new line on every newer release for the matrix, lint, **build** the set, **prove** it both ways with
    its guards.
 
@@ -65,6 +65,7 @@ class Derived(Carried):
     version: str
     source: str = ""  # the line it was carried from
     set_name: str = ""
+    companions: dict[str, str] = field(default_factory=dict)  # --with: a new set's other lines (default: the newest)
     verdicts: list[Verdict] = field(default_factory=list)  # the source line's patches
     others: list[Verdict] = field(default_factory=list)  # fixes of other lines, judged on the release
     set_change: str = ""  # 'the set v4: transformers 4.57.6 (new)'
@@ -184,12 +185,16 @@ def derive(
     *,
     source: str | None = None,
     set_name: str | None = None,
+    companions: Sequence[str] = (),
     log: Callable[[str], None] = CONSOLE,
 ) -> Derived:
-    """Make the release line of ``spec`` (``pkg==version``): see the module's docstring."""
+    """Make the release line of ``spec`` (``pkg==version``): see the module's docstring. ``companions``
+    (``pkg==version``, ``--with``): the lines of the other packages a new set pairs it with."""
     package, version = parse_spec(spec)
     newest = project.line(package)  # checks the package
     _not_a_line(project, package, version)
+    set_name = default_set(version) if set_name is None else set_name
+    paired = companions_of(project, package, set_name, companions)
     workfolder.refuse_existing(project.root, package, version)
     releases = fetch.releases(package)
     artifact = _release(package, version, releases)
@@ -198,7 +203,6 @@ def derive(
             f"{package} {version} is newer than the newest line {newest.key}",
             f"`nox -s follow -- {package}` carries the newest line onto newer releases (and moves the set latest)",
         )
-    set_name = default_set(version) if set_name is None else set_name
     _set_can_take(project, set_name, package)
     if source:
         from_line, why = project.line(package, source), "named by --from"
@@ -206,6 +210,7 @@ def derive(
         found = candidates(project, package, version, artifact, [v for v, _, _ in releases])
         from_line, why = choose(found, version)
     done = Derived(package, version, from_line.version, set_name, source_series=_series_digest(from_line), why=why)
+    done.companions = paired
     return _run(project, done, log, partial(_start, artifact=artifact, prove=prove))
 
 
@@ -242,6 +247,7 @@ def resume(
             again,
         )
     done = Derived(package, version, saved["source"], saved["set"], source_series=saved["source_series"])
+    done.companions = companions_of(project, package, saved["set"], [f"{p}=={v}" for p, v in saved["with"].items()])
     done.verdicts = [Verdict(**v) for v in saved["verdicts"]]
     done.others = [Verdict(**v) for v in saved["others"]]
     done.copied = workfolder.digest(work, again)  # refuses a link or a special file (git's own left out)
@@ -278,6 +284,34 @@ def _set_can_take(project: Project, set_name: str, package: str) -> None:
             f"the set {set_name} does not name {package}",
             f"name another set (--set), or add {package} to [set.{set_name}] first",
         )
+
+
+def companions_of(project: Project, package: str, set_name: str, specs: Sequence[str]) -> dict[str, str]:
+    """``--with``: each ``pkg==version`` names a line of another package, once, for a set derive makes; checked
+    before anything runs, and again on --continue (package -> version)."""
+    chosen: dict[str, str] = {}
+    for spec in specs:
+        pkg, version = parse_spec(spec)
+        if pkg == package:
+            raise ConfigError(f"--with {spec}: {package} is the package derive makes the line of", "leave it out")
+        if pkg not in project.lines:
+            raise ConfigError(
+                f"--with {spec}: {pkg} is not a package of this project", f"its packages: {', '.join(project.lines)}"
+            )
+        if pkg in chosen:
+            raise ConfigError(f"--with names {pkg} twice", "name one line of each package")
+        lines = [line.version for line in project.lines[pkg]]
+        if version not in lines:
+            raise ConfigError(f"--with {spec}: {pkg} has no line {version}", f"its lines: {', '.join(lines)}")
+        chosen[pkg] = version
+    if chosen and set_name in project.sets:
+        raise ConfigError(
+            f"--with pairs a new set, and the set {set_name} exists: it pairs "
+            + ", ".join(f"{p} {v}" for p, v in project.sets[set_name].items() if p != package),
+            f"leave --with out to move that set, or name a new one (--set); a set's other lines are changed in "
+            f"{project.sets_file.name}",
+        )
+    return chosen
 
 
 def _series_digest(line: ReleaseLine) -> dict[str, str]:
@@ -393,6 +427,7 @@ def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
         "verdicts": [v.__dict__ for v in done.verdicts],
         "others": [v.__dict__ for v in done.others],
         "source_series": done.source_series,
+        "with": done.companions,
     }
     real = workfolder.path(work.project, done.package, done.version)
     spec = f"{done.package}=={done.version}"
@@ -442,14 +477,14 @@ def _finish(project: Project, work: Scratch, done: Derived, prove: Prove, say: C
 
 
 def _name_in_set(project: Project, done: Derived) -> tuple[Project, str | None]:
-    """The new line named in its set (a new set takes the other packages' newest lines): the project as it is then,
-    and the version the set named before (None: a new set)."""
+    """The new line named in its set (a new set takes the other packages' newest lines, or --with's): the project
+    as it is then, and the version the set named before (None: a new set)."""
     members = project.sets.get(done.set_name)
     before = None if members is None else members[done.package]
     torch = project.torch
     if members is None:
         companions = {p: project.line(p).version for p in project.packages() if p != done.package}
-        members = {done.package: done.version, **companions}
+        members = {done.package: done.version, **companions, **done.companions}
         floor = lint.set_floor(project, members)
         add_set(project.sets_file, done.set_name, members, floor)
         if torch is not None:
