@@ -93,6 +93,7 @@ from .utils import (
     get_fsdp2_grad_scaler,
     get_grad_scaler,
     get_mixed_precision_context_manager,
+    get_model_tp_size,
     get_pretty_name,
     has_offloaded_params,
     is_bf16_available,
@@ -130,7 +131,7 @@ from .utils.constants import (
     SCALER_NAME,
 )
 from .utils.modeling import get_state_dict_offloaded_model
-from .utils.other import compile_regions, compile_regions_deepspeed, get_model_tp_size, is_compiled_module
+from .utils.other import compile_regions, compile_regions_deepspeed, is_compiled_module
 
 
 if is_deepspeed_available():
