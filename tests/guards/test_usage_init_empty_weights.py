@@ -12,8 +12,8 @@ process; pristine and +fixed must agree):
   ``infer_auto_device_map`` on it (``Mon-ius/XTPU``, ``xla_demo/tie.py``), or ``load_checkpoint_and_dispatch`` of a
   checkpoint into it (``microsoft/DeepSpeedExamples``,
   ``inference/huggingface/text-generation/test-accelerate.py``);
-- a model class constructed inside it, then ``load_state_dict(state_dict, assign=True, strict=False)`` and
-  ``tie_weights()`` after it (the conversion scripts of ``huggingface/transformers``, e.g.
+- a model class constructed inside it, then ``load_state_dict(state_dict, assign=True)`` after it (the conversion
+  scripts of ``huggingface/transformers``, e.g.
   ``src/transformers/models/llava_onevision/convert_llava_onevision_weights_to_hf.py``);
 - ``init_empty_weights(include_buffers=True)`` with ``from_config`` (buffers on meta too);
 - ``init_on_device(torch.device(...))`` with a module (the docstring of ``init_on_device``, on "cpu" here);
@@ -51,6 +51,8 @@ def _tensors(module):
 
 
 def test_module_built_inside_the_context(observe):
+    """Stands for the example of ``init_empty_weights``'s docstring (huggingface/accelerate
+    src/accelerate/big_modeling.py): an ``nn.Sequential`` of ``nn.Linear`` built inside the context."""
     from accelerate import init_empty_weights
     from torch import nn
 
@@ -60,6 +62,8 @@ def test_module_built_inside_the_context(observe):
 
 
 def test_from_config_skeleton_tied_and_mapped(observe, checkpoint):
+    """Stands for a skeleton made to plan a device map (Mon-ius/XTPU xla_demo/tie.py): ``from_config`` inside the
+    context, then ``tie_weights()`` and ``infer_auto_device_map`` (here with a CPU budget that splits the model)."""
     from accelerate import infer_auto_device_map, init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -71,6 +75,9 @@ def test_from_config_skeleton_tied_and_mapped(observe, checkpoint):
 
 
 def test_from_config_skeleton_then_load_checkpoint_and_dispatch(observe, checkpoint):
+    """Stands for the skeleton filled from a checkpoint (microsoft/DeepSpeedExamples
+    inference/huggingface/text-generation/test-accelerate.py): ``from_config`` inside the context, then
+    ``load_checkpoint_and_dispatch(model, path, device_map="auto", no_split_module_classes=[...])``."""
     from accelerate import init_empty_weights, load_checkpoint_and_dispatch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -86,21 +93,22 @@ def test_from_config_skeleton_then_load_checkpoint_and_dispatch(observe, checkpo
 
 
 def test_class_built_inside_then_state_dict_assigned(observe, checkpoint):
+    """Stands for transformers' conversion scripts (huggingface/transformers
+    src/transformers/models/llava_onevision/convert_llava_onevision_weights_to_hf.py): the model class constructed
+    inside the context, then ``load_state_dict(state_dict, assign=True)`` after it."""
     from accelerate import init_empty_weights
     from safetensors.torch import load_file
     from transformers import LlamaForCausalLM
 
     with init_empty_weights():
         model = LlamaForCausalLM(tiny_llama.small_config())
-    missing, unexpected = model.load_state_dict(
-        load_file(f"{checkpoint}/model.safetensors"), assign=True, strict=False
-    )
-    model.tie_weights()
+    missing, unexpected = model.load_state_dict(load_file(f"{checkpoint}/model.safetensors"), assign=True)
     observe("load", {"missing": sorted(missing), "unexpected": sorted(unexpected)})
     observe("tensors", _tensors(model))
 
 
 def test_include_buffers(observe, checkpoint):
+    """``init_empty_weights(include_buffers=True)`` around ``from_config``: parameters and buffers on meta."""
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -110,6 +118,8 @@ def test_include_buffers(observe, checkpoint):
 
 
 def test_init_on_device(observe):
+    """Stands for the example of ``init_on_device``'s docstring (huggingface/accelerate
+    src/accelerate/big_modeling.py), on "cpu" where it names "cuda": every parameter made again on that device."""
     from accelerate import init_on_device
     from torch import nn
 
@@ -130,6 +140,8 @@ class TaggedParams(torch.nn.Parameter):
 
 
 def test_parameter_subclass_with_constructor_attributes(observe):
+    """Stands for bitsandbytes' ``Int8Params`` (bitsandbytes-foundation/bitsandbytes bitsandbytes/nn/modules.py), a
+    parameter whose constructor takes its own attributes as keywords: the hook hands them back to it."""
     from accelerate import init_empty_weights
     from torch import nn
 
@@ -141,6 +153,8 @@ def test_parameter_subclass_with_constructor_attributes(observe):
 
 
 def test_parameter_with_an_attribute_of_the_user(observe):
+    """A plain parameter that carries an attribute of the user's, assigned inside the context: its constructor does
+    not take it, and the hook refuses it on either build, in the same words."""
     from accelerate import init_empty_weights
     from torch import nn
 
