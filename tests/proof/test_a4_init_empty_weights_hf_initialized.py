@@ -47,7 +47,7 @@ def _parameters(model):
 
 
 def test_from_pretrained_inside_init_empty_weights_gives_the_skeleton(checkpoint):
-    from accelerate import init_empty_weights, infer_auto_device_map
+    from accelerate import infer_auto_device_map, init_empty_weights
     from transformers import AutoModelForCausalLM
 
     reference = AutoModelForCausalLM.from_pretrained(checkpoint)
