@@ -94,6 +94,14 @@ def test_meta_default_device_with_a_meta_device_map(observe, checkpoint, device_
     _record(observe, model, generate=False)
 
 
+@pytest.mark.intended(
+    "*",
+    when="accelerate>=1.11,<1.13",
+    reason="in accelerate's own bug here (A4): with transformers 5, pristine accelerate 1.11.0's init_empty_weights() "
+    "refuses every parameter transformers loads (TypeError: Parameter.__new__() got an unexpected keyword argument "
+    "'_is_hf_initialized'), which the set's accelerate +fixed fixes; the other sets pair accelerate 1.6.0 with "
+    "transformers 4 only, which flags no parameter, and 1.13 fixed it upstream",
+)
 @pytest.mark.parametrize("device_map", [None, "meta"], ids=["no-device_map", "device_map-meta"])
 def test_init_empty_weights_without_a_device_to_load_onto(observe, checkpoint, device_map):
     """accelerate's ``init_empty_weights()`` in its default form, and no ``device_map`` or one onto meta: every

@@ -14,7 +14,8 @@ with follow's policy and guarantees:
    which writes the series, the pin (in version order), the first build record (above a retired line's of the
    release) and the vendored modules; name the line in a consumer set (``--set``, default ``v<major>.<minor>``,
    never ``latest``; a new set takes the other packages' newest lines, or those ``--with`` names), and in
-   ``[suite]`` when it is the newest line of its major version; retire the line a moved set named, if no set names it any more;
+   ``[suite]`` when it is the newest line of its major version; retire the line a moved set named, if no set names
+   it any more;
 3. judge the new line on every newer release for the matrix, lint, **build** the set, **prove** it both ways with
    its guards.
 
