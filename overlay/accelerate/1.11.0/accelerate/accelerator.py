@@ -1591,30 +1591,29 @@ class Accelerator:
 
         device_mesh = self.torch_device_mesh
 
-        # Only FSDP2 + TP needs the remaining plain parameters replicated on the "tp" mesh
-        if self.is_fsdp2:
-            for arg in result:
-                if not isinstance(arg, torch.nn.Module):
+        for arg in result:
+            # Only FSDP2 + TP needs the remaining plain parameters replicated on the "tp" mesh
+            if not self.is_fsdp2 or not isinstance(arg, torch.nn.Module):
+                continue
+
+            from torch.distributed.tensor import DTensor, Replicate
+            from transformers.integrations.tensor_parallel import ReplicateParallel
+
+            model: torch.nn.Module = arg
+            tp_plan = ReplicateParallel
+
+            for name, param in model.named_parameters():
+                if isinstance(param, DTensor):
                     continue
 
-                from torch.distributed.tensor import DTensor, Replicate
-                from transformers.integrations.tensor_parallel import ReplicateParallel
+                dp = DTensor.from_local(param, device_mesh=device_mesh["tp"], placements=[Replicate()])
+                param_name, param_type = name.rsplit(".", 1)
+                module_to_tp = model.get_submodule(param_name)
 
-                model: torch.nn.Module = arg
-                tp_plan = ReplicateParallel
-
-                for name, param in model.named_parameters():
-                    if isinstance(param, DTensor):
-                        continue
-
-                    dp = DTensor.from_local(param, device_mesh=device_mesh["tp"], placements=[Replicate()])
-                    param_name, param_type = name.rsplit(".", 1)
-                    module_to_tp = model.get_submodule(param_name)
-
-                    tp_plan().prepare_module_tp(module_to_tp, device_mesh["tp"])
-                    if not isinstance(dp, torch.nn.Parameter):
-                        dp = torch.nn.Parameter(dp, requires_grad=param.requires_grad)
-                    setattr(module_to_tp, param_type, dp)
+                tp_plan().prepare_module_tp(module_to_tp, device_mesh["tp"])
+                if not isinstance(dp, torch.nn.Parameter):
+                    dp = torch.nn.Parameter(dp, requires_grad=param.requires_grad)
+                setattr(module_to_tp, param_type, dp)
 
         return args
 
