@@ -486,7 +486,9 @@ def pytest_runtest_makereport(item, call):
             rep.outcome = "skipped"
             rep.wasxfail = f"masked on {expect.where} by {by}: {error[:160]}; judged again with {other} +fixed"
             verdict = f"masked by {by}: {error[:160]}; to be judged again with {other} +fixed"
-            _masked.append({"nodeid": item.nodeid, "package": other, "patch": patch, "error": error[:300]})
+            # the test as the project root names it (pytest's node id is relative to its own rootdir)
+            test = f"{_module(item)}::{item.nodeid.split('::', 1)[1]}"
+            _masked.append({"nodeid": test, "package": other, "patch": patch, "error": error[:300]})
             _record(item, expect, "masked", kind, error, verdict, seen=obs)
             return
         verdict = (
