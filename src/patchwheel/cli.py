@@ -214,7 +214,12 @@ def _prove_command(sub) -> None:
         "--package", action="append", default=[], help="only the proofs and guards of this package's line (repeatable)"
     )
     prove.add_argument("--dist", help="folder holding the +fixed wheels (default: <root>/dist)")
-    prove.add_argument("--fixed-env", metavar="DIR", help="make the +fixed builds' environment here (default: cached)")
+    prove.add_argument(
+        "--fixed-env",
+        metavar="DIR",
+        help="make the +fixed builds' environment here (default: cached); a proof a companion's known bug masks is "
+        "judged again in DIR-unmasked-<companion> beside it",
+    )
     prove.add_argument("pytest", nargs="*", metavar="-- PYTEST-ARGS", help="passed to every pytest run, e.g. -- -k t3")
 
 

@@ -27,9 +27,9 @@ patch series in ``patches/``:
 - ``@pytest.mark.regression``: must pass on every build.
 
 A proof test expected to fail whose failure is another package's known bug (the signature of one of that
-package's proof tests, raised from that package's code, on a build of it without that fix) is masked by it: with
-``--proof-masked FILE`` it is listed there, not judged, to be run again with that package +fixed (where it must fail
-with its own bug); without, it fails, naming the bug that masked it.
+package's proof tests, its traceback through that package's code, on a build of it without that fix) is masked by
+it: with ``--proof-masked FILE`` it is listed there, not judged, to be run again with that package +fixed and its
+own pristine (where it must fail with its own bug); without, it fails, naming the bug that masked it.
 
 Outcomes that prove nothing are failures: a pass where the bug was expected (``XPASS(strict)``); a failure with
 another error; a ``CouldNotObserve`` (spy empty, ranks lost, an ImportError: the test could not look); a skip, in
@@ -415,10 +415,10 @@ def classify(obs: Observed, signatures, package: str) -> str:
 
 def masking_bug(obs: Observed, package: str) -> tuple[str, str] | None:
     """(package, patch): the known bug of another package that ``obs`` is, where it masks ``package``'s: ``obs``
-    has the signature of one of that package's proof tests (an exception type and message, raised from that
-    package's code; never a ``BugSymptom``, which a test raises itself), and the installed build of that package
-    lacks the patch its release line carries for that test. A user of both releases hits that bug first; the fix
-    of the other package removes it (``--proof-masked``)."""
+    has the signature of one of that package's proof tests (an exception type and message whose traceback passes
+    through that package's code; never a ``BugSymptom``, which a test raises itself), and the installed build of
+    that package lacks the patch its release line carries for that test. A user of both releases hits that bug
+    first; the fix of the other package removes it (``--proof-masked``)."""
     for (other, module, test), signatures in _signatures.items():
         raised = [(kind, regex) for kind, regex in signatures if kind != SYMPTOM]
         if other == package or classify(obs, raised, other) != "bug":
@@ -488,7 +488,8 @@ def pytest_runtest_makereport(item, call):
             verdict = f"masked by {by}: {error[:160]}; to be judged again with {other} +fixed"
             # the test as the project root names it (pytest's node id is relative to its own rootdir)
             test = f"{_module(item)}::{item.nodeid.split('::', 1)[1]}"
-            _masked.append({"nodeid": test, "package": other, "patch": patch, "error": error[:300]})
+            own = marker.kwargs["package"]  # the package whose proof it is: pristine in the run that judges it again
+            _masked.append({"nodeid": test, "of": own, "package": other, "patch": patch, "error": error[:300]})
             _record(item, expect, "masked", kind, error, verdict, seen=obs)
             return
         verdict = (

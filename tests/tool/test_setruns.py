@@ -102,43 +102,56 @@ def test_run_proofs_keeps_every_case_and_judges_as_first_bug_would(tmp_path, mon
     assert kept["tests/proof/b.py"].verdict == "passes"
 
 
-def test_a_proof_a_companion_s_bug_masked_is_judged_again_with_that_companion_fixed(
+def test_a_proof_a_companion_s_bug_masked_is_judged_again_with_that_companion_fixed_and_its_own_package_pristine(
     demo_project, monkeypatch, tmp_path
 ):
     """The proofs on the pristine pins list the tests another package's known bug masked (--proof-masked); those
-    are run again on the set's pristine pins with that package +fixed, and that run's verdict is the chain's."""
+    are run again on the set's pristine pins with that package +fixed and their own package pristine, one run for
+    each package whose proofs were masked, where each must fail (--proof-expect=fail). Two packages whose bugs masked
+    each other's proofs were re-run together with both +fixed: each proof then ran on its own fix, and passed."""
+    from dataclasses import replace
+
     project = demo_project.load()
     line = project.line("demo")
-    envs = {"pristine": tmp_path / "demo-1.0.0", "fixed": tmp_path / "fixed", "unmasked": tmp_path / "unmasked"}
+    members = {"demo": line, "other": replace(line, package="other")}
+    envs = {"pristine": tmp_path / "pristine", "fixed": tmp_path / "fixed"}
     monkeypatch.setattr(proofenv, "release_env", lambda cache, wheels: envs["pristine"])
     monkeypatch.setattr(proofenv, "fixed_env", lambda cache, wheels, purpose, at: envs["fixed"])
     made = []
 
     def mixed_env(cache, pristine, fixed, at):
         made.append(([pkg for pkg, _ in pristine], [w.name for w in fixed]))
-        return envs["unmasked"]
+        envs[f"unmasked-{len(made)}"] = env = tmp_path / f"unmasked-{len(made)}"
+        return env
 
     monkeypatch.setattr(proofenv, "mixed_env", mixed_env)
-    monkeypatch.setattr(setruns, "current_wheel", lambda line, dist, hint: dist / "demo-1.0.0+fixed-py3-none-any.whl")
-    started, verdict = [], {"unmasked": 1}
-    case = {"nodeid": "tests/proof/test_demo.py::test_greet", "package": "demo", "patch": "0001-x.patch"}
+    monkeypatch.setattr(setruns, "current_wheel", lambda line, dist, hint: dist / f"{line.package}+fixed.whl")
+    started, verdict = [], {}
+    cases = [
+        {"nodeid": "tests/proof/test_a.py::test_a", "of": "demo", "package": "other", "patch": "0001-o.patch"},
+        {"nodeid": "tests/proof/test_b.py::test_b", "of": "other", "package": "demo", "patch": "0001-d.patch"},
+    ]
 
     def run_in_group(cmd, cwd, env, log, timeout):
         python = Path(cmd[0] if cmd[1:3] != ["-m", "patchwheel"] else cmd[cmd.index("--python") + 1])
         where = next(name for name, path in envs.items() if python.parents[1] == path)
         args = cmd[3:]
-        started.append((where, "status" if cmd[1:3] == ["-m", "patchwheel"] else args[0]))
+        started.append((where, "status" if cmd[1:3] == ["-m", "patchwheel"] else " ".join(args[: args.index("-p")])))
         if "--proof-masked" in args:
-            Path(args[args.index("--proof-masked") + 1]).write_text(json.dumps([case]))
+            Path(args[args.index("--proof-masked") + 1]).write_text(json.dumps(cases))
         log.write_text("=== 1 passed in 0.1s ===\n")
         return 1 if started[-1] == ("pristine", "status") else verdict.get(where, 0)
 
     monkeypatch.setattr(proofenv, "run_in_group", run_in_group)
-    runs = setruns.prove(project, {"demo": line}, tmp_path, ("pristine",), log=lambda m: None)
-    assert started == [("pristine", "status"), ("pristine", "tests/proof"), ("unmasked", case["nodeid"])]
-    assert made == [([], ["demo-1.0.0+fixed-py3-none-any.whl"])]
-    assert [r.ok for r in runs] == [True, True, False], "the masked proof did not show its own bug: the chain fails"
-    assert runs[-1].name == "proofs masked by demo's 0001-x.patch, on the pristine pins with demo +fixed"
-    verdict["unmasked"] = 0
-    started.clear()
-    assert all(r.ok for r in setruns.prove(project, {"demo": line}, tmp_path, ("pristine",), log=lambda m: None))
+    runs = setruns.prove(project, members, tmp_path, ("pristine",), log=lambda m: None)
+    assert [r.ok for r in runs] == [True, True, True, True]
+    assert started[2:] == [
+        ("unmasked-1", "--proof-expect=fail tests/proof/test_a.py::test_a"),
+        ("unmasked-2", "--proof-expect=fail tests/proof/test_b.py::test_b"),
+    ]
+    assert made == [(["demo"], ["other+fixed.whl"]), (["other"], ["demo+fixed.whl"])]
+    assert runs[2].name == "proofs of demo masked by other's 0001-o.patch, on the pristine pins with other +fixed"
+    verdict["unmasked-1"] = 1  # the first re-run fails: the chain fails there, and no second is made
+    made.clear()
+    runs = setruns.prove(project, members, tmp_path, ("pristine",), log=lambda m: None)
+    assert [r.ok for r in runs] == [True, True, False] and len(made) == 1

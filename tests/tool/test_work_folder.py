@@ -153,6 +153,10 @@ def test_a_package_in_the_state_that_climbs_out_writes_and_deletes_nothing_there
         ("derive", workfolder.STATE, lambda s: s.update(set=7), "set"),
         ("derive", workfolder.STATE, lambda s: s.update(source_series=[]), "source_series"),
         ("derive", workfolder.STATE, lambda s: s.update(source=None), "source"),
+        ("derive", workfolder.STATE, lambda s: s.update(**{"with": ["transformers==4.57.6"]}), '"with"'),
+        ("derive", workfolder.STATE, lambda s: s.update(**{"with": {"demo": 1}}), '"with"'),
+        # written at the stop (a KeyError here otherwise), and checked again against the project on --continue
+        ("derive", workfolder.STATE, lambda s: s["with"].update(other="1.0.0"), "other is not a package"),
         ("derive", "state.json", lambda s: {}, "state.json"),
         ("derive", "state.json", lambda s: s.update(to="0.8.0"), "'0.8.0'"),
         ("derive", "state.json", lambda s: s.update(by="rebase"), "rebase"),
@@ -447,6 +451,7 @@ FIELDS = {
         ("others",),
         ("source_series",),
         ("source_series", "series"),
+        ("with",),
         ("extra",),
         (),
     ],

@@ -248,7 +248,13 @@ def resume(
             again,
         )
     done = Derived(package, version, saved["source"], saved["set"], source_series=saved["source_series"])
-    done.companions = companions_of(project, package, saved["set"], [f"{p}=={v}" for p, v in saved["with"].items()])
+    try:  # --with as the start named it, checked again against the project as it is now
+        done.companions = companions_of(project, package, saved["set"], [f"{p}=={v}" for p, v in saved["with"].items()])
+    except ConfigError as refused:
+        raise ConfigError(
+            f'{work / workfolder.STATE}: "with" names lines this derive cannot pair its set with: {refused.message}',
+            again,
+        ) from None
     done.verdicts = [Verdict(**v) for v in saved["verdicts"]]
     done.others = [Verdict(**v) for v in saved["others"]]
     done.copied = workfolder.digest(work, again)  # refuses a link or a special file (git's own left out)

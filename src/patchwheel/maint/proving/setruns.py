@@ -3,7 +3,7 @@
 
 - **pristine**: the `status` check on the set's pristine pins (exit 1: a known bug applies), then the proofs there:
   each fix's proof must fail with its bug, the rest pass. A proof whose bug a companion's known bug masks there (it
-  fails with that bug, from the companion's code: accelerate 1.11.0's ``init_empty_weights`` under transformers 5)
+  fails with that bug, through the companion's code: accelerate 1.11.0's ``init_empty_weights`` under transformers 5)
   is judged again on its package's pristine release with the masking companions +fixed, where it must fail with
   its own bug;
 - **fixed**: the `status` check on its +fixed builds (exit 0), then the proofs there: each must pass;
@@ -180,16 +180,25 @@ class _Runner:
             args += ["--proof-masked", str(masked)]
         runs = [run, self.pytest(f"proofs on {where}", env, args)]
         if runs[-1].ok and flavor == "pristine" and masked.is_file() and (cases := json.loads(masked.read_text())):
-            runs.append(self.unmasked(cases))
+            runs += self.unmasked(cases)
         return runs
 
-    def unmasked(self, cases: list[dict]) -> Run:
+    def unmasked(self, cases: list[dict]) -> list[Run]:
         """The proofs another package's known bug masked on the pristine pins, judged again with that package
-        +fixed: each must fail there with its own bug (masked again, or another error, fails)."""
-        packages = sorted({c["package"] for c in cases})
-        by = ", ".join(sorted({f"{c['package']}'s {c['patch']}" for c in cases}))
-        name = f"proofs masked by {by}, on the pristine pins with {' and '.join(packages)} +fixed"
-        return self.pytest(name, self.unmasked_env(packages), [c["nodeid"] for c in cases])
+        +fixed and their own package pristine, one run for each package whose proofs were masked: each must fail
+        there with its own bug (a pass, masked again, or another error, fails). Two packages whose bugs masked each
+        other's proofs are judged in two runs, never both +fixed."""
+        runs = []
+        for own in sorted({c["of"] for c in cases}):
+            mine = [c for c in cases if c["of"] == own]
+            packages = sorted({c["package"] for c in mine} - {own})
+            by = ", ".join(sorted({f"{c['package']}'s {c['patch']}" for c in mine}))
+            name = f"proofs of {own} masked by {by}, on the pristine pins with {' and '.join(packages)} +fixed"
+            tests = [c["nodeid"] for c in mine]
+            runs.append(self.pytest(name, self.unmasked_env(packages), ["--proof-expect=fail", *tests]))
+            if not runs[-1].ok:
+                break
+        return runs
 
     def guards(self, pristine: Path, fixed: Path | None, modules: list[str]) -> list[Run]:
         """Recorded on pristine, compared on +fixed, and pristine loading what +fixed wrote (the guards that take
