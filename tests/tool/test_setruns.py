@@ -126,7 +126,8 @@ def test_a_proof_a_companion_s_bug_masked_is_judged_again_with_that_companion_fi
 
     monkeypatch.setattr(proofenv, "mixed_env", mixed_env)
     monkeypatch.setattr(setruns, "current_wheel", lambda line, dist, hint: dist / f"{line.package}+fixed.whl")
-    started, verdict = [], {}
+    started: list[tuple[str, str]] = []
+    verdict: dict[str, int] = {}
     cases = [
         {"nodeid": "tests/proof/test_a.py::test_a", "of": "demo", "package": "other", "patch": "0001-o.patch"},
         {"nodeid": "tests/proof/test_b.py::test_b", "of": "other", "package": "demo", "patch": "0001-d.patch"},
