@@ -61,7 +61,7 @@ def test_build_rewrites_only_what_it_must(demo_project):
     assert [p["name"] for p in manifest["patches"]] == ["0001-greet-comma.patch"]
     assert manifest["patches"][0]["upstream_status"] == "Pending"
     index = (dist / "simple" / "demo" / "index.html").read_text()
-    assert f'href="../../{wheel.name}#sha256={built.sha256}"' in index
+    assert f'href="../../{wheel.name.replace("+", "%2B")}#sha256={built.sha256}"' in index
     pins = (dist / "pins-default.txt").read_text()
     assert f"demo==1.0.0+fixed --hash=sha256:{built.sha256}  # {wheel.name}\n" in pins
     assert f"demo==1.0.0+fixed  # {wheel.name} sha256:" in (dist / "constraints-default.txt").read_text()

@@ -339,3 +339,38 @@ def test_bump_during_a_merge_counts_the_other_sides_numbers(demo_project):
     subprocess.run([*git, "checkout", "--ours", str(root / "overlay" / "demo" / "pins.toml")], check=True)
     assert _run("--root", str(root), "bump", "demo")[0] == 0
     assert demo_project.load().line("demo").build.number == 4
+
+
+def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_encode_the_plus(demo_project, tmp_path):
+    """The index linked `../../demo-1.0.0+fixed-....whl` with a raw `+`, which object stores and some index servers
+    read as a space (a wheel index published that way named `1.12.1 mkl` for `+mkl`). The link now says `%2B`, and
+    real pip and uv still install `==1.0.0+fixed` from the folder (`--index-url file://.../simple`), the file's own
+    bytes (its sha256 in the link)."""
+    import subprocess
+    import sys
+    import venv
+
+    from uv import find_uv_bin
+
+    dist = tmp_path / "dist"
+    (built,) = build_mod.build(demo_project.load(), dist, log=lambda m: None)
+    page = (dist / "simple" / "demo" / "index.html").read_text()
+    encoded = built.filename.replace("+", "%2B")
+    assert f'href="../../{encoded}#sha256={built.sha256}"' in page and "+" not in page.split('href="')[1].split('"')[0]
+    venv.create(tmp_path / "pip", system_site_packages=True)
+    pip = str(tmp_path / "pip" / "bin" / "python")
+    if subprocess.run([pip, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        venv.create(tmp_path / "pip", with_pip=True, clear=True)
+    index = (dist / "simple").as_uri()
+    for installer in (
+        [pip, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
+        [find_uv_bin(), "pip", "install", "-q", "--offline", "--no-cache", "--python", sys.executable],
+    ):
+        target = tmp_path / f"target-{len(list(tmp_path.glob('target-*')))}"
+        ran = subprocess.run(
+            [*installer, "--index-url", index, "--no-deps", "--target", str(target), "demo==1.0.0+fixed"],
+            capture_output=True,
+            text=True,
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert (target / "demo-1.0.0+fixed.dist-info" / "overlay-fixes.json").is_file(), installer[0]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from urllib.parse import quote
 
 from ..names import wheel_name_version
 
 
 def write_simple(root: Path, wheels: dict[str, str]) -> None:
-    """``wheels`` maps wheel file names (in ``root``) to sha256. Pages link ``../../<file>#sha256=…``."""
+    """``wheels`` maps wheel file names (in ``root``) to sha256. Pages link ``../../<file>#sha256=…``, the file name
+    percent-encoded (a local version's ``+`` as ``%2B``: object stores and some index servers read a raw ``+`` in a
+    path as a space, and an installer decodes ``%2B`` to the file's own name)."""
     by_project: dict[str, list[str]] = {}
     for name in sorted(wheels):
         by_project.setdefault(_project(name), []).append(name)
@@ -19,7 +22,7 @@ def write_simple(root: Path, wheels: dict[str, str]) -> None:
     (simple / "index.html").write_text(_page("Simple index", top))
     for project, files in by_project.items():
         (simple / project).mkdir()
-        links = [f'<a href="../../{html.escape(f)}#sha256={wheels[f]}">{html.escape(f)}</a><br/>' for f in files]
+        links = [f'<a href="../../{quote(f)}#sha256={wheels[f]}">{html.escape(f)}</a><br/>' for f in files]
         (simple / project / "index.html").write_text(_page(f"Links for {project}", links))
 
 
