@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import io
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -285,15 +286,8 @@ def test_pip_and_uv_take_build_10_over_build_9(demo_project, tmp_path):
     from uv import find_uv_bin
 
     uv = find_uv_bin()
-    import venv
 
-    # An environment uv made has no pip: the base interpreter's pip, through a venv that sees its site-packages
-    # (making a pip of its own took 27 s of a loaded suite)
-    venv.create(tmp_path / "pip", system_site_packages=True)
-    pip = str(tmp_path / "pip" / "bin" / "python")
-    if subprocess.run([pip, "-m", "pip", "--version"], capture_output=True).returncode != 0:
-        shutil.rmtree(tmp_path / "pip")
-        venv.create(tmp_path / "pip", with_pip=True)
+    pip = _pip_python(tmp_path)
     for installer in (
         [pip, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
         [uv, "pip", "install", "-q", "--offline", "--no-cache", "--python", sys.executable],
@@ -348,7 +342,6 @@ def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_enco
     bytes (its sha256 in the link)."""
     import subprocess
     import sys
-    import venv
 
     from uv import find_uv_bin
 
@@ -357,10 +350,7 @@ def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_enco
     page = (dist / "simple" / "demo" / "index.html").read_text()
     encoded = built.filename.replace("+", "%2B")
     assert f'href="../../{encoded}#sha256={built.sha256}"' in page and "+" not in page.split('href="')[1].split('"')[0]
-    venv.create(tmp_path / "pip", system_site_packages=True)
-    pip = str(tmp_path / "pip" / "bin" / "python")
-    if subprocess.run([pip, "-m", "pip", "--version"], capture_output=True).returncode != 0:
-        venv.create(tmp_path / "pip", with_pip=True, clear=True)
+    pip = _pip_python(tmp_path)
     index = (dist / "simple").as_uri()
     for installer in (
         [pip, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
@@ -374,3 +364,16 @@ def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_enco
         )
         assert ran.returncode == 0, ran.stdout + ran.stderr
         assert (target / "demo-1.0.0+fixed.dist-info" / "overlay-fixes.json").is_file(), installer[0]
+
+
+def _pip_python(tmp_path: Path) -> str:
+    """A Python with pip for a real `pip install`: an environment uv made has no pip, so the base interpreter's,
+    through a venv that sees its site-packages (making a pip of its own took 27 s of a loaded suite), else one made."""
+    import subprocess
+    import venv
+
+    venv.create(tmp_path / "pip", system_site_packages=True)
+    pip = str(tmp_path / "pip" / "bin" / "python")
+    if subprocess.run([pip, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        venv.create(tmp_path / "pip", with_pip=True, clear=True)
+    return pip
