@@ -11,12 +11,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from cyclonedx.model.bom import Bom
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 
 from patchwheel import config, gitops, series
 from patchwheel.names import DIST_RECORD
 from patchwheel.probes.manifest import NAME as FIXES_MANIFEST
 from patchwheel.wheels import build as build_mod
-from patchwheel.wheels import fetch
+from patchwheel.wheels import fetch, sbom
 from patchwheel.wheels.rewrite import wheel_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,8 +66,8 @@ def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
         ours = {n: new.read(n) for n in new.namelist()}
         created = sorted(touched - set(up.namelist()))
         assert [n.replace(names.old_distinfo, names.new_distinfo) for n in up.namelist()] == [
-            n for n in new.namelist() if not n.endswith(FIXES_MANIFEST) and n not in created
-        ], "same entries, same order, plus what the patches create"
+            n for n in new.namelist() if not n.endswith((FIXES_MANIFEST, sbom.NAME)) and n not in created
+        ], "same entries, same order, plus what the patches create, the manifest and the SBOM"
         assert all(n in ours for n in created)
         for n in up.namelist():
             a, b = up.getinfo(n), new.getinfo(n.replace(names.old_distinfo, names.new_distinfo))
@@ -79,11 +82,34 @@ def test_dist_wheel_is_upstream_plus_patches_only(line, built_dist, tmp_path):
     manifest = json.loads(ours[f"{names.new_distinfo}/{FIXES_MANIFEST}"])
     assert [p["name"] for p in manifest["patches"]] == [p.name for p in patches]
     assert manifest["upstream"]["sha256"] == line.wheel.sha256
+    raw = ours[sbom.member(names.new_distinfo)]
+    assert raw == (DIST / (names.filename + sbom.DETACHED)).read_bytes(), "the detached copy is the wheel's SBOM"
+    check_sbom(raw, line, patches)
+
+
+def check_sbom(raw: bytes, line, patches) -> None:
+    """The wheel's SBOM passes CycloneDX's strict 1.6 schema, and CycloneDX's own model, read from it, finds the
+    pinned upstream wheel as the ancestor (its sha256 as pins.toml pins it) and each patch of the series, in order."""
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(raw.decode()) is None
+    component = Bom.from_json(json.loads(raw)).metadata.component  # type: ignore[attr-defined]
+    assert (component.name, component.version) == (line.package, line.fixed_version)
+    [ancestor] = component.pedigree.ancestors
+    assert (ancestor.name, ancestor.version) == (line.package, line.version)
+    assert [(h.alg.value, h.content) for h in ancestor.hashes] == [("SHA-256", line.wheel.sha256)]
+    assert {p.diff.text.content for p in component.pedigree.patches} == {p.raw.decode() for p in patches}
+    listed = json.loads(raw)["metadata"]["component"]["pedigree"]["patches"]  # (the model keeps a set: the order)
+    assert [p["diff"]["text"]["content"] for p in listed] == [p.raw.decode() for p in patches]
+    assert [p.value for p in component.properties if p.name == sbom.PATCH] == [
+        f"{p.name} sha256:{p.sha256}" for p in patches
+    ]
 
 
 def test_rebuild_matches_dist_byte_for_byte(built_dist, tmp_path):
     build_mod.build(OVERLAY, tmp_path / "dist", log=lambda m: None)
     for w in built_dist["wheels"]:
         assert (tmp_path / "dist" / w["filename"]).read_bytes() == (DIST / w["filename"]).read_bytes()
+    for w in built_dist["wheels"]:  # the SBOMs too: made from the inputs alone (no serial drawn, no time)
+        name = w["filename"] + sbom.DETACHED
+        assert (tmp_path / "dist" / name).read_bytes() == (DIST / name).read_bytes()
     for f in ("constraints-default.txt", "pins-default.txt", "simple/transformers/index.html"):
         assert (tmp_path / "dist" / f).read_bytes() == (DIST / f).read_bytes()

@@ -12,6 +12,9 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from cyclonedx.model.bom import Bom
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 from uv import find_uv_bin
 
 from patchwheel import cli
@@ -59,6 +62,36 @@ def test_status_reads_a_fixed_build_in_a_venv(demo_project, fixed_env, capsys):
     assert out.startswith(f"environment: {python}\n"), out
     assert "+fixed build of 1.0.0" in _demo_line(out) and _demo_line(out).endswith("1 fix(es), INTACT")
     assert "0001-greet-comma.patch" in out
+    _sbom_says_what_status_says(demo_project, fixed_env, capsys)  # (on the same environment: one install)
+
+
+def _sbom_says_what_status_says(demo_project, fixed_env, capsys):
+    """The SBOM an installed +fixed build carries (PEP 770: RECORD lists it, so the environment's own metadata
+    reader finds it) says what `status --json` reports: CycloneDX's model, read from the installed file, finds the
+    upstream wheel as the ancestor with the sha256 status reports, and the patches status lists, in order."""
+    python, site = fixed_env
+    rc, out, err = _status(demo_project, capsys, python, "--json")
+    assert rc == 0, err
+    [demo] = [p for p in json.loads(out)["packages"] if p["package"] == "demo"]
+    listed = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(*m.distribution('demo').files, sep='\\n')"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert f"{INFO}/sboms/patchwheel.cdx.json" in listed
+    raw = (site / INFO / "sboms" / "patchwheel.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(raw) is None
+    component = Bom.from_json(json.loads(raw)).metadata.component  # type: ignore[attr-defined]
+    assert (component.name, component.version) == ("demo", demo["version"])
+    [ancestor] = component.pedigree.ancestors
+    assert (ancestor.version, [h.content for h in ancestor.hashes]) == (
+        demo["upstream"]["version"],
+        [demo["upstream"]["sha256"]],
+    )
+    named = [p.value.split(" sha256:") for p in component.properties if p.name == "patchwheel:patch"]
+    assert named == [[p["name"], p["sha256"]] for p in demo["patches"]]
+    assert [p.type.value for p in component.pedigree.patches] == ["unofficial"]  # the demo patch is Pending
 
 
 def test_the_environment_s_pth_files_do_not_run(demo_project, fixed_env, capsys, tmp_path):

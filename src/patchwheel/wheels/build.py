@@ -31,10 +31,10 @@ from ..names import DIST_RECORD
 from ..probes import manifest as fixes
 from ..reporter import CONSOLE
 from ..series import Patch, checked_series, series_names
-from . import buildno, records, rewrite, staging, vendored
+from . import buildno, records, rewrite, sbom, staging, vendored
 from . import fetch as fetch_mod
 from .apply import apply_line
-from .distdir import DistWheel, check_dist_path, read_previous, wheel_file, wheel_manifest
+from .distdir import DistWheel, check_dist_path, read_previous, wheel_file, wheel_manifest, wheel_sbom
 from .index import write_simple
 from .verify import verify
 
@@ -103,7 +103,8 @@ def build_line(line: ReleaseLine, out_dir: Path, *, log=CONSOLE) -> Built:
     files = rewrite.Members(upstream_wheel, entries)
     patched = apply_line(line, patches, files)  # apply
     manifest = manifest_for(line, patches, patched)  # rewrite
-    new_entries = rewrite.plan(line, entries, patched, manifest, rows, names)[1]
+    bom = rewrite.sbom_of(line, patches, manifest, files[f"{names.old_distinfo}/METADATA"], names)
+    new_entries = rewrite.plan(line, entries, patched, manifest, rows, names, bom)[1]
     dest = wheel_file(out_dir, names.filename)  # a draft's into drafts/: for the proofs, never uploaded
     dest.parent.mkdir(exist_ok=True)
     rewrite.write(new_entries, dest)
@@ -302,6 +303,8 @@ def _build_locked(
         _check_stale(previous, built, dist)
         wheels = sorted(kept + [_dist_wheel(b) for b in built], key=lambda w: w.key)
         published = [w for w in wheels if not draft.is_draft_wheel(w.filename)]  # a draft is for the proofs only
+        for w in published:  # each wheel's SBOM beside it, as the wheel holds it (PEP 770's detached copy)
+            (stage / (w.filename + sbom.DETACHED)).write_bytes(wheel_sbom(wheel_file(stage, w.filename)))
         write_simple(stage, {w.filename: w.sha256 for w in published})  # index
         by_key = {(w.package, w.upstream_version): w for w in published}
         for set_name, members in project.sets.items():  # pins

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 #: The rewrite's output format: raise it when the same inputs would give a wheel other bytes (every line's record
 #: then asks for a bump, so no published name gets the new bytes).
-REWRITE_FORMAT = 1
+REWRITE_FORMAT = 2
 
 
 def inputs_digest(line: ReleaseLine, series: list[Patch] | None = None) -> str:

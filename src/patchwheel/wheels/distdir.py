@@ -23,7 +23,7 @@ from ..errors import ConfigError, DistError
 from ..names import DIST_RECORD, SHA256, wheel_name_version
 from ..probes import manifest as fixes
 from ..series import parse_series
-from . import rewrite
+from . import rewrite, sbom
 
 #: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
 _PINS_FILE = re.compile(r"^(constraints|pins)-[^/]+\.txt\Z")
@@ -177,9 +177,10 @@ def listing(names: list[str], most: int = 8) -> str:
 def _not_written(dist: Path, wheels: list[DistWheel]) -> list[str]:
     """What dist/ holds that no build wrote (a folder with a trailing /): the swap replaces the whole
     folder, so any of it would be lost. A build writes build.json, the wheels it lists (a draft's in drafts/; a
-    build before drafts/ existed wrote it beside the others), the pins files and the simple/ index (an index.html
-    per folder), and never a link."""
+    build before drafts/ existed wrote it beside the others), each published wheel's SBOM beside it
+    (``<wheel>.cdx.json``), the pins files and the simple/ index (an index.html per folder), and never a link."""
     own = {DIST_RECORD, *(w.filename for w in wheels)}
+    own |= {w.filename + sbom.DETACHED for w in wheels if not draft.is_draft_wheel(w.filename)}
     drafts = {w.filename for w in wheels if draft.is_draft_wheel(w.filename)}
     found = []
     for entry in sorted(dist.iterdir()):
@@ -252,3 +253,13 @@ def wheel_manifest(path: Path) -> dict:
     with zipfile.ZipFile(path) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/" + fixes.NAME))
         return fixes.loads(rewrite.read_member(zf, name))
+
+
+def wheel_sbom(path: Path) -> bytes:
+    """The SBOM the +fixed wheel at ``path`` carries, as bytes (ValueError or KeyError: it has none, or more than
+    one; :func:`sbom.loads` reads it)."""
+    with zipfile.ZipFile(path) as zf:
+        names = [n for n in zf.namelist() if n.endswith(f".dist-info/{sbom.FOLDER}/{sbom.NAME}") and n.count("/") == 2]
+        if len(names) != 1:
+            raise ValueError(f"{path.name} holds {len(names)} {sbom.FOLDER}/{sbom.NAME} files, not one")
+        return rewrite.read_member(zf, names[0])

@@ -28,7 +28,7 @@ from ..config import ReleaseLine
 from ..errors import VerifyError
 from ..names import path_problem, wheel_name_version
 from ..probes import manifest as fixes
-from . import buildno
+from . import buildno, sbom
 from .zipwrite import COMPRESSLEVEL as COMPRESSLEVEL  # the level changed members are deflated at
 from .zipwrite import LOCAL, Entry, _need
 from .zipwrite import write as write  # the build writes what it planned here
@@ -73,6 +73,21 @@ def wheel_names(line: ReleaseLine, series: list[Patch] | None = None) -> WheelNa
     return WheelNames(
         name, f"{name}-{version}.dist-info", f"{name}-{fixed}.dist-info", f"{name}-{fixed}-{build}{rest}", tag
     )
+
+
+def sbom_of(line: ReleaseLine, series: list[Patch], manifest: dict, metadata: bytes, names: WheelNames) -> bytes:
+    """The wheel's SBOM (:mod:`sbom`), from its manifest, the series' bytes and upstream's METADATA: what the build
+    writes and what verify expects."""
+    bom = sbom.make(
+        manifest,
+        {p.name: p.raw for p in series},
+        metadata,
+        names.filename,
+        number=names.tag.split("_", 1)[0] if names.tag else "",
+        inputs=buildno.inputs_digest(line, series),
+        rewrite=buildno.REWRITE_FORMAT,
+    )
+    return sbom.dumps(bom)
 
 
 def _replace_once(data: bytes, pattern: str, repl: str, what: str) -> bytes:
@@ -136,12 +151,14 @@ def plan(
     manifest: dict,
     upstream_rows: dict[str, tuple[str, str]] | None = None,
     names: WheelNames | None = None,
+    sbom_bytes: bytes | None = None,
 ) -> tuple[WheelNames, list[Entry]]:
     """Pure: the +fixed wheel's entries, in order, from upstream's entries and the patched package files.
 
     ``patched`` maps wheel paths (``transformers/x.py``) to new bytes, None meaning deleted. ``upstream_rows``:
     upstream's RECORD rows, audited (:func:`audit`), for the members that were not inflated. ``names``: the
-    line's :func:`wheel_names`, where the caller has them.
+    line's :func:`wheel_names`, where the caller has them. ``sbom_bytes``: the wheel's SBOM (:func:`sbom_of`),
+    written into ``.dist-info/sboms/`` after the manifest.
     """
     names = names or wheel_names(line)
     esc = re.escape(line.version)
@@ -193,6 +210,9 @@ def plan(
         )
     manifest_bytes = fixes.dumps(manifest)
     out.insert(record_at, Entry(_info(metadata_info, f"{names.new_distinfo}/{fixes.NAME}"), manifest_bytes))
+    if sbom_bytes is not None:
+        record_at += 1
+        out.insert(record_at, Entry(_info(metadata_info, sbom.member(names.new_distinfo)), sbom_bytes))
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
     for e in out:

@@ -1,7 +1,8 @@
 """Check a built +fixed wheel against its upstream wheel and its patch series.
 
 1. RECORD lists every entry once, with the right sha256 and size (pip and uv do not check this at install).
-2. The file list equals upstream's (dist-info renamed) plus our manifest and files the patches create.
+2. The file list equals upstream's (dist-info renamed) plus our manifest, our SBOM (made from the manifest: it must
+   say what the manifest says) and files the patches create.
 3. Only the expected entries differ from upstream: patched files, ``__init__.py``, METADATA, RECORD, and WHEEL
    by its ``Build:`` line alone (the file name's build tag).
 4. Every patch is present: undoing the series, last patch first, restores upstream's bytes exactly.
@@ -20,8 +21,19 @@ from ..config import ReleaseLine
 from ..errors import ApplyError, VerifyError
 from ..probes import manifest as fixes
 from ..series import Patch
+from . import sbom
 from .apply import reverse_series
-from .rewrite import Members, WheelNames, read, record_hash, same_member, scan, wheel_names, with_build_line
+from .rewrite import (
+    Members,
+    WheelNames,
+    read,
+    record_hash,
+    same_member,
+    sbom_of,
+    scan,
+    wheel_names,
+    with_build_line,
+)
 from .undo import undo_series
 from .zipwrite import Entry
 
@@ -113,10 +125,17 @@ def verify(
         problems.append(f"{wheel_file} is not upstream's with the Build line of build tag {tag or '(none)'}")
     added = set(new_data) - set(old_data)
     removed = set(old_data) - set(new_data)
-    problems += [f"unexpected new entry {n}" for n in sorted(added - patched_paths - {manifest_path})]
+    bom_path = sbom.member(names.new_distinfo)
+    problems += [f"unexpected new entry {n}" for n in sorted(added - patched_paths - {manifest_path, bom_path})]
     problems += [f"entry {n} is missing" for n in sorted(removed - patched_paths)]
     if manifest_path not in new_data:
         problems.append(f"no {manifest_path}")
+    elif bom_path not in new_data:
+        problems.append(f"no {bom_path}")
+    elif manifest and f"{names.new_distinfo}/METADATA" in old_data:  # (upstream's, renamed)
+        # the SBOM says what the manifest says (one source), of the series this wheel was built from
+        if new_data[bom_path] != sbom_of(line, patches, manifest, old_data[f"{names.new_distinfo}/METADATA"], names):
+            problems.append(f"{bom_path} is not the SBOM of this line's manifest and series")
     for n in sorted(set(new_data) & set(old_data) - same):
         if n not in expected_changed and new_data[n] != old_data[n]:
             problems.append(f"{n} differs from upstream but no patch touches it")
