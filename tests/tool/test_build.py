@@ -42,6 +42,7 @@ def test_build_rewrites_only_what_it_must(demo_project):
         "demo-1.0.0+fixed.dist-info/METADATA",
         "demo-1.0.0+fixed.dist-info/WHEEL",
         "demo-1.0.0+fixed.dist-info/overlay-fixes.json",
+        "demo-1.0.0+fixed.dist-info/sboms/patchwheel.cdx.json",
         "demo-1.0.0+fixed.dist-info/RECORD",
     ]
     assert b'"hello, " + name' in new["demo/core.py"][1]
@@ -94,6 +95,14 @@ def test_verify_catches_a_tampered_wheel(demo_project, tmp_path):
         verify(line, bad, demo_project.upstream, build_mod.checked_series(line))
     assert "RECORD hash or size of demo/core.py is wrong" in str(err.value)
     assert "0001-greet-comma.patch is not present" in str(err.value)
+    # an SBOM that no longer says what the manifest and the series say (a patch's class changed by hand)
+    bom = "demo-1.0.0+fixed.dist-info/sboms/patchwheel.cdx.json"
+    with zipfile.ZipFile(bad, "w") as zf:
+        for e in entries:
+            zf.writestr(e.info, e.data.replace(b'"unofficial"', b'"backport"') if e.name == bom else e.data)
+    with pytest.raises(PatchwheelError) as err:
+        verify(line, bad, demo_project.upstream, build_mod.checked_series(line))
+    assert f"{bom} is not the SBOM of this line's manifest and series" in str(err.value)
 
 
 def test_sha256_mismatch_is_refused_and_nothing_written(demo_project):

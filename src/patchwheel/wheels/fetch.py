@@ -380,6 +380,13 @@ def _download(url: str, filename: str, out, log) -> str:
     return h.hexdigest()
 
 
+def download(url: str, filename: str, out, log=None) -> str:
+    """Copy the file at the http(s) ``url`` into the open file ``out`` (bounded as every download is); its sha256."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise FetchError(f"{url} is not an http:// or https:// URL", "pass a file, or its http(s) URL")
+    return _download(url, filename, out, log)
+
+
 def _unchecked(package: str, artifact: Artifact, cache: Path, exc: PatchwheelError) -> FetchError:
     """The pinned file is not in the cache and the index is out of reach: the pin could not be checked. A file of
     that name the cache holds under another digest (verified again here) hints that the pin was mistyped."""
