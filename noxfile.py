@@ -147,8 +147,8 @@ def actionlint(session: nox.Session, workflows: list[str]) -> None:
 
 @nox.session(venv_backend="none")
 def verify(session: nox.Session) -> None:
-    """Rebuild a +fixed wheel (a file or an http(s)/file URL) from the commit of this repository that recorded its
-    build, with that commit's tool, and compare byte for byte (args: WHEEL [--commit REV]; exit 1: it differs)."""
+    """Rebuild +fixed wheels (files or http(s)/file URLs) from the commit of this repository that recorded each build,
+    with that commit's tool, and compare byte for byte (args: WHEEL... [--commit REV]; exit 1: one differs)."""
     tool(session, "verify", *session.posargs)
 
 

@@ -55,8 +55,8 @@ HELP = {
     "bump": "record a changed series under the line's next wheel build number (refresh, new and rebase do it)",
     "status": "which transformers/accelerate are installed, which fixes they carry, and which known bugs affect "
     "them (exit 1: a known bug applies or a patched file was changed)",
-    "verify": "rebuild a +fixed wheel (a file or URL) from the commit that recorded its build and compare: exit 0 "
-    "verified, 1 it differs (the members named)",
+    "verify": "rebuild +fixed wheels (files or URLs) from the commit that recorded each build and compare: exit 0 "
+    "verified, 1 one differs (its members named)",
     "prove": "prove a consumer set: its proofs on the pristine pins and on the +fixed builds (each after the "
     "status check), and its guards, pristine against +fixed (exit 1: a run failed)",
     "matrix": "the patch x release matrix, by text and by behaviour: run, check, rerender",
@@ -241,7 +241,9 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("--python", help="interpreter of the environment to inspect (default: this one)")
     status.add_argument("--json", action="store_true")
     verify = _command(sub, "commands.cmd_verify", "verify")
-    verify.add_argument("wheel", help="a +fixed wheel: its file, or its http(s):// or file:// URL")
+    verify.add_argument(
+        "wheels", nargs="+", metavar="wheel", help="a +fixed wheel: its file, or its http(s):// or file:// URL"
+    )
     verify.add_argument("--commit", help="rebuild from this commit (default: the one that recorded the build)")
     vendor = _command(sub, "commands.cmd_vendor", "vendor", lines=True)
     vendor.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs, naming it")

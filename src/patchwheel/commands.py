@@ -101,23 +101,28 @@ def _spawn(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def cmd_verify(args) -> int:
-    """``patchwheel verify WHEEL``: exit 0 when the wheel is the rebuild's bytes, 1 when it differs."""
+    """``patchwheel verify WHEEL...``: exit 0 when each wheel is its rebuild's bytes, 1 when one differs."""
     from urllib.parse import unquote
 
     from .wheels.reproduce import verify_wheel
 
-    outcome = verify_wheel(root(args), args.wheel, commit=args.commit)
-    name = unquote(args.wheel.rsplit("/", 1)[-1])
-    if outcome.verified:
-        print(f"verified: {name} is, byte for byte, the build of commit {outcome.commit[:12]}")
-        return 0
-    print(f"NOT verified: {name} differs from the build of commit {outcome.commit[:12]}:")
-    for line in outcome.differ:
-        print(f"  - {line}")
-    if outcome.report:
-        print("diffoscope:\n" + outcome.report)
-    print("do not publish or install this file")
-    return 1
+    differ = 0
+    for source in args.wheels:
+        outcome = verify_wheel(root(args), source, commit=args.commit)
+        name = unquote(source.rsplit("/", 1)[-1])
+        if outcome.verified:
+            print(f"verified: {name} is, byte for byte, the build of commit {outcome.commit[:12]}")
+            continue
+        differ += 1
+        print(f"NOT verified: {name} differs from the build of commit {outcome.commit[:12]}:")
+        for line in outcome.differ:
+            print(f"  - {line}")
+        if outcome.report:
+            print("diffoscope:\n" + outcome.report)
+        print("do not publish or install this file")
+    if len(args.wheels) > 1:
+        print(f"{len(args.wheels) - differ} of {len(args.wheels)} wheel(s) verified")
+    return 1 if differ else 0
 
 
 def cmd_status(args) -> int:

@@ -96,10 +96,11 @@ def test_verify_accepts_the_build_and_refuses_one_changed_byte(published, tmp_pa
     assert "build 1 of demo 1.0.0, recorded by commit" in out
 
     bad = _tampered(wheel, tmp_path / "tampered", "demo/core.py")
-    rc, out, err = _run("--root", str(root), "verify", str(bad))
+    rc, out, err = _run("--root", str(root), "verify", str(wheel), str(bad))  # what `nox -s verify -- dist/*.whl` does
     assert rc == 1, out + err
     assert "NOT verified" in out and "  - demo/core.py: content differs" in out, out
     assert "demo-1.0.0+fixed.dist-info/RECORD: content differs" in out, out
+    assert out.rstrip().endswith("1 of 2 wheel(s) verified"), out
 
 
 def test_verify_names_what_it_cannot_check(published, demo_project, tmp_path):
