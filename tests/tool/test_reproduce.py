@@ -119,5 +119,6 @@ def test_verify_names_what_it_cannot_check(published, demo_project, tmp_path):
     subprocess.run(["git", "-C", str(other), *GIT, "commit", "-qm", "x"], check=True)
     rc, _, err = _run("--root", str(other), "verify", str(wheel))
     assert rc == 2 and "records build 1 of demo 1.0.0 with inputs" in err and "--commit" in err, err
-    rc, _, err = _run("--root", str(root), "verify", str(wheel), "--commit", "no-such-branch")
-    assert rc == 2 and "no-such-branch is not a commit" in err, err
+    for rev in ("no-such-branch", "--output=x"):
+        rc, _, err = _run("--root", str(root), "verify", str(wheel), f"--commit={rev}")
+        assert rc == 2 and f"{rev} is not a commit" in err, err

@@ -171,7 +171,9 @@ def verify_wheel(root: Path, source: str, *, commit: str | None = None, log=CONS
         if commit is None:
             sha = find_commit(root, claim)
         else:
-            code, out = gitops.try_git(root, "rev-parse", "--verify", "-q", f"{commit}^{{commit}}")
+            code, out = 1, ""
+            if not commit.startswith("-"):  # (never an option of git's)
+                code, out = gitops.try_git(root, "rev-parse", "--verify", "-q", f"{commit}^{{commit}}")
             if code != 0:
                 raise ConfigError(
                     f"{commit} is not a commit of {root}", "pass a commit, branch or tag of this checkout"
