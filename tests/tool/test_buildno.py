@@ -339,7 +339,8 @@ def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_enco
     """The index linked `../../demo-1.0.0+fixed-....whl` with a raw `+`, which object stores and some index servers
     read as a space (a wheel index published that way named `1.12.1 mkl` for `+mkl`). The link now says `%2B`, and
     real pip and uv still install `==1.0.0+fixed` from the folder (`--index-url file://.../simple`), the file's own
-    bytes (its sha256 in the link)."""
+    bytes (its sha256 in the link). The link also names the sha256 of the wheel's METADATA, written beside it as
+    `<wheel>.metadata` (PEP 658/714; what installers read of it: the HTTP test below)."""
     import subprocess
     import sys
 
@@ -423,8 +424,8 @@ def test_pip_and_uv_resolve_the_fixed_wheel_over_http_from_its_core_metadata_and
     try:
         report = tmp_path / "report.json"
         resolve(
-            [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--dry-run"]
-            + ["--no-deps", "--index-url", url]
+            [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "--no-cache-dir", "install"]
+            + ["--dry-run", "--no-deps", "--index-url", url]
             + ["--report", str(report), "demo==1.0.0+fixed"]
         )
         (item,) = json.loads(report.read_text())["install"]
