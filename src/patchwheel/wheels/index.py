@@ -34,7 +34,7 @@ def core_metadata(root: Path, filenames: Iterable[str]) -> dict[str, bytes]:
                 out[filename] = rewrite.read_member(zf, member)
         except KeyError as exc:
             raise DistError(
-                f"{path} has no {member}: no installer reads it",
+                f"{path} has no {member}: it carries no core metadata for an installer to read",
                 "rebuild it (nox -s build -- --clean)",
             ) from exc
     return out
