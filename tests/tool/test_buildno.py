@@ -339,7 +339,8 @@ def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_enco
     """The index linked `../../demo-1.0.0+fixed-....whl` with a raw `+`, which object stores and some index servers
     read as a space (a wheel index published that way named `1.12.1 mkl` for `+mkl`). The link now says `%2B`, and
     real pip and uv still install `==1.0.0+fixed` from the folder (`--index-url file://.../simple`), the file's own
-    bytes (its sha256 in the link)."""
+    bytes (its sha256 in the link). The link also names the sha256 of the wheel's METADATA, written beside it as
+    `<wheel>.metadata` (PEP 658/714; what installers read of it: the HTTP test below)."""
     import subprocess
     import sys
 
@@ -350,6 +351,12 @@ def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_enco
     page = (dist / "simple" / "demo" / "index.html").read_text()
     encoded = built.filename.replace("+", "%2B")
     assert f'href="../../{encoded}#sha256={built.sha256}"' in page and "+" not in page.split('href="')[1].split('"')[0]
+    # PEP 658/714: the wheel's METADATA beside it, its sha256 on the link under both attribute names
+    metadata = dist / (built.filename + ".metadata")
+    assert metadata.is_file(), sorted(p.name for p in dist.iterdir())
+    assert metadata.read_bytes() == _wheel_file(dist / built.filename, "demo-1.0.0+fixed.dist-info/METADATA").encode()
+    digest = hashlib.sha256(metadata.read_bytes()).hexdigest()
+    assert f' data-core-metadata="sha256={digest}" data-dist-info-metadata="sha256={digest}">' in page, page
     pip = _pip_python(tmp_path)
     index = (dist / "simple").as_uri()
     for installer in (
@@ -364,6 +371,94 @@ def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_enco
         )
         assert ran.returncode == 0, ran.stdout + ran.stderr
         assert (target / "demo-1.0.0+fixed.dist-info" / "overlay-fixes.json").is_file(), installer[0]
+
+
+def test_pip_and_uv_resolve_the_fixed_wheel_over_http_from_its_core_metadata_and_hash(demo_project, tmp_path):
+    """The index served no PEP 658 metadata, so pip and uv downloaded each wheel (10 MB for transformers) to resolve.
+    dist/ served as files by a real static HTTP server: pip (`--dry-run --report`), `uv pip compile
+    --generate-hashes` and `uv lock` with an explicit index resolve `==1.0.0+fixed` from the `.metadata` file alone
+    (the request log holds no GET of the wheel), and name the wheel's own sha256, only that one."""
+    import functools
+    import http.server
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+    import threading
+    import tomllib
+    from urllib.parse import unquote
+
+    from uv import find_uv_bin
+
+    dist = tmp_path / "dist"
+    (built,) = build_mod.build(demo_project.load(), dist, log=lambda m: None)
+    requests: list[str] = []
+
+    class Files(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            requests.append(self.path)
+            super().do_GET()
+
+        def log_message(self, format, *args) -> None:  # noqa: A002 (http.server's signature)
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Files, directory=str(dist)))
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()  # (the socket listens since the server was made: nothing to wait for)
+    url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}  # no user's index or config
+    env |= {"UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+    def resolve(argv: list[str], cwd: Path = tmp_path) -> str:
+        """``argv`` run against the server: its output; it read the wheel's .metadata and never GET the wheel."""
+        requests.clear()
+        ran = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        paths = [unquote(p.split("?")[0].split("#")[0]) for p in requests]  # '%2B' or '+': both decode to '+'
+        assert f"/{built.filename}.metadata" in paths, (argv[:3], requests)
+        assert not [p for p in paths if p.endswith(".whl")], (argv[:3], requests)
+        return ran.stdout
+
+    uv = find_uv_bin()
+    try:
+        report = tmp_path / "report.json"
+        resolve(
+            [sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "--no-cache-dir", "install"]
+            + ["--dry-run", "--no-deps", "--index-url", url]
+            + ["--report", str(report), "demo==1.0.0+fixed"]
+        )
+        (item,) = json.loads(report.read_text())["install"]
+        assert (item["metadata"]["version"], item["download_info"]["archive_info"]["hashes"]["sha256"]) == (
+            "1.0.0+fixed",
+            built.sha256,
+        )
+
+        (tmp_path / "requirements.in").write_text("demo==1.0.0+fixed\n")
+        out = resolve(
+            [uv, "pip", "compile", "--generate-hashes", "--no-cache", "--no-header", "--index-url", url]
+            + ["--python", sys.executable, str(tmp_path / "requirements.in")]
+        )
+        assert re.findall(r"^\S+", out, re.M) == ["demo==1.0.0+fixed"], out
+        assert re.findall(r"--hash=(\S+)", out) == [f"sha256:{built.sha256}"], out
+
+        consumer = tmp_path / "consumer"
+        consumer.mkdir()
+        (consumer / "pyproject.toml").write_text(
+            '[project]\nname = "consumer"\nversion = "0"\nrequires-python = ">=3.11"\n'
+            'dependencies = ["demo==1.0.0+fixed"]\n\n'
+            f'[[tool.uv.index]]\nname = "fixed"\nurl = "{url}"\nexplicit = true\n\n'
+            '[tool.uv.sources]\ndemo = { index = "fixed" }\n'
+        )
+        resolve([uv, "lock", "--no-cache", "--python", sys.executable], cwd=consumer)
+        (demo,) = [p for p in tomllib.loads((consumer / "uv.lock").read_text())["package"] if p["name"] == "demo"]
+        assert (demo["version"], demo["source"]) == ("1.0.0+fixed", {"registry": url})
+        ((wheel_url, sha),) = [(w["url"], w["hash"]) for w in demo["wheels"]]
+        assert (unquote(wheel_url).rsplit("/", 1)[1], sha) == (built.filename, f"sha256:{built.sha256}")
+    finally:
+        server.shutdown()
+        server.server_close()
+        serving.join()
 
 
 def _pip_python(tmp_path: Path) -> str:

@@ -154,13 +154,15 @@ def test_a_draft_stays_in_dist_drafts_until_its_message_is_written(demo_project)
 
 
 def test_what_no_build_wrote_in_dist_drafts_is_refused(demo_project, capsys):
-    """dist/drafts/ is the build's like the rest of dist/: a file put there would go with the next swap."""
+    """dist/drafts/ is the build's like the rest of dist/: a file put there would go with the next swap. A draft is
+    not on the index, so no core metadata file of it is the build's either."""
     _new(demo_project)
     dist = demo_project.root / "dist"
-    build_mod.build(demo_project.load(), dist, log=lambda m: None)
+    (built,) = build_mod.build(demo_project.load(), dist, log=lambda m: None)
     (dist / "drafts" / "notes.txt").write_text("mine")
+    (dist / f"{built.filename}.metadata").write_text("Metadata-Version: 2.1\n")
     assert cli.main(["--root", str(demo_project.root), "build"]) == 2
-    assert "holds what no build wrote: drafts/notes.txt" in capsys.readouterr().err
+    assert f"holds what no build wrote: {built.filename}.metadata, drafts/notes.txt" in capsys.readouterr().err
     assert (dist / "drafts" / "notes.txt").read_text() == "mine"
 
 

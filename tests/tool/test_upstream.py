@@ -246,6 +246,13 @@ def test_index_groups_by_the_wheels_project_and_refuses_bad_names(tmp_path):
     with pytest.raises(PatchwheelError, match=r"'foo-bar-1\.0-py3-none-any\.whl' is not a valid wheel file name"):
         index.write_simple(tmp_path / "again", {"foo-bar-1.0-py3-none-any.whl": "d" * 64})  # would land under foo/
     assert not (tmp_path / "again" / "simple" / "foo").exists()
+    import zipfile
+
+    (tmp_path / "bare").mkdir()
+    with zipfile.ZipFile(tmp_path / "bare" / "demo-1.0-py3-none-any.whl", "w") as zf:  # no METADATA to publish
+        zf.writestr("demo/__init__.py", "")
+    with pytest.raises(PatchwheelError, match=r"demo-1\.0-py3-none-any\.whl has no demo-1\.0\.dist-info/METADATA"):
+        index.core_metadata(tmp_path / "bare", ["demo-1.0-py3-none-any.whl"])
 
 
 def test_rebase_finds_the_wheel_of_a_hyphenated_project_and_a_post_release(monkeypatch):

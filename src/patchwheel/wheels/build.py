@@ -35,7 +35,7 @@ from . import buildno, records, rewrite, sbom, staging, vendored
 from . import fetch as fetch_mod
 from .apply import apply_line
 from .distdir import DistWheel, check_dist_path, read_previous, wheel_file, wheel_manifest, wheel_sbom
-from .index import write_simple
+from .index import core_metadata, write_simple
 from .verify import verify
 
 _CLEAN_HINT = "rebuild with --clean (nox -s build -- --clean): it makes every selected line again and replaces dist/"
@@ -305,7 +305,8 @@ def _build_locked(
         published = [w for w in wheels if not draft.is_draft_wheel(w.filename)]  # a draft is for the proofs only
         for w in published:  # each wheel's SBOM beside it, as the wheel holds it (PEP 770's detached copy)
             (stage / (w.filename + sbom.DETACHED)).write_bytes(wheel_sbom(wheel_file(stage, w.filename)))
-        write_simple(stage, {w.filename: w.sha256 for w in published})  # index
+        on_index = {w.filename: w.sha256 for w in published}  # index, each wheel's METADATA beside it (PEP 658)
+        write_simple(stage, on_index, core_metadata(stage, on_index))
         by_key = {(w.package, w.upstream_version): w for w in published}
         for set_name, members in project.sets.items():  # pins
             chosen = [by_key[(pkg, ver)] for pkg, ver in members.items() if (pkg, ver) in by_key]

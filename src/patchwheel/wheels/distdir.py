@@ -24,8 +24,9 @@ from ..names import DIST_RECORD, SHA256, wheel_name_version
 from ..probes import manifest as fixes
 from ..series import parse_series
 from . import rewrite, sbom
+from .index import METADATA_SUFFIX
 
-#: The files a build writes into dist/ besides the wheels build.json lists (and the simple/ index).
+#: The files a build writes into dist/ besides the wheels build.json lists, their core metadata and the simple/ index.
 _PINS_FILE = re.compile(r"^(constraints|pins)-[^/]+\.txt\Z")
 REPLACES = "a build replaces the whole --dist folder"
 #: The folder of dist/ that holds the drafts' wheels: no glob of dist/'s wheels (``dist/*.whl``) reaches it.
@@ -177,10 +178,15 @@ def listing(names: list[str], most: int = 8) -> str:
 def _not_written(dist: Path, wheels: list[DistWheel]) -> list[str]:
     """What dist/ holds that no build wrote (a folder with a trailing /): the swap replaces the whole
     folder, so any of it would be lost. A build writes build.json, the wheels it lists (a draft's in drafts/; a
-    build before drafts/ existed wrote it beside the others), each published wheel's SBOM beside it
-    (``<wheel>.cdx.json``), the pins files and the simple/ index (an index.html per folder), and never a link."""
-    own = {DIST_RECORD, *(w.filename for w in wheels)}
-    own |= {w.filename + sbom.DETACHED for w in wheels if not draft.is_draft_wheel(w.filename)}
+    build before drafts/ existed wrote it beside the others), each published wheel's SBOM (``<wheel>.cdx.json``) and
+    core metadata (``<wheel>.metadata``, PEP 658; never a draft's: a draft is not on the index) beside it, the pins
+    files and the simple/ index (an index.html per folder), and never a link."""
+    published = [w.filename for w in wheels if not draft.is_draft_wheel(w.filename)]
+    own = {
+        DIST_RECORD,
+        *(w.filename for w in wheels),
+        *(f + s for f in published for s in (METADATA_SUFFIX, sbom.DETACHED)),
+    }
     drafts = {w.filename for w in wheels if draft.is_draft_wheel(w.filename)}
     found = []
     for entry in sorted(dist.iterdir()):
