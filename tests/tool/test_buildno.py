@@ -287,7 +287,7 @@ def test_pip_and_uv_take_build_10_over_build_9(demo_project, tmp_path):
 
     uv = find_uv_bin()
 
-    pip = _pip_python(tmp_path)
+    pip = sys.executable  # (the test extra pins pip)
     for installer in (
         [pip, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
         [uv, "pip", "install", "-q", "--offline", "--no-cache", "--python", sys.executable],
@@ -357,7 +357,7 @@ def test_pip_and_uv_install_a_fixed_wheel_from_the_index_folder_whose_links_enco
     assert metadata.read_bytes() == _wheel_file(dist / built.filename, "demo-1.0.0+fixed.dist-info/METADATA").encode()
     digest = hashlib.sha256(metadata.read_bytes()).hexdigest()
     assert f' data-core-metadata="sha256={digest}" data-dist-info-metadata="sha256={digest}">' in page, page
-    pip = _pip_python(tmp_path)
+    pip = sys.executable  # (the test extra pins pip)
     index = (dist / "simple").as_uri()
     for installer in (
         [pip, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"],
@@ -377,7 +377,8 @@ def test_pip_and_uv_resolve_the_fixed_wheel_over_http_from_its_core_metadata_and
     """The index served no PEP 658 metadata, so pip and uv downloaded each wheel (10 MB for transformers) to resolve.
     dist/ served as files by a real static HTTP server: pip (`--dry-run --report`), `uv pip compile
     --generate-hashes` and `uv lock` with an explicit index resolve `==1.0.0+fixed` from the `.metadata` file alone
-    (the request log holds no GET of the wheel), and name the wheel's own sha256, only that one."""
+    (the request log holds no GET of the wheel), and name the wheel's own sha256, only that one; then pip and uv
+    install it from the server (its link's `%2B` in the request), its SBOM with it."""
     import functools
     import http.server
     import json
@@ -455,20 +456,23 @@ def test_pip_and_uv_resolve_the_fixed_wheel_over_http_from_its_core_metadata_and
         assert (demo["version"], demo["source"]) == ("1.0.0+fixed", {"registry": url})
         ((wheel_url, sha),) = [(w["url"], w["hash"]) for w in demo["wheels"]]
         assert (unquote(wheel_url).rsplit("/", 1)[1], sha) == (built.filename, f"sha256:{built.sha256}")
+
+        for installer in (  # and real installs from the server: the wheel, its '+' as '%2B' in the link
+            [sys.executable, "-m", "pip", "--isolated", "--no-cache-dir", "install", "-q", "--no-compile"],
+            [uv, "pip", "install", "-q", "--no-cache", "--python", sys.executable],
+        ):
+            target = tmp_path / f"target-{len(list(tmp_path.glob('target-*')))}"
+            requests.clear()
+            ran = subprocess.run(
+                [*installer, "--index-url", url, "--no-deps", "--target", str(target), "demo==1.0.0+fixed"],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
+            assert ran.returncode == 0, ran.stdout + ran.stderr
+            assert f"/{built.filename.replace('+', '%2B')}" in requests, (installer[0], requests)
+            assert (target / "demo-1.0.0+fixed.dist-info" / "sboms" / "patchwheel.cdx.json").is_file(), installer[0]
     finally:
         server.shutdown()
         server.server_close()
         serving.join()
-
-
-def _pip_python(tmp_path: Path) -> str:
-    """A Python with pip for a real `pip install`: an environment uv made has no pip, so the base interpreter's,
-    through a venv that sees its site-packages (making a pip of its own took 27 s of a loaded suite), else one made."""
-    import subprocess
-    import venv
-
-    venv.create(tmp_path / "pip", system_site_packages=True)
-    pip = str(tmp_path / "pip" / "bin" / "python")
-    if subprocess.run([pip, "-m", "pip", "--version"], capture_output=True).returncode != 0:
-        venv.create(tmp_path / "pip", with_pip=True, clear=True)
-    return pip
