@@ -165,6 +165,12 @@ def _maintenance_commands(sub) -> None:
         help="a new set pairs the line with this line of another package (default: its newest), e.g. "
         "transformers==4.57.6 for a set of teams on transformers 4",
     )
+    derive.add_argument(
+        "--review",
+        action="store_true",
+        help="stop once every patch is carried, before the build and the proofs: each carried commit waits in the "
+        "work repository for you to check (a 3-way merge is text) and amend, then --continue",
+    )
     then = derive.add_mutually_exclusive_group()
     then.add_argument("--continue", dest="cont", action="store_true", help="go on after resolving a conflict")
     then.add_argument("--abort", action="store_true", help="drop the work folder a conflict left")

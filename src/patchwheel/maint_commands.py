@@ -218,9 +218,9 @@ def cmd_derive(args) -> int:
     from .maint.proving import setruns
 
     project = config.load(root(args))
-    if (args.cont or args.abort) and (args.source or args.set_name or args.companions):
+    if (args.cont or args.abort) and (args.source or args.set_name or args.companions or args.review):
         raise ConfigError(
-            "--from, --set and --with are the start's: a derive in progress keeps its own", "leave them out"
+            "--from, --set, --with and --review are the start's: a derive in progress keeps its own", "leave them out"
         )
     if args.new and not args.cont:
         raise ConfigError("--new names commits in the work folder of a derive in progress", "use it with --continue")
@@ -237,6 +237,7 @@ def cmd_derive(args) -> int:
             source=args.source,
             set_name=args.set_name,
             companions=args.companions,
+            review=args.review,
         )
     for line in followreport.derived(done):
         print(line)

@@ -137,6 +137,40 @@ def test_a_conflict_stops_it_then_continue_finishes_it(demo_project, monkeypatch
     assert lintall.problems(project) == []
 
 
+def test_review_waits_after_a_clean_carry_and_continue_takes_the_amended_commit(
+    demo_project, monkeypatch, tmp_path, capsys
+):
+    """A patch that merges cleanly (by offset or 3-way) can still be wrong for the release, and with nothing to stop
+    the derive a maintainer had no way in: the line was built and proven as merged. `--review` waits once every
+    patch is carried, before anything is built; the maintainer amends the carried commit; `--continue` writes the
+    line from it."""
+    kept_by_proof(demo_project)
+    demo_project.add_release("0.9.0", b"# an older first line\n" + CORE)  # the patch applies with an offset
+    proofs(monkeypatch, tmp_path)
+    before = tree(demo_project.root)
+    root = ["--root", str(demo_project.root)]
+    assert cli.main([*root, "derive", "demo==0.9.0", "--set", "old", "--review"]) == 1
+    out = capsys.readouterr().out
+    repo = demo_project.root / ".rebase" / "demo-0.9.0" / "repo"
+    assert "every patch carried (0001-greet-comma.patch: offset" in out and f"review each carried commit in {repo}" in out
+    assert f"git -C {repo} rebase -i " in out and "nox -s derive -- demo==0.9.0 --continue" in out, out
+    assert tree(demo_project.root) == before, "nothing of the project is written before the review"
+    assert cli.main([*root, "derive", "demo==0.9.0", "--continue", "--review"]) == 2, "--review is the start's"
+    capsys.readouterr()
+
+    core = (repo / "src/demo/core.py").read_bytes()
+    (repo / "src/demo/core.py").write_bytes(core.replace(b'"hello, " + name', b'"hello, " + name.strip()'))
+    gitops.git(repo, "-c", "user.name=m", "-c", "user.email=m@m", "commit", "-q", "--amend", "--no-edit", "-a")
+    prover = Prover()
+    done = derive.resume(demo_project.load(), "demo==0.9.0", prover, log=lambda m: None)
+    assert done.stop is None, done.stop
+    project = config.load(demo_project.root)
+    patch = (project.line("demo", "0.9.0").patch_dir / "0001-greet-comma.patch").read_bytes()
+    assert b'+    return "hello, " + name.strip()' in patch, "the line is the amended commit"
+    assert not (demo_project.root / ".rebase").exists() and prover.calls
+    assert lintall.problems(project) == []
+
+
 def test_a_failed_proof_after_continue_keeps_the_resolution_waiting(demo_project, monkeypatch, tmp_path):
     kept_by_proof(demo_project)
     demo_project.add_release("0.9.0", CONFLICTING)

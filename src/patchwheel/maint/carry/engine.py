@@ -56,6 +56,7 @@ def carry_line(
     adopted: Sequence[tuple[ReleaseLine, Patch]] = (),
     log=CONSOLE,
     by: str = "rebase",
+    review: bool = False,
 ) -> Project | None:
     """Carry the line ``source`` onto the upstream release ``version``, newer or older than it (every door starts
     here): the patches of ``dropped`` (patch file name -> why, the one policy's decisions, :mod:`.policy`) are left
@@ -63,7 +64,9 @@ def carry_line(
     does not carry, whose bug the caller found in the release), carried after the source's, each by text from its
     own line (a 3-way merge takes that line's files under it as its base). The project with the new line written
     (as a load would read it now), or None at a conflict, which is left in the work repository
-    ``.rebase/<pkg>-<version>/`` with the commands to go on (``by`` names the command)."""
+    ``.rebase/<pkg>-<version>/`` with the commands to go on (``by`` names the command). ``review``: stop there too
+    once every patch is carried, before the line is written, so that a maintainer can check each carried commit (a
+    3-way merge is a text result) and amend it; the next :func:`resume` goes on."""
     package = source.package
     check_free(project, package, version, by)
     work = workfolder.path(project.root, package, version)
@@ -104,6 +107,7 @@ def carry_line(
         "done": {},
         "dropped": dict(dropped),
         "adopted": {p.name: line.version for line, p in adopted},
+        "review": review,
     }
     return _proceed(project, work, state, log, fresh=True)
 
@@ -151,9 +155,9 @@ def _again(by: str, package: str, version: str, work: Path) -> str:
 
 
 #: state.json's fields ("by" may be missing in a folder an older patchwheel made: that was rebase's).
-STATE_KEYS = ("package", "from", "to", "by", "onto", "wheel", "sdist", "todo", "done", "dropped", "adopted")
+STATE_KEYS = ("package", "from", "to", "by", "onto", "wheel", "sdist", "todo", "done", "dropped", "adopted", "review")
 #: fields a work folder an older patchwheel made may lack
-_OPTIONAL = {"by", "adopted"}
+_OPTIONAL = {"by", "adopted", "review"}
 _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # a full sha1 or sha256 object name, never an option
 _FILE_CHARS = re.compile(r"[A-Za-z0-9._+!-]+")  # what a file name on an index has (it goes into pins.toml)
 
@@ -210,6 +214,8 @@ def read_state(work: Path, package: str, version: str, by: str) -> dict:
             PATCH_NAME.match(name) and isinstance(why, str) and why.isprintable() for name, why in value.items()
         ):
             raise bad(key, value, "a table of patch file names and one-line reasons")
+    if not isinstance(state.setdefault("review", False), bool):
+        raise bad("review", state["review"], "true or false")
     adopted = state.setdefault("adopted", {})
     if not isinstance(adopted, dict) or not all(PATCH_NAME.match(n) and _is_version(v) for n, v in adopted.items()):
         raise bad("adopted", adopted, "a table of patch file names and the versions of the lines they come from")
@@ -285,6 +291,7 @@ def resume(
             f"start one with `nox -s rebase -- {package} {version}`",
         )
     state = read_state(work, package, version, by)
+    state["review"] = False  # the maintainer has had the carried patches: going on is their word
     repo = work / "repo"
     again = _again(by, package, version, work)
     _check_new(new, state)
@@ -394,6 +401,10 @@ def _proceed(project: Project, work: Path, state: dict, log, fresh: bool = False
         state["done"][name] = result.status + (f": {result.detail}" if result.detail else "")
         log(f"{name}: {result.status}{(' (' + result.detail + ')') if result.detail else ''}")
         state["todo"].pop(0)
+    if state.get("review"):
+        _write_state(work, state)
+        log(f"every patch carried: waiting in {repo} for a review of each carried commit")
+        return None
     project = _write_line(project, work, state, log)
     shutil.rmtree(work, ignore_errors=True)
     if not any((project.root / ".rebase").iterdir()):

@@ -187,10 +187,13 @@ def derive(
     source: str | None = None,
     set_name: str | None = None,
     companions: Sequence[str] = (),
+    review: bool = False,
     log: Callable[[str], None] = CONSOLE,
 ) -> Derived:
     """Make the release line of ``spec`` (``pkg==version``): see the module's docstring. ``companions``
-    (``pkg==version``, ``--with``): the lines of the other packages a new set pairs it with."""
+    (``pkg==version``, ``--with``): the lines of the other packages a new set pairs it with. ``review``
+    (``--review``): wait in the work folder once every patch is carried, before anything is built or proven, even
+    where nothing conflicted (a 3-way merge that applied but is wrong for this release is corrected there)."""
     package, version = parse_spec(spec)
     newest = project.line(package)  # checks the package
     _not_a_line(project, package, version)
@@ -212,7 +215,7 @@ def derive(
         from_line, why = choose(found, version)
     done = Derived(package, version, from_line.version, set_name, source_series=_series_digest(from_line), why=why)
     done.companions = paired
-    return _run(project, done, log, partial(_start, artifact=artifact, prove=prove))
+    return _run(project, done, log, partial(_start, artifact=artifact, prove=prove, review=review))
 
 
 def resume(
@@ -375,7 +378,7 @@ def _run(project: Project, done: Derived, log: Callable[[str], None], step) -> D
 
 
 def _start(
-    work: Scratch, done: Derived, say: Callable[[str], None], *, artifact: Artifact, prove: Prove
+    work: Scratch, done: Derived, say: Callable[[str], None], *, artifact: Artifact, prove: Prove, review: bool = False
 ) -> Stop | None:
     project = config.load(work.root)  # the one load in the copy: each step passes on what it changed
     source = project.line(done.package, done.source)
@@ -399,7 +402,7 @@ def _start(
     said: list[str] = []
     dropped = policy.dropped(done.verdicts)
     carried = engine.carry_line(
-        project, source, done.version, dropped=dropped, adopted=adopted, by="derive", log=said.append
+        project, source, done.version, dropped=dropped, adopted=adopted, by="derive", log=said.append, review=review
     )
     if carried is None:
         return _wait(work, done, said)
@@ -442,7 +445,23 @@ def _wait(work: Scratch, done: Derived, said: list[str]) -> Stop:
     repo = real / "repo"
     done.waiting = str(repo)
     files = gitops.git(repo, "diff", "--name-only", "--diff-filter=U").decode().split()
-    conflict = next((s.strip() for s in said if "CONFLICT" in s), "a conflict")
+    conflict = next((s.strip() for s in said if "CONFLICT" in s), None)
+    if conflict is None:  # --review: every patch carried, nothing built yet
+        carried = [s for s in said if not s.startswith(("  ", "every patch carried"))]
+        merged = [s.split(":", 1)[0] for s in carried if ": 3-way" in s]
+        onto = engine.read_state(real, done.package, done.version, by="derive")["onto"]
+        return Stop(
+            f"every patch carried ({'; '.join(carried)}): review each carried commit in {repo} before anything "
+            f"is built{', the 3-way merges first (' + ', '.join(merged) + ')' if merged else ''}; nothing else was "
+            "written",
+            [
+                f"git -C {repo} log -p --reverse {onto[:12]}..HEAD   # one commit a patch, oldest first",
+                f"git -C {repo} rebase -i {onto[:12]}   # 'edit' a commit that is wrong for {done.version}, amend "
+                "it (one commit a patch)",
+                f"nox -s derive -- {spec} --continue",
+                f"nox -s derive -- {spec} --abort      # instead: drop the work folder",
+            ],
+        )
     return Stop(
         f"{conflict}: carry the patch by hand in {repo}, as {done.package} {done.version}'s code requires; "
         "nothing else was written",
@@ -551,6 +570,8 @@ def _by_hand(done: Derived) -> list[str]:
     else:
         again = [
             f"nox -s derive -- {spec} --from {done.source} --set {done.set_name}   # again, once it is dealt with",
+            f"nox -s derive -- {spec} --from {done.source} --set {done.set_name} --review   # or stop after the "
+            "carry, to correct a patch that merged but is wrong (a 3-way merge is text; the proofs judge it)",
             f"nox -s derive -- {spec} --from <another line>   # or from another line",
         ]
     return again + [f"nox -s matrix -- run {spec}   # what every line says about {done.version}, by text and by proofs"]
