@@ -101,28 +101,32 @@ def _spawn(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def cmd_verify(args) -> int:
-    """``patchwheel verify WHEEL...``: exit 0 when each wheel is its rebuild's bytes, 1 when one differs."""
-    from urllib.parse import unquote
-
+    """``patchwheel verify WHEEL...``: exit 0 when each wheel is its rebuild's bytes, 1 when one differs, 2 when one
+    could not be checked (each wheel is tried; what is printed names the file, never a URL's query or password)."""
+    from .errors import PatchwheelError
     from .wheels.reproduce import verify_wheel
 
-    differ = 0
+    differ = unchecked = 0
     for source in args.wheels:
-        outcome = verify_wheel(root(args), source, commit=args.commit)
-        name = unquote(source.rsplit("/", 1)[-1])
+        try:
+            outcome = verify_wheel(root(args), source, commit=args.commit)
+        except PatchwheelError as exc:
+            unchecked += 1
+            print(f"error: {exc}", file=sys.stderr)  # as the command line prints an error
+            continue
         if outcome.verified:
-            print(f"verified: {name} is, byte for byte, the build of commit {outcome.commit[:12]}")
+            print(f"verified: {outcome.name} is, byte for byte, the build of commit {outcome.commit[:12]}")
             continue
         differ += 1
-        print(f"NOT verified: {name} differs from the build of commit {outcome.commit[:12]}:")
+        print(f"NOT verified: {outcome.name} differs from the build of commit {outcome.commit[:12]}:")
         for line in outcome.differ:
             print(f"  - {line}")
         if outcome.report:
             print("diffoscope:\n" + outcome.report)
         print("do not publish or install this file")
     if len(args.wheels) > 1:
-        print(f"{len(args.wheels) - differ} of {len(args.wheels)} wheel(s) verified")
-    return 1 if differ else 0
+        print(f"{len(args.wheels) - differ - unchecked} of {len(args.wheels)} wheel(s) verified")
+    return 1 if differ else 2 if unchecked else 0
 
 
 def cmd_status(args) -> int:

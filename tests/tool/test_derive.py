@@ -152,7 +152,9 @@ def test_review_waits_after_a_clean_carry_and_continue_takes_the_amended_commit(
     assert cli.main([*root, "derive", "demo==0.9.0", "--set", "old", "--review"]) == 1
     out = capsys.readouterr().out
     repo = demo_project.root / ".rebase" / "demo-0.9.0" / "repo"
-    assert "every patch carried (0001-greet-comma.patch: offset" in out and f"review each carried commit in {repo}" in out
+    assert (
+        "every patch carried (0001-greet-comma.patch: offset" in out and f"review each carried commit in {repo}" in out
+    )
     assert f"git -C {repo} rebase -i " in out and "nox -s derive -- demo==0.9.0 --continue" in out, out
     assert tree(demo_project.root) == before, "nothing of the project is written before the review"
     assert cli.main([*root, "derive", "demo==0.9.0", "--continue", "--review"]) == 2, "--review is the start's"

@@ -531,21 +531,25 @@ def test_folder_the_tool_did_not_make_is_refused_even_with_clean(demo_project, t
 @pytest.mark.parametrize("clean", [False, True])
 def test_files_added_to_a_dist_the_tool_made_are_refused(demo_project, capsys, clean):
     """A build replaces the whole folder: what someone put into dist/ besides the build's files would be lost. The
-    core metadata the build writes beside each wheel is its own; a `.metadata` of a wheel build.json does not list is
-    not."""
+    core metadata and SBOM the build writes beside each wheel are its own; a `.metadata` or `.cdx.json` of a wheel
+    build.json does not list is not, nor a link in the place of its own."""
     dist = demo_project.root / "dist"
     _build(demo_project)
     assert (dist / f"{_name(demo_project)}.metadata").is_file()  # the build's: not refused below
     (dist / "notes.txt").write_text("my notes")
     (dist / "demo-0.9+fixed-py3-none-any.whl.metadata").write_text("Metadata-Version: 2.1\n")
+    (dist / "demo-0.9+fixed-py3-none-any.whl.cdx.json").write_text("{}")  # an SBOM of no wheel listed
+    own = dist / f"{_name(demo_project)}.cdx.json"  # the build's SBOM, swapped for a link
+    own.unlink()
+    own.symlink_to(dist / "notes.txt")
     (dist / "simple" / "extra").mkdir()
     before = _tree(dist)
     argv = ["--root", str(demo_project.root), "build", "--dist", str(dist)]
     assert cli.main(argv + (["--clean"] if clean else [])) == 2
     err = capsys.readouterr().err
     assert err == (
-        f"error: {dist} holds what no build wrote: demo-0.9+fixed-py3-none-any.whl.metadata, notes.txt, "
-        "simple/extra/\n"
+        f"error: {dist} holds what no build wrote: demo-0.9+fixed-py3-none-any.whl.cdx.json, "
+        f"demo-0.9+fixed-py3-none-any.whl.metadata, {own.name}, notes.txt, simple/extra/\n"
         "  fix: a build replaces the whole --dist folder: move them elsewhere, or pass --dist another folder\n"
     ), err
     assert _tree(dist) == before

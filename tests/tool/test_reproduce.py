@@ -11,8 +11,10 @@ import functools
 import hashlib
 import http.server
 import io
+import os
 import shutil
 import subprocess
+import sys
 import threading
 import urllib.parse
 import zipfile
@@ -37,15 +39,32 @@ def _run(*argv: str) -> tuple[int, str, str]:
 @pytest.fixture
 def published(demo_project, tmp_path):
     """The demo project as a repository with this tool's source, its build recorded and committed; and the wheel
-    a build of that commit put into dist/."""
+    that commit's tool put into dist/. That tool writes its SBOM with another indent than the tool running the tests:
+    a rebuild by any other tool than the commit's gives other bytes."""
     root = demo_project.root
     shutil.copytree(SRC, root / "src" / "patchwheel", ignore=shutil.ignore_patterns("__pycache__"))
+    committed = root / "src" / "patchwheel" / "wheels" / "sbom.py"
+    text = committed.read_text()
+    assert "json.dumps(bom, indent=2," in text
+    committed.write_text(text.replace("json.dumps(bom, indent=2,", "json.dumps(bom, indent=1,"))
     assert _run("--root", str(root), "bump", "demo")[0] == 0
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    subprocess.run(["git", "-C", str(root), *GIT, "add", "-A", "overlay", "patches", "src", "tests"], check=True)
-    subprocess.run(["git", "-C", str(root), *GIT, "commit", "-qm", "build 1"], check=True)
-    (built,) = build_mod.build(demo_project.load(), tmp_path / "dist", log=lambda m: None)
-    return root, tmp_path / "dist" / built.filename
+    _git(root, "init", "-q")
+    _git(root, "add", "-A", "overlay", "patches", "src", "tests")
+    _git(root, "commit", "-qm", "build 1")
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    built = subprocess.run(
+        [sys.executable, "-m", "patchwheel", "--root", str(root), "build", "--dist", str(tmp_path / "dist")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    return root, wheel
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), *GIT, *args], check=True)
 
 
 def _tampered(wheel: Path, dest: Path, member: str) -> Path:
@@ -89,10 +108,14 @@ def _serving(folder: Path):
 
 def test_verify_accepts_the_build_and_refuses_one_changed_byte(published, tmp_path):
     root, wheel = published
-    with _serving(wheel.parent) as url:  # the wheel as a consumer finds it: by URL, its '+' percent-encoded
-        rc, out, err = _run("--root", str(root), "verify", f"{url}/{urllib.parse.quote(wheel.name)}")
+    with _serving(wheel.parent) as url:  # the wheel as a consumer finds it: by URL, its '+' percent-encoded, signed
+        signed = f"{url.replace('//', '//user:PASSWORD@')}/{urllib.parse.quote(wheel.name)}?X-Amz-Signature=SECRET"
+        rc, out, err = _run("--root", str(root), "verify", signed)
     assert rc == 0, out + err
     assert f"verified: {wheel.name} is, byte for byte, the build of commit " in out
+    assert "SECRET" not in out + err and "PASSWORD" not in out + err, "no credential is printed"
+    # by the commit's own tool: the tool running here writes its SBOMs otherwise, so its rebuild would differ
+    assert "indent=1" not in (SRC / "wheels" / "sbom.py").read_text()
     assert "build 1 of demo 1.0.0, recorded by commit" in out
 
     bad = _tampered(wheel, tmp_path / "tampered", "demo/core.py")
@@ -105,20 +128,43 @@ def test_verify_accepts_the_build_and_refuses_one_changed_byte(published, tmp_pa
 
 def test_verify_names_what_it_cannot_check(published, demo_project, tmp_path):
     root, wheel = published
-    upstream = demo_project.upstream  # a wheel with no SBOM
-    rc, _, err = _run("--root", str(root), "verify", str(upstream))
+    rc, _, err = _run("--root", str(root), "verify", str(demo_project.upstream))  # a wheel with no SBOM
     assert rc == 2 and "has no SBOM that names its build" in err, err
+    page = tmp_path / "page" / wheel.name
+    page.parent.mkdir()
+    page.write_text("<html>sign in</html>")  # a login page saved under the wheel's name
+    rc, out, err = _run("--root", str(root), "verify", str(page), str(wheel))
+    assert rc == 2 and f"error: {wheel.name} is not a readable wheel" in err and "Traceback" not in err, err
+    assert f"verified: {wheel.name}" in out and "1 of 2 wheel(s) verified" in out, "the other wheel is still checked"
     # a checkout that never recorded this build (another repository of the same shape, or a branch without it)
     other = tmp_path / "other"
-    subprocess.run(["git", "init", "-q", str(other)], check=True)
     shutil.copytree(root / "overlay", other / "overlay")
-    (other / "overlay" / "demo" / "pins.toml").write_text(
-        (other / "overlay" / "demo" / "pins.toml").read_text().replace("number = 1,", "number = 7,")
-    )
-    subprocess.run(["git", "-C", str(other), *GIT, "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(other), *GIT, "commit", "-qm", "x"], check=True)
     rc, _, err = _run("--root", str(other), "verify", str(wheel))
-    assert rc == 2 and "records build 1 of demo 1.0.0 with inputs" in err and "--commit" in err, err
-    for rev in ("no-such-branch", "--output=x"):
-        rc, _, err = _run("--root", str(root), "verify", str(wheel), f"--commit={rev}")
-        assert rc == 2 and f"{rev} is not a commit" in err, err
+    assert rc == 2 and "is not a git clone of the project" in err, err
+    pins = other / "overlay" / "demo" / "pins.toml"
+    pins.write_text(pins.read_text().replace("number = 1,", "number = 7,"))
+    _git(other, "init", "-q")
+    _git(other, "add", "-A")
+    _git(other, "commit", "-qm", "x")
+    rc, _, err = _run("--root", str(other), "verify", str(wheel))
+    assert rc == 2 and "does not hold the build of" in err and "--commit" in err, err
+    rc, _, err = _run("--root", str(root), "verify", str(wheel), "--commit=no-such-branch")
+    assert rc == 2 and "no-such-branch is not a commit" in err, err
+
+
+def test_verify_says_a_record_is_not_committed_and_exports_no_link(published, demo_project, tmp_path):
+    root, wheel = published
+    patch = demo_project.patch_dir / "0001-greet-comma.patch"
+    patch.write_bytes(patch.read_bytes().replace(b"Greet with a comma", b"Greet people with a comma"))
+    demo_project.vendor()
+    assert _run("--root", str(root), "bump", "demo")[0] == 0  # build 2, recorded here and not committed
+    (built,) = build_mod.build(demo_project.load(), tmp_path / "dist2", log=lambda m: None)
+    rc, _, err = _run("--root", str(root), "verify", str(tmp_path / "dist2" / built.filename))
+    assert rc == 2 and "the record is in overlay/demo/pins.toml, not committed yet" in err, err
+    _git(root, "add", "-A", "overlay", "patches")
+    (root / "docs").mkdir()
+    (root / "docs" / "link").symlink_to("../overlay")
+    _git(root, "add", "docs/link")
+    _git(root, "commit", "-qm", "build 2, and a link")
+    rc, _, err = _run("--root", str(root), "verify", str(tmp_path / "dist2" / built.filename))
+    assert rc == 2 and "holds 'docs/link' (120000 blob)" in err and "regular files only" in err, err

@@ -55,10 +55,26 @@ def test_resolves_names_each_issue_with_the_pull_request_among_its_references():
         {"type": "defect", "id": "a mailing list", "description": "Fix it"},
     ]
     assert sbom.resolves({**entry, "feature_test": "tests/proof/x.py"})[0]["type"] == "enhancement"
+    short = {"subject": "x", "upstream_status": "Backport huggingface/accelerate#3908", "upstream_issue": "o/r#1"}
+    assert sbom.resolves(short)[0]["references"] == [
+        "https://github.com/o/r/issues/1",
+        "https://github.com/huggingface/accelerate/issues/3908",  # a link, whichever form the trailer used
+    ]
+    alone = {"subject": "x", "upstream_status": "Backport https://github.com/o/r/pull/7", "upstream_issue": None}
+    assert sbom.resolves(alone) == [
+        {
+            "type": "defect",
+            "id": "o/r#7",
+            "description": "x",
+            "source": {"name": "GitHub", "url": "https://github.com/o/r"},
+            "references": ["https://github.com/o/r/pull/7"],
+        }
+    ]
 
 
 def test_purls_and_the_pypi_file_url_follow_from_the_names():
     assert sbom.purl("Foo_Bar", "1.0.0+fixed") == "pkg:pypi/foo-bar@1.0.0%2Bfixed"
+    assert sbom.purl("zope.interface", "7.0") == "pkg:pypi/zope.interface@7.0", "purl-spec maps '_' only"
     assert (
         sbom.purl("transformers", "4.57.6", file_name="transformers-4.57.6-py3-none-any.whl")
         == "pkg:pypi/transformers@4.57.6?file_name=transformers-4.57.6-py3-none-any.whl"

@@ -135,15 +135,16 @@ def problem(line: ReleaseLine, series: list[Patch] | None = None) -> str | None:
     return None
 
 
-def recorded(line: ReleaseLine, root: Path) -> list[tuple[str, BuildRecord]]:
+def recorded(line: ReleaseLine, root: Path, *, merging: bool = True) -> list[tuple[str, BuildRecord]]:
     """Every build record of this line in the history of the checkout at ``root`` (newest commit first): the commit
-    and its record. Empty outside a git checkout of its own (a scratch copy, a tarball)."""
+    and its record. Empty outside a git checkout of its own (a scratch copy, a tarball). During a merge, the other
+    side's history too, unless ``merging`` is False."""
     pins = f"overlay/{line.package}/pins.toml"
     try:
         if Path(gitops.git(root, "rev-parse", "--show-toplevel").decode().strip()).resolve() != root.resolve():
             return []
         # During a merge, the other side's records too: its numbers are as good as published.
-        merging = gitops.try_git(root, "rev-parse", "-q", "--verify", "MERGE_HEAD")[0] == 0
+        merging = merging and gitops.try_git(root, "rev-parse", "-q", "--verify", "MERGE_HEAD")[0] == 0
         heads = ["HEAD", "MERGE_HEAD"] if merging else ["HEAD"]
         commits = gitops.git(root, "log", "--format=%H", *heads, "--", pins).decode().split()
     except PatchwheelError:

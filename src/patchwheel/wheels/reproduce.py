@@ -15,21 +15,30 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import urllib.parse
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from .. import gitops
-from ..errors import ConfigError, DistError
-from ..names import path_problem
+from ..config import BuildRecord
+from ..errors import ConfigError, DistError, FetchError, PatchwheelError
+from ..names import SHA256, path_problem
 from ..reporter import CONSOLE
+from ..urls import redact
 from . import buildno, rewrite, sbom
 from .distdir import wheel_sbom
 
+#: A package name as the SBOM must give it (it is printed, and goes into the rebuild's command line).
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
 #: Lines of diffoscope's report shown (the whole report can run to thousands of lines).
 DIFFOSCOPE_LINES = 200
 
@@ -47,6 +56,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class Outcome:
+    name: str  # the wheel's file name (from a URL: its path's, never its query)
     verified: bool
     commit: str
     differ: list[str]  # the members that differ ("name: why"); empty when verified
@@ -54,7 +64,8 @@ class Outcome:
 
 
 def claim_of(wheel: Path) -> Claim:
-    """The build the wheel's SBOM names; an error that says why when it has none this tool can read."""
+    """The build the wheel's SBOM names, its package and versions checked to be names and versions (they are
+    printed, and go into a command line); an error that says why when it has none this tool can read."""
     hint = "verify reads the SBOM a +fixed wheel carries (.dist-info/sboms/); pass a wheel that `nox -s build` made"
     try:
         bom = sbom.loads(wheel_sbom(wheel))
@@ -62,48 +73,104 @@ def claim_of(wheel: Path) -> Claim:
         component = bom["metadata"]["component"]
         [ancestor] = component["pedigree"]["ancestors"]
         number, inputs = props[sbom.BUILD][0], props[sbom.INPUTS][0]
-        return Claim(wheel.name, component["name"], ancestor["version"], int(number), inputs)
+        claim = Claim(wheel.name, component["name"], ancestor["version"], int(number), inputs)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise ConfigError(
+            f"{wheel.name} is not a readable wheel ({exc})",
+            "a download cut short, or a page saved under a wheel's name: fetch the file again",
+        ) from exc
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-        raise ConfigError(f"{wheel} has no SBOM that names its build ({exc})", hint) from exc
+        raise ConfigError(f"{wheel.name} has no SBOM that names its build ({exc})", hint) from exc
+    if (
+        not isinstance(claim.package, str)
+        or not _NAME.fullmatch(claim.package)
+        or not isinstance(claim.version, str)
+        or not _is_version(claim.version)
+        or not isinstance(claim.inputs, str)
+        or not SHA256.match(claim.inputs)
+    ):
+        raise ConfigError(f"{wheel.name}'s SBOM names no package, version and inputs digest this tool wrote", hint)
+    if claim.number == 0:
+        raise ConfigError(
+            f"{wheel.name} is a draft's build (number 0): for the proofs only, never recorded nor published",
+            "verify is for published builds: write the draft's message, then build and verify the line's number",
+        )
+    return claim
+
+
+def _is_version(text: str) -> bool:
+    try:
+        return str(Version(text)) == text
+    except InvalidVersion:
+        return False
 
 
 def fetch_wheel(source: str, folder: Path, log=CONSOLE) -> Path:
-    """The wheel to verify: a file, or a URL (http, https, file) downloaded into ``folder`` under its own name."""
-    scheme = urllib.parse.urlsplit(source).scheme
-    if scheme not in ("http", "https", "file"):
+    """The wheel to verify: a file, or a URL (http, https, file) downloaded into ``folder`` under the file name of
+    its path (never its query, which may hold a signature)."""
+    parts = urllib.parse.urlsplit(source)
+    if parts.scheme not in ("http", "https", "file"):
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"{source} is not a file", "pass a wheel file or its http(s):// or file:// URL")
         return path
-    name = urllib.parse.unquote(urllib.parse.urlsplit(source).path.rsplit("/", 1)[-1])
+    name = urllib.parse.unquote(parts.path.rsplit("/", 1)[-1])
     if path_problem(name) or not name.endswith(".whl") or "/" in name:
-        raise ConfigError(f"{source} does not name a wheel file", "pass the URL of a .whl file")
-    if scheme == "file":
-        path = Path(urllib.parse.unquote(urllib.parse.urlsplit(source).path))
+        raise ConfigError(f"{redact(source)} does not name a wheel file", "pass the URL of a .whl file")
+    if parts.scheme == "file":
+        path = Path(urllib.parse.unquote(parts.path))
         if not path.is_file():
-            raise ConfigError(f"{source} is not a file", "pass a wheel file or its URL")
+            raise ConfigError(f"{redact(source)} is not a file", "pass a wheel file or its URL")
         return path
     from . import fetch
 
     dest = folder / name
-    with open(dest, "xb") as out:
-        fetch.download(source, name, out, log)
+    try:
+        with open(dest, "xb") as out:
+            fetch.download(source, name, out, log)
+    except FetchError as exc:
+        hint = "check the wheel's URL (and its credentials), or download it and pass the file"
+        raise FetchError(exc.message, hint) from None
     return dest
 
 
 def find_commit(root: Path, claim: Claim) -> str:
-    """The commit of the checkout at ``root`` that recorded the claimed build: the newest commit of HEAD's history
-    whose ``overlay/<pkg>/pins.toml`` holds that number with that digest for the release."""
-    from ..config import Artifact, ReleaseLine
+    """The commit of the checkout at ``root`` that recorded the claimed build: the oldest commit of HEAD's history
+    (never a branch being merged) whose ``overlay/<pkg>/pins.toml`` holds that number with that digest for the
+    release, of the newest run of commits that hold it."""
+    from ..config import Artifact, ReleaseLine, build_record
 
     stub = ReleaseLine(claim.package, claim.version, Artifact("", ""), None, root, "", "", "")
-    for sha, record in buildno.recorded(stub, root):
+    found = None
+    for sha, record in buildno.recorded(stub, root, merging=False):  # newest first
         if (record.number, record.inputs) == (claim.number, claim.inputs):
-            return sha
+            found = sha
+        elif found is not None:
+            break
+    if found is not None:
+        return found
+    said = (
+        f"no commit of {root} records build {claim.number} of {claim.package} {claim.version} "
+        f"(inputs {claim.inputs[:12]}…)"
+    )
+    code, top = gitops.try_git(root, "rev-parse", "--show-toplevel")
+    if code != 0 or Path(top.strip()).resolve() != root.resolve():
+        raise ConfigError(f"{said}: {root} is not a git clone of the project", "run verify in a git clone of it")
+    pins = root / "overlay" / claim.package / "pins.toml"
+    try:
+        recorded_here = pins.is_file() and build_record(pins, claim.version) == BuildRecord(claim.number, claim.inputs)
+    except PatchwheelError:
+        recorded_here = False
+    if recorded_here:
+        raise ConfigError(
+            f"{said}: the record is in {pins.relative_to(root)}, not committed yet",
+            "commit it, then verify (a wheel is verified against the commit that recorded its build)",
+        )
+    shallow = gitops.try_git(root, "rev-parse", "--is-shallow-repository")[1].strip() == "true"
     raise ConfigError(
-        f"no commit of {root} (HEAD's history) records build {claim.number} of {claim.package} {claim.version} with "
-        f"inputs {claim.inputs[:12]}…: this checkout did not build {claim.filename}",
-        "fetch the branch that published it, or pass the commit with --commit",
+        f"{said}: this checkout's history does not hold the build of {claim.filename}",
+        ("deepen it (git fetch --unshallow), or " if shallow else "")
+        + "fetch the branch that published it, or pass the commit with --commit",
     )
 
 
@@ -114,9 +181,9 @@ def export_tree(root: Path, commit: str, dest: Path) -> None:
     listing = gitops.git(root, "ls-tree", "-r", "-z", "--full-tree", commit).split(b"\0")
     blobs: list[tuple[str, str, bool]] = []
     for row in filter(None, listing):
-        meta, _, path = row.decode().partition("\t")
+        meta, _, path = row.decode(errors="replace").partition("\t")
         mode, kind, sha = meta.split()
-        if kind != "blob" or mode not in ("100644", "100755") or path_problem(path):
+        if kind != "blob" or mode not in ("100644", "100755") or "\ufffd" in path or path_problem(path):
             raise DistError(f"commit {commit[:12]} holds {path!r} ({mode} {kind})", "verify exports regular files only")
         blobs.append((path, sha, mode == "100755"))
     out = gitops.git(root, "cat-file", "--batch", input="".join(f"{sha}\n" for _, sha, _ in blobs).encode())
@@ -156,7 +223,12 @@ def diffoscope(given: Path, rebuilt: Path) -> str:
     exe = shutil.which("diffoscope")
     if exe is None:
         return ""
-    ran = subprocess.run([exe, "--text", "-", str(given), str(rebuilt)], capture_output=True, text=True, check=False)
+    try:
+        ran = subprocess.run(
+            [exe, "--text", "-", str(given), str(rebuilt)], capture_output=True, text=True, check=False, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        return "(diffoscope gave no report within 10 minutes)"
     lines = ran.stdout.splitlines()
     more = [f"… {len(lines) - DIFFOSCOPE_LINES} more lines"] if len(lines) > DIFFOSCOPE_LINES else []
     return "\n".join(lines[:DIFFOSCOPE_LINES] + more)
@@ -171,9 +243,7 @@ def verify_wheel(root: Path, source: str, *, commit: str | None = None, log=CONS
         if commit is None:
             sha = find_commit(root, claim)
         else:
-            code, out = 1, ""
-            if not commit.startswith("-"):  # (never an option of git's)
-                code, out = gitops.try_git(root, "rev-parse", "--verify", "-q", f"{commit}^{{commit}}")
+            code, out = gitops.try_git(root, "rev-parse", "--verify", "-q", f"{commit}^{{commit}}")  # never an option
             if code != 0:
                 raise ConfigError(
                     f"{commit} is not a commit of {root}", "pass a commit, branch or tag of this checkout"
@@ -200,10 +270,10 @@ def verify_wheel(root: Path, source: str, *, commit: str | None = None, log=CONS
         rebuilt = work / "dist" / claim.filename
         if not rebuilt.is_file():
             made = sorted(p.name for p in (work / "dist").glob("*.whl"))
-            return Outcome(False, sha, [f"(the name): the rebuild made {', '.join(made) or 'no wheel'}"])
+            return Outcome(given.name, False, sha, [f"(the name): the rebuild made {', '.join(made) or 'no wheel'}"])
         if _sha256(given) == _sha256(rebuilt):
-            return Outcome(True, sha, [])
-        return Outcome(False, sha, members_that_differ(given, rebuilt), diffoscope(given, rebuilt))
+            return Outcome(given.name, True, sha, [])
+        return Outcome(given.name, False, sha, members_that_differ(given, rebuilt), diffoscope(given, rebuilt))
 
 
 def _sha256(path: Path) -> str:

@@ -49,7 +49,7 @@ def member(distinfo: str) -> str:
 def purl(package: str, version: str, **qualifiers: str) -> str:
     """A PyPI package URL (purl-spec's pypi type: the name lower-cased with '-' for '_', the version percent-encoded,
     so a local label's '+' is '%2B')."""
-    name = re.sub(r"[-_.]+", "-", package).lower()
+    name = package.lower().replace("_", "-")
     tail = "&".join(f"{k}={quote(v, safe='')}" for k, v in sorted(qualifiers.items()))
     return f"pkg:pypi/{name}@{quote(version, safe='')}" + (f"?{tail}" if tail else "")
 
@@ -90,7 +90,7 @@ def resolves(entry: dict) -> list[dict]:
     request its Upstream-Status names (a backport's, a proposal's, a submission's) among the references."""
     kind = "enhancement" if entry.get("feature_test") else "defect"
     status = (entry.get("upstream_status") or "").split()
-    pulls = [word for word in status[1:] if _issue_url(word)]
+    pulls = [found[2] for word in status[1:] if (found := _issue_url(word))]  # as URLs, whichever form
     out = []
     for ref in (r.strip() for r in (entry.get("upstream_issue") or "").split(",")):
         if not ref:
@@ -108,6 +108,17 @@ def resolves(entry: dict) -> list[dict]:
                 "description": entry.get("subject") or "",
                 "source": {"name": "GitHub", "url": tracker},
                 "references": references,
+            }
+        )
+    if not out and pulls:  # no issue named: the pull request is what it resolves
+        ident, tracker, url = _issue_url(pulls[0])  # type: ignore[misc]
+        out.append(
+            {
+                "type": kind,
+                "id": ident,
+                "description": entry.get("subject") or "",
+                "source": {"name": "GitHub", "url": tracker},
+                "references": pulls,
             }
         )
     return out
