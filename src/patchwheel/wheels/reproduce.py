@@ -249,7 +249,8 @@ def verify_wheel(root: Path, source: str, *, commit: str | None = None, log=CONS
                     f"{commit} is not a commit of {root}", "pass a commit, branch or tag of this checkout"
                 )
             sha = out.strip()
-        log(f"{given.name}: build {claim.number} of {claim.package} {claim.version}, recorded by commit {sha[:12]}")
+        by = "recorded by" if commit is None else "rebuilt at --commit's"
+        log(f"{given.name}: build {claim.number} of {claim.package} {claim.version}, {by} commit {sha[:12]}")
         tree = work / "tree"
         export_tree(root, sha, tree)
         if not (tree / "src" / "patchwheel").is_dir():
