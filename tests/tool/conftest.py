@@ -107,6 +107,16 @@ def scratch_temp(tmp_path_factory, monkeypatch) -> Iterator[Path]:
         pytest.fail(f"temporary folders left behind in {folder}: {', '.join(left)}", pytrace=False)
 
 
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """``patchwheel ARGV`` in this process: its exit status, what it printed and what it printed as errors."""
+    from patchwheel import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
 def serve_locally(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.ThreadingHTTPServer:
     """A threaded HTTP server on 127.0.0.1 (a free port), serving ``handler`` from a daemon thread; its port is
     ``server.server_address[1]``; ``server.shutdown()`` stops it."""

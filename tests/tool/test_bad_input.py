@@ -8,9 +8,7 @@ problems), no Python traceback, and dist/ exactly as it was.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import re
 import shutil
@@ -23,8 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from conftest import CORE, INIT, make_wheel
-from patchwheel import cli
+from conftest import CORE, INIT, make_wheel, run_cli
 from patchwheel.wheels import staging
 
 SETTINGS = settings(
@@ -53,11 +50,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
+_run = run_cli
 
 
 @pytest.fixture

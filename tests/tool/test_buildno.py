@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from patchwheel import cli
+from conftest import run_cli
 from patchwheel.config import BuildRecord
 from patchwheel.errors import PatchwheelError
 from patchwheel.probes import status
 from patchwheel.wheels import build as build_mod
 from patchwheel.wheels import buildno
 
-
-def _run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
+_run = run_cli
 
 
 def _wheel_file(path, member: str) -> str:

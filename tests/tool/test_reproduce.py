@@ -15,25 +15,20 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.parse
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from patchwheel import cli
+from conftest import run_cli, serve_locally
 from patchwheel.wheels import build as build_mod
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "patchwheel"
 GIT = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 
 
-def _run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
+_run = run_cli
 
 
 @pytest.fixture
@@ -96,9 +91,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 @contextlib.contextmanager
 def _serving(folder: Path):
     """A static HTTP server on 127.0.0.1 serving ``folder`` as files (its base URL)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serve_locally(functools.partial(_Quiet, directory=str(folder)))  # type: ignore[arg-type]
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:

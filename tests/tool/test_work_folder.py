@@ -8,7 +8,6 @@ name). Each test failed before its fix: a file outside the project deleted or wr
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from conftest import HANG, Prover, proofs, tree
+from conftest import HANG, Prover, proofs, run_cli, tree
 from patchwheel import cli, gitops
 from patchwheel.maint import rebase
 from patchwheel.maint.carry import workfolder
@@ -36,11 +35,7 @@ from test_derive_safety import _spawn
 RESOLVED = CONFLICTING.replace(b'"hi " + name', b'"hi, " + name')
 
 
-def _run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
+_run = run_cli
 
 
 def _resolve(work: Path) -> None:

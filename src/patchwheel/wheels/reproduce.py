@@ -13,7 +13,6 @@ like any build.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -36,6 +35,7 @@ from ..reporter import CONSOLE
 from ..urls import redact
 from . import buildno, rewrite, sbom
 from .distdir import wheel_sbom
+from .fetch import sha256_file
 
 #: A package name as the SBOM must give it (it is printed, and goes into the rebuild's command line).
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
@@ -272,14 +272,6 @@ def verify_wheel(root: Path, source: str, *, commit: str | None = None, log=CONS
         if not rebuilt.is_file():
             made = sorted(p.name for p in (work / "dist").glob("*.whl"))
             return Outcome(given.name, False, sha, [f"(the name): the rebuild made {', '.join(made) or 'no wheel'}"])
-        if _sha256(given) == _sha256(rebuilt):
+        if sha256_file(given) == sha256_file(rebuilt):
             return Outcome(given.name, True, sha, [])
         return Outcome(given.name, False, sha, members_that_differ(given, rebuilt), diffoscope(given, rebuilt))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

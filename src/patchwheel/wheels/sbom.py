@@ -100,28 +100,22 @@ def resolves(entry: dict) -> list[dict]:
             out.append({"type": kind, "id": ref, "description": entry.get("subject") or ""})
             continue
         ident, tracker, url = found
-        references = [url] + [p for p in pulls if p != url]
-        out.append(
-            {
-                "type": kind,
-                "id": ident,
-                "description": entry.get("subject") or "",
-                "source": {"name": "GitHub", "url": tracker},
-                "references": references,
-            }
-        )
-    if not out and pulls:  # no issue named: the pull request is what it resolves
-        ident, tracker, url = _issue_url(pulls[0])  # type: ignore[misc]
-        out.append(
-            {
-                "type": kind,
-                "id": ident,
-                "description": entry.get("subject") or "",
-                "source": {"name": "GitHub", "url": tracker},
-                "references": pulls,
-            }
-        )
+        out.append(_issue(kind, ident, entry, tracker, [url] + [p for p in pulls if p != url]))
+    if not out and pulls and (found := _issue_url(pulls[0])):  # no issue named: the pull request is what it resolves
+        out.append(_issue(kind, found[0], entry, found[1], pulls))
     return out
+
+
+def _issue(kind: str, ident: str, entry: dict, tracker: str, references: list[str]) -> dict:
+    """One GitHub issue or pull request a patch resolves, as CycloneDX writes it."""
+    source = {"name": "GitHub", "url": tracker}
+    return {
+        "type": kind,
+        "id": ident,
+        "description": entry.get("subject") or "",
+        "source": source,
+        "references": references,
+    }
 
 
 def licenses(metadata: bytes) -> list[dict]:
