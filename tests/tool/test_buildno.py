@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, serve_locally
 from patchwheel.config import BuildRecord
 from patchwheel.errors import PatchwheelError
 from patchwheel.probes import status
@@ -379,7 +379,6 @@ def test_pip_and_uv_resolve_the_fixed_wheel_over_http_from_its_core_metadata_and
     import re
     import subprocess
     import sys
-    import threading
     import tomllib
     from urllib.parse import unquote
 
@@ -397,9 +396,7 @@ def test_pip_and_uv_resolve_the_fixed_wheel_over_http_from_its_core_metadata_and
         def log_message(self, format, *args) -> None:  # noqa: A002 (http.server's signature)
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Files, directory=str(dist)))
-    serving = threading.Thread(target=server.serve_forever, daemon=True)
-    serving.start()  # (the socket listens since the server was made: nothing to wait for)
+    server = serve_locally(functools.partial(Files, directory=str(dist)))  # type: ignore[arg-type]
     url = f"http://127.0.0.1:{server.server_address[1]}/simple"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}  # no user's index or config
     env |= {"UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -468,4 +465,3 @@ def test_pip_and_uv_resolve_the_fixed_wheel_over_http_from_its_core_metadata_and
     finally:
         server.shutdown()
         server.server_close()
-        serving.join()

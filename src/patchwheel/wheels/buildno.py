@@ -135,11 +135,11 @@ def problem(line: ReleaseLine, series: list[Patch] | None = None) -> str | None:
     return None
 
 
-def recorded(line: ReleaseLine, root: Path, *, merging: bool = True) -> list[tuple[str, BuildRecord]]:
-    """Every build record of this line in the history of the checkout at ``root`` (newest commit first): the commit
-    and its record. Empty outside a git checkout of its own (a scratch copy, a tarball). During a merge, the other
-    side's history too, unless ``merging`` is False."""
-    pins = f"overlay/{line.package}/pins.toml"
+def recorded(package: str, version: str, root: Path, *, merging: bool = True) -> list[tuple[str, BuildRecord]]:
+    """Every build record of the line ``package`` ``version`` in the history of the checkout at ``root`` (newest
+    commit first): the commit and its record. Empty outside a git checkout of its own (a scratch copy, a tarball).
+    During a merge, the other side's history too, unless ``merging`` is False."""
+    pins = f"overlay/{package}/pins.toml"
     try:
         if Path(gitops.git(root, "rev-parse", "--show-toplevel").decode().strip()).resolve() != root.resolve():
             return []
@@ -153,7 +153,7 @@ def recorded(line: ReleaseLine, root: Path, *, merging: bool = True) -> list[tup
     for sha in commits:
         code, text = gitops.try_git(root, "show", f"{sha}:{pins}")
         try:
-            build = tomllib.loads(text)["release"][line.version]["build"] if code == 0 else None
+            build = tomllib.loads(text)["release"][version]["build"] if code == 0 else None
         except (tomllib.TOMLDecodeError, KeyError, TypeError):
             build = None
         if isinstance(build, dict) and isinstance(build.get("number"), int) and isinstance(build.get("inputs"), str):
@@ -165,7 +165,7 @@ def history_problem(line: ReleaseLine, root: Path) -> str | None:
     """Why the line's record names a build that a commit recorded for other inputs; None when none did."""
     if line.build is None:
         return None
-    history = recorded(line, root)
+    history = recorded(line.package, line.version, root)
     clash = next(
         (sha for sha, rec in history if rec.number == line.build.number and rec.inputs != line.build.inputs), None
     )
@@ -198,7 +198,7 @@ def bump(project: Project, line: ReleaseLine, log=CONSOLE) -> BuildRecord:
             f"{line.version} --reexport` (it re-exports the series and records the number)",
         )
     digest = inputs_digest(line)
-    history = [rec.number for _, rec in recorded(line, project.root)]
+    history = [rec.number for _, rec in recorded(line.package, line.version, project.root)]
     if line.build is not None and line.build.inputs == digest and not history_problem(line, project.root):
         log(f"{line.key}: build {line.build.number} records these inputs already")
         return line.build

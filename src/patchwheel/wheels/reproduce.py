@@ -138,11 +138,10 @@ def find_commit(root: Path, claim: Claim) -> str:
     """The commit of the checkout at ``root`` that recorded the claimed build: the oldest commit of HEAD's history
     (never a branch being merged) whose ``overlay/<pkg>/pins.toml`` holds that number with that digest for the
     release, of the newest run of commits that hold it."""
-    from ..config import Artifact, ReleaseLine, build_record
+    from ..config import build_record
 
-    stub = ReleaseLine(claim.package, claim.version, Artifact("", ""), None, root, "", "", "")
     found = None
-    for sha, record in buildno.recorded(stub, root, merging=False):  # newest first
+    for sha, record in buildno.recorded(claim.package, claim.version, root, merging=False):  # newest first
         if (record.number, record.inputs) == (claim.number, claim.inputs):
             found = sha
         elif found is not None:
